@@ -1,0 +1,8 @@
+"""aioprod: an asyncio-native Apache Kafka producer."""
+
+from aioprod.errors import KafkaError
+from aioprod.producer.batch import RecordMetadata, TopicPartition
+from aioprod.producer.producer import Producer
+
+__all__ = ["KafkaError", "Producer", "RecordMetadata", "TopicPartition"]
+__version__ = "0.1.0"

@@ -1,0 +1,338 @@
+"""Our message declarations against Kafka's JSON message specs, version by version.
+
+The specs live outside the package (``../shared/kafka-protocol`` next to the repository,
+or ``$AIOPROD_KAFKA_PROTOCOL_DIR``); they are read here and nowhere at runtime. For each
+declared request/response class and each version it declares, the field tree must equal
+the spec's: order, snake_case name, wire type, nullability, taggedness and tag number,
+and default value, in both directions (nothing missing, nothing extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aioprod.protocol.messages import ALL_REQUESTS, snake_case
+from aioprod.protocol.schema import Array, FieldSpec, Message, Request, Response, Struct, StructType
+
+ENV_VAR = "AIOPROD_KAFKA_PROTOCOL_DIR"
+DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "kafka-protocol"
+
+PRIMITIVES = {
+    "int8",
+    "int16",
+    "uint16",
+    "int32",
+    "int64",
+    "float64",
+    "bool",
+    "string",
+    "bytes",
+    "records",
+    "uuid",
+}
+INTEGERS = {"int8", "int16", "uint16", "int32", "int64"}
+
+#: The APIs and version ranges this client is meant to speak.
+EXPECTED_RANGES = {
+    "ApiVersions": (0, 4),
+    "Metadata": (1, 12),
+    "Produce": (3, 11),
+    "InitProducerId": (0, 5),
+    "ListOffsets": (1, 10),
+    "CreateTopics": (2, 7),
+    "FindCoordinator": (0, 6),
+    "AddPartitionsToTxn": (0, 5),
+    "AddOffsetsToTxn": (0, 4),
+    "TxnOffsetCommit": (0, 4),
+    "EndTxn": (0, 5),
+    "SaslHandshake": (0, 1),
+    "SaslAuthenticate": (0, 2),
+}
+
+MESSAGE_CLASSES: list[type[Message]] = [cls for req in ALL_REQUESTS for cls in (req, req.RESPONSE)]
+CASES = [(cls, v) for cls in MESSAGE_CLASSES for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1)]
+
+
+def message_dir() -> Path:
+    root = Path(os.environ.get(ENV_VAR) or DEFAULT_DIR)
+    directory = root / "message"
+    if not directory.is_dir():
+        pytest.fail(
+            f"Kafka message specs not found at {directory}: the spec drift test needs the "
+            f"kafka-protocol reference folder (default {DEFAULT_DIR}); point ${ENV_VAR} at it",
+            pytrace=False,
+        )
+    return directory
+
+
+@cache
+def load_spec(name: str) -> dict[str, Any]:
+    path = message_dir() / f"{name}.json"
+    if not path.is_file():
+        pytest.fail(f"no spec file {path} for {name}", pytrace=False)
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("//"))
+    spec: dict[str, Any] = json.loads(text)
+    return spec
+
+
+def in_range(text: str | None, version: int) -> bool:
+    """Whether ``version`` is in a spec version string (``"3+"``, ``"0-2"``, ``"5"``, ``"none"``)."""
+    if text is None or text == "none":
+        return False
+    if text.endswith("+"):
+        return version >= int(text[:-1])
+    if "-" in text:
+        low, high = text.split("-")
+        return int(low) <= version <= int(high)
+    return version == int(text)
+
+
+def range_bounds(text: str) -> tuple[int, int | None]:
+    if text.endswith("+"):
+        return int(text[:-1]), None
+    if "-" in text:
+        low, high = text.split("-")
+        return int(low), int(high)
+    return int(text), int(text)
+
+
+@dataclass(frozen=True)
+class FieldDesc:
+    """What a field looks like on the wire at one version."""
+
+    name: str
+    type: str  # a primitive name, "struct", or either prefixed with "[]"
+    nullable: bool
+    tagged: bool
+    tag: int | None
+    default: Any
+    children: tuple[FieldDesc, ...] | None
+
+    def attributes(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "nullable": self.nullable,
+            "tagged": self.tagged,
+            "tag": self.tag,
+            "default": self.default,
+        }
+
+
+_NO_DEFAULT = "<struct>"  # struct-typed fields: their children's defaults are compared instead
+
+
+def _spec_default(base: str, is_array: bool, raw: Any) -> Any:
+    """The value a field takes when the spec's ``default`` is ``raw`` (None: not given)."""
+    if base not in PRIMITIVES and not is_array:
+        return _NO_DEFAULT
+    if raw == "null":
+        return None
+    if is_array:
+        return []
+    if base in INTEGERS:
+        return 0 if raw is None else int(str(raw), 0)
+    if base == "float64":
+        return 0.0 if raw is None else float(raw)
+    if base == "bool":
+        return False if raw is None else raw in (True, "true")
+    if base == "string":
+        return "" if raw is None else str(raw)
+    if base in ("bytes", "records"):
+        return b""
+    assert base == "uuid", base
+    return uuid.UUID(int=0) if raw is None else uuid.UUID(raw)
+
+
+def _collect_structs(fields: list[dict[str, Any]], into: dict[str, list[dict[str, Any]]]) -> None:
+    for f in fields:
+        if "fields" in f:
+            into[f["type"].removeprefix("[]")] = f["fields"]
+            _collect_structs(f["fields"], into)
+
+
+@cache
+def spec_structs(name: str) -> dict[str, list[dict[str, Any]]]:
+    spec = load_spec(name)
+    structs: dict[str, list[dict[str, Any]]] = {}
+    for common in spec.get("commonStructs", []):
+        structs[common["name"]] = common["fields"]
+        _collect_structs(common["fields"], structs)
+    _collect_structs(spec["fields"], structs)
+    return structs
+
+
+def spec_fields(
+    fields: list[dict[str, Any]], version: int, structs: dict[str, list[dict[str, Any]]]
+) -> tuple[FieldDesc, ...]:
+    out = []
+    for f in fields:
+        if not in_range(f["versions"], version):
+            continue
+        is_array = f["type"].startswith("[]")
+        base = f["type"].removeprefix("[]")
+        children = None
+        if base not in PRIMITIVES:
+            children = spec_fields(f.get("fields") or structs[base], version, structs)
+        tagged = in_range(f.get("taggedVersions"), version)
+        out.append(
+            FieldDesc(
+                name=snake_case(f["name"]),
+                type=("[]" if is_array else "") + (base if base in PRIMITIVES else "struct"),
+                nullable=in_range(f.get("nullableVersions"), version),
+                tagged=tagged,
+                tag=f.get("tag") if tagged else None,
+                default=_spec_default(base, is_array, f.get("default")),
+                children=children,
+            )
+        )
+    return tuple(out)
+
+
+def our_fields(cls: type[Struct], version: int, flexible: bool) -> tuple[FieldDesc, ...]:
+    out = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        spec: FieldSpec = f.metadata["kafka"]
+        if version not in spec.versions:
+            continue
+        wire = spec.type
+        is_array = isinstance(wire, Array)
+        item = wire.item if isinstance(wire, Array) else wire
+        children = None
+        if isinstance(item, StructType):
+            kind = "struct"
+            children = our_fields(item.cls, version, flexible)
+            default: Any = _NO_DEFAULT if not is_array else _default_of(f)
+        else:
+            kind = item.name
+            default = _default_of(f)
+        # Tagged exactly when the compiled codec treats it as tagged.
+        tagged = flexible and spec.tag is not None and version in spec.tagged
+        out.append(
+            FieldDesc(
+                name=f.name,
+                type=("[]" if is_array else "") + kind,
+                nullable=version in spec.nullable,
+                tagged=tagged,
+                tag=spec.tag if tagged else None,
+                default=default,
+                children=children,
+            )
+        )
+    return tuple(out)
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def compare(ours: tuple[FieldDesc, ...], theirs: tuple[FieldDesc, ...], path: str) -> list[str]:
+    problems = []
+    our_names = [f.name for f in ours]
+    their_names = [f.name for f in theirs]
+    for name in their_names:
+        if name not in our_names:
+            problems.append(f"{path}: field {name!r} is in the spec but not declared")
+    for name in our_names:
+        if name not in their_names:
+            problems.append(f"{path}: field {name!r} is declared but not in the spec")
+    if not problems and our_names != their_names:
+        problems.append(f"{path}: field order {our_names} differs from the spec's {their_names}")
+    by_name = {f.name: f for f in theirs}
+    for f in ours:
+        other = by_name.get(f.name)
+        if other is None:
+            continue
+        mine, spec = f.attributes(), other.attributes()
+        for key in mine:
+            if mine[key] != spec[key]:
+                problems.append(f"{path}.{f.name}: {key} is {mine[key]!r}, the spec says {spec[key]!r}")
+        if f.children is not None and other.children is not None:
+            problems += compare(f.children, other.children, f"{path}.{f.name}")
+    return problems
+
+
+def case_id(case: tuple[type[Message], int]) -> str:
+    return f"{case[0].__name__}-v{case[1]}"
+
+
+def test_spec_folder_is_present() -> None:
+    assert any(message_dir().glob("*Request.json"))
+
+
+def test_declared_apis_and_ranges() -> None:
+    declared = {req.__name__.removesuffix("Request"): (req.MIN_VERSION, req.MAX_VERSION) for req in ALL_REQUESTS}
+    assert declared == EXPECTED_RANGES
+    for req in ALL_REQUESTS:
+        resp = req.RESPONSE
+        assert resp.__name__ == req.__name__.removesuffix("Request") + "Response"
+        assert (resp.API_KEY, resp.MIN_VERSION, resp.MAX_VERSION, resp.FLEXIBLE_FROM) == (
+            req.API_KEY,
+            req.MIN_VERSION,
+            req.MAX_VERSION,
+            req.FLEXIBLE_FROM,
+        )
+    assert len({req.API_KEY for req in ALL_REQUESTS}) == len(ALL_REQUESTS)
+
+
+@pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda c: c.__name__)
+def test_header(cls: type[Message]) -> None:
+    spec = load_spec(cls.__name__)
+    assert spec["name"] == cls.__name__
+    assert spec["apiKey"] == cls.API_KEY
+    expected_type = "request" if issubclass(cls, Request) else "response"
+    assert issubclass(cls, Request | Response)
+    assert spec["type"] == expected_type
+    low, high = range_bounds(spec["validVersions"])
+    ours = (cls.MIN_VERSION, cls.MAX_VERSION)
+    assert low <= ours[0] <= ours[1], (spec["validVersions"], ours)
+    assert high is None or ours[1] <= high, (spec["validVersions"], ours)
+    flexible = spec["flexibleVersions"]
+    first_flexible = None if flexible == "none" else range_bounds(flexible)[0]
+    declared_first_flexible = cls.FLEXIBLE_FROM
+    assert declared_first_flexible == first_flexible
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_fields_match_spec(case: tuple[type[Message], int]) -> None:
+    cls, version = case
+    spec = load_spec(cls.__name__)
+    assert in_range(spec["validVersions"], version)
+    flexible = in_range(spec["flexibleVersions"], version)
+    assert cls.is_flexible(version) == flexible
+    theirs = spec_fields(spec["fields"], version, spec_structs(cls.__name__))
+    ours = our_fields(cls, version, flexible)
+    problems = compare(ours, theirs, f"{cls.__name__} v{version}")
+    assert not problems, "\n".join(problems)
+
+
+def test_snake_case_rule() -> None:
+    assert snake_case("ThrottleTimeMs") == "throttle_time_ms"
+    assert snake_case("ApiKey") == "api_key"
+    assert snake_case("timeoutMs") == "timeout_ms"
+    assert snake_case("V3AndBelowTopics") == "v3_and_below_topics"
+    assert snake_case("ResultsByTopicV3AndBelow") == "results_by_topic_v3_and_below"
+    assert snake_case("IsrNodes") == "isr_nodes"
+    assert snake_case("TopicId") == "topic_id"
+
+
+def test_comparison_catches_drift() -> None:
+    """The checker itself: a swapped pair, a wrong tag and a missing field are all reported."""
+    spec = load_spec("ProduceResponse")
+    theirs = spec_fields(spec["fields"], 10, spec_structs("ProduceResponse"))
+    assert not compare(theirs, theirs, "x")
+    swapped = (theirs[1], theirs[0], *theirs[2:])
+    assert any("order" in p for p in compare(swapped, theirs, "x"))
+    retagged = (*theirs[:-1], dataclasses.replace(theirs[-1], tag=5))
+    assert any("tag is 5" in p for p in compare(retagged, theirs, "x"))
+    assert any("not declared" in p for p in compare(theirs[:-1], theirs, "x"))
