@@ -1,0 +1,1 @@
+"""Broker connections: TCP streams, framing, correlation ids, in-flight limits."""

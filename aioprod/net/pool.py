@@ -1,0 +1,173 @@
+"""The producer's connections, one per broker, with reconnect backoff.
+
+Both the sender and the metadata refresher take connections from here; connecting happens
+in a background task per node, so a slow or dead broker never stalls the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aioprod.config import ProducerConfig
+from aioprod.errors import KafkaConnectionError, KafkaError
+from aioprod.net.connection import BrokerConnection
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _NodeState:
+    host: str
+    port: int
+    connection: BrokerConnection | None = None
+    connecting: asyncio.Task[None] | None = None
+    failures: int = 0
+    next_attempt: float = 0.0
+    last_error: KafkaError | None = None
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+
+class ConnectionPool:
+    """node id → connection. Bootstrap servers get negative ids, as in the Java client."""
+
+    def __init__(self, config: ProducerConfig, on_change: Callable[[], None] | None = None) -> None:
+        self._config = config
+        self._nodes: dict[int, _NodeState] = {}
+        self._on_change = on_change or (lambda: None)
+        self._closed = False
+
+    def set_address(self, node_id: int, host: str, port: int) -> None:
+        state = self._nodes.get(node_id)
+        if state is None:
+            self._nodes[node_id] = _NodeState(host, port)
+        elif (state.host, state.port) != (host, port):
+            state.host, state.port = host, port
+            if state.connection is not None:
+                state.connection.close(KafkaConnectionError(f"broker {node_id} moved to {host}:{port}"))
+
+    def connection(self, node_id: int) -> BrokerConnection | None:
+        """The ready connection to ``node_id``, or None (then a connect is started)."""
+        state = self._nodes.get(node_id)
+        if state is None:
+            return None
+        conn = state.connection
+        if conn is not None and not conn.closed:
+            return conn
+        self._start_connect(node_id, state)
+        return None
+
+    def is_connected(self, node_id: int) -> bool:
+        state = self._nodes.get(node_id)
+        return state is not None and state.connection is not None and not state.connection.closed
+
+    def in_flight(self, node_id: int) -> int:
+        state = self._nodes.get(node_id)
+        if state is None or state.connection is None or state.connection.closed:
+            return -1
+        return state.connection.in_flight_count
+
+    def backing_off(self, node_id: int, now: float) -> bool:
+        state = self._nodes.get(node_id)
+        return state is not None and state.connection is None and state.next_attempt > now
+
+    def last_error(self, node_id: int) -> KafkaError | None:
+        state = self._nodes.get(node_id)
+        return None if state is None else state.last_error
+
+    async def get(self, node_id: int) -> BrokerConnection:
+        """Wait for a connection to ``node_id``; raises the connect error on failure."""
+        while True:
+            conn = self.connection(node_id)
+            if conn is not None:
+                return conn
+            state = self._nodes[node_id]
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            state.waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in state.waiters:
+                    state.waiters.remove(waiter)
+            if state.connection is None and state.last_error is not None:
+                raise state.last_error
+
+    def _start_connect(self, node_id: int, state: _NodeState) -> None:
+        if self._closed or (state.connecting is not None and not state.connecting.done()):
+            return
+        state.connection = None
+        state.connecting = asyncio.get_running_loop().create_task(
+            self._connect(node_id, state), name=f"aioprod-connect-{node_id}"
+        )
+
+    async def _connect(self, node_id: int, state: _NodeState) -> None:
+        loop = asyncio.get_running_loop()
+        delay = state.next_attempt - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        conn = BrokerConnection(
+            node_id,
+            state.host,
+            state.port,
+            client_id=self._config.client_id,
+            request_timeout=self._config.request_timeout_ms / 1000,
+            max_in_flight=self._config.max_in_flight_requests_per_connection,
+        )
+        try:
+            await conn.open(self._config.request_timeout_ms / 1000)
+        except KafkaError as exc:
+            state.failures += 1
+            state.last_error = exc
+            state.next_attempt = loop.time() + self._backoff(state.failures)
+            log.debug("connect to node %s failed: %s", node_id, exc)
+        else:
+            if self._closed:
+                conn.close()
+                return
+            state.connection = conn
+            state.failures = 0
+            state.last_error = None
+            conn.on_close(lambda c, err: self._on_connection_closed(node_id, c, err))
+        finally:
+            for waiter in state.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._on_change()
+
+    def _on_connection_closed(self, node_id: int, conn: BrokerConnection, error: KafkaError) -> None:
+        state = self._nodes.get(node_id)
+        if state is not None and state.connection is conn:
+            state.connection = None
+            state.last_error = error
+            state.failures += 1
+            state.next_attempt = asyncio.get_running_loop().time() + self._backoff(1)
+        log.debug("connection to node %s closed: %s", node_id, error)
+        self._on_change()
+
+    def _backoff(self, failures: int) -> float:
+        base = self._config.reconnect_backoff_ms / 1000
+        cap = self._config.reconnect_backoff_max_ms / 1000
+        return exponential_backoff(base, cap, failures)
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = []
+        for state in self._nodes.values():
+            if state.connecting is not None and not state.connecting.done():
+                state.connecting.cancel()
+                tasks.append(state.connecting)
+            conn = state.connection
+            if conn is not None:
+                conn.close()
+                tasks.append(asyncio.ensure_future(conn.wait_closed()))
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def exponential_backoff(base: float, cap: float, attempts: int) -> float:
+    """KIP-580: base * 2^(attempts-1), capped, with ±20 % jitter so clients spread out."""
+    delay = min(cap, base * (2 ** max(0, attempts - 1)))
+    return float(delay * random.uniform(0.8, 1.2))

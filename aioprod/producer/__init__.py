@@ -1,0 +1,1 @@
+"""The producer: API, partitioner, accumulator, sender (the data path's stages)."""

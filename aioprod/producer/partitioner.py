@@ -1,0 +1,95 @@
+"""Choosing a partition for a record.
+
+Keyed records go where the Java client (``BuiltInPartitioner.partitionForKey``) and
+librdkafka's ``murmur2_random`` put them: ``toPositive(murmur2(key)) % partitions``.
+Keyless records use the uniform sticky partitioner (KIP-480/794): stay on one partition
+until about ``batch_size`` bytes went to it, then move to another at random, so batches
+fill instead of spreading one record per partition.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Sequence
+
+from aioprod.config import PartitionerFn
+
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+_SEED = 0x9747B28C
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's 32-bit murmur2 as a signed int, bit for bit like ``Utils.murmur2``."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    words = length // 4
+    if words:
+        for k in struct.unpack_from(f"<{words}I", data):
+            k = (k * _M) & _MASK
+            k ^= k >> 24
+            k = (k * _M) & _MASK
+            h = ((h * _M) & _MASK) ^ k
+    tail = length & 3
+    base = length & ~3
+    if tail == 3:
+        h ^= data[base + 2] << 16
+    if tail >= 2:
+        h ^= data[base + 1] << 8
+    if tail >= 1:
+        h ^= data[base]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+class Partitioner:
+    """Picks partitions; keeps the per-topic sticky state for keyless records."""
+
+    __slots__ = ("_batch_size", "_mode", "_random", "_round_robin", "_sticky", "_user")
+
+    def __init__(self, mode: str | PartitionerFn, batch_size: int, rng: random.Random | None = None) -> None:
+        self._user: PartitionerFn | None = None if isinstance(mode, str) else mode
+        self._mode = mode if isinstance(mode, str) else "user"
+        self._batch_size = batch_size
+        self._random = rng or random.Random()
+        # topic -> [partition, bytes produced to it since it was chosen]
+        self._sticky: dict[str, list[int]] = {}
+        self._round_robin: dict[str, int] = {}
+
+    def partition(self, topic: str, key: bytes | None, partitions: Sequence[int], available: Sequence[int]) -> int:
+        """``partitions``: every partition id; ``available``: those with a known leader."""
+        if self._user is not None:
+            return self._user(topic, key, partitions)
+        if key is not None and self._mode != "round_robin":
+            return partition_for_key(key, len(partitions))
+        choices = available or partitions
+        if self._mode == "round_robin":
+            counter = self._round_robin.get(topic)
+            if counter is None:
+                counter = self._random.randrange(len(choices))
+            self._round_robin[topic] = counter + 1
+            return choices[counter % len(choices)]
+        state = self._sticky.get(topic)
+        if state is None or state[0] not in choices:
+            state = self._sticky[topic] = [self._random.choice(choices), 0]
+        return state[0]
+
+    def on_append(self, topic: str, partition: int, size: int, available: Sequence[int]) -> None:
+        """Count bytes sent to the sticky partition; switch once a batch's worth went there."""
+        state = self._sticky.get(topic)
+        if state is None or state[0] != partition:
+            return
+        state[1] += size
+        if state[1] >= self._batch_size:
+            if len(available) > 1:
+                others = [p for p in available if p != partition]
+                state[0] = self._random.choice(others)
+            state[1] = 0

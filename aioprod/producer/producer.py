@@ -1,0 +1,283 @@
+"""The public producer: validation, serialization, partitioning, and the lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+from aioprod.cluster.metadata import Metadata
+from aioprod.config import ProducerConfig
+from aioprod.errors import KafkaTimeoutError, ProducerClosedError, ProducerFatalError
+from aioprod.net.pool import ConnectionPool
+from aioprod.producer.accumulator import RecordAccumulator
+from aioprod.producer.batch import Headers, RecordMetadata, TopicPartition
+from aioprod.producer.partitioner import Partitioner
+from aioprod.producer.sender import Sender
+
+log = logging.getLogger(__name__)
+
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_MAX_TOPIC_LENGTH = 249
+_BYTES = (bytes, bytearray, memoryview)
+
+_NEW, _STARTED, _CLOSING, _CLOSED = "new", "started", "closing", "closed"
+
+
+class Producer:
+    """An asyncio Kafka producer.
+
+    ``await send(...)`` returns once the record is queued; the future it returns resolves
+    with :class:`RecordMetadata` when the broker acknowledges the record, or fails with a
+    :class:`~aioprod.errors.KafkaError`. Options: snake_case keywords or a mapping of
+    Java/librdkafka names (see ``docs/configuration.md``).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **options: Any) -> None:
+        self.config = ProducerConfig.from_options(config, **options)
+        self._state = _NEW
+        self._fatal: BaseException | None = None
+        self._partitioner = Partitioner(self.config.partitioner, self.config.batch_size)
+        self._key_serializer = self.config.key_serializer
+        self._value_serializer = self.config.value_serializer
+        self._max_block = self.config.max_block_ms / 1000
+        self._closed: asyncio.Future[None] | None = None
+        # Created in start(), inside the running loop.
+        self._pool: ConnectionPool
+        self._metadata: Metadata
+        self._accumulator: RecordAccumulator
+        self._sender: Sender
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the background tasks. Connecting happens lazily, on first need."""
+        if self._state != _NEW:
+            raise ProducerClosedError(f"start() called on a producer that is {self._state}")
+        self._pool = ConnectionPool(self.config, on_change=self._wakeup)
+        self._metadata = Metadata(self.config, self._pool)
+        self._accumulator = RecordAccumulator(self.config, self._wakeup)
+        self._sender = Sender(self.config, self._metadata, self._pool, self._accumulator, self._set_fatal)
+        self._metadata.add_listener(lambda _snapshot: self._wakeup())
+        self._metadata.start()
+        self._sender.start()
+        self._state = _STARTED
+
+    def _wakeup(self) -> None:
+        self._sender.wakeup()
+
+    def _set_fatal(self, error: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = error
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop accepting records, deliver what is queued, then release everything.
+
+        ``timeout`` (seconds) bounds the wait for delivery; records still pending then
+        fail with :class:`ProducerClosedError`. ``None`` waits for every record's own
+        delivery timeout. Calling close again, or concurrently, waits for the first.
+        """
+        if self._state == _NEW:
+            self._state = _CLOSED
+            return
+        if self._closed is not None:
+            await asyncio.shield(self._closed)
+            return
+        self._closed = asyncio.get_running_loop().create_future()
+        self._state = _CLOSING
+        try:
+            self._accumulator.closing = True
+            self._sender.stop()
+            try:
+                await asyncio.wait_for(self._sender.wait_stopped(), timeout)
+            except TimeoutError:
+                pass
+            finally:
+                await self._sender.abort(
+                    ProducerClosedError(
+                        "producer closed before the record was acknowledged"
+                        + (f" (close timeout {timeout}s)" if timeout is not None else "")
+                    )
+                )
+            await self._metadata.close()
+            await self._pool.close()
+        finally:
+            self._state = _CLOSED
+            self._closed.set_result(None)
+
+    # -- sending -------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue a record; returns a future of its :class:`RecordMetadata`.
+
+        Suspends (never blocks the loop) while the topic's metadata is fetched or the
+        buffer is full, for at most ``max_block_ms`` in all.
+        """
+        if self._state != _STARTED:
+            self._raise_not_open()
+        if self._fatal is not None:
+            raise ProducerFatalError(f"the producer failed and accepts no more records: {self._fatal}") from self._fatal
+        _check_topic(topic)
+        key_bytes = self._serialize("key", key, self._key_serializer)
+        value_bytes = self._serialize("value", value, self._value_serializer)
+        header_list = _check_headers(headers)
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        elif type(timestamp_ms) is not int:
+            raise TypeError(f"timestamp_ms must be an int (milliseconds), got {type(timestamp_ms).__name__}")
+        elif timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms must be >= 0, got {timestamp_ms}")
+        if partition is not None and (type(partition) is not int or partition < 0):
+            if type(partition) is not int:
+                raise TypeError(f"partition must be an int or None, got {type(partition).__name__}")
+            raise ValueError(f"partition must be >= 0, got {partition}")
+
+        acc = self._accumulator
+        size = acc.record_size(key_bytes, value_bytes, header_list)
+        acc.check_size(size)
+
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        info = self._metadata.snapshot.topics.get(topic)
+        if info is None or not info.partitions:
+            deadline = loop.time() + self._max_block
+            info = await self._metadata.topic(topic, self._max_block)
+        if partition is None:
+            partition = self._partitioner.partition(topic, key_bytes, info.all_partitions, info.available_partitions)
+        elif partition not in info.partitions:
+            count = len(info.partitions)
+            raise ValueError(
+                f"partition {partition} does not exist: topic {topic!r} has {count} partition"
+                + ("" if count == 1 else "s")
+                + f" (0-{count - 1})"
+            )
+        if not acc.pool.try_reserve(size):
+            if deadline is None:
+                deadline = loop.time() + self._max_block
+            await acc.pool.reserve(size, max(0.0, deadline - loop.time()))
+            if self._state != _STARTED or self._fatal is not None:
+                acc.pool.release(size)
+                self._raise_not_open()
+        future = acc.append(
+            TopicPartition(topic, partition), timestamp_ms, key_bytes, value_bytes, header_list, size, loop.time()
+        )
+        if key_bytes is None:
+            self._partitioner.on_append(topic, partition, size, info.available_partitions)
+        return future
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
+    ) -> RecordMetadata:
+        """Queue a record and wait for its acknowledgement.
+
+        Cancelling the wait does not withdraw the record: once queued it is delivered.
+        """
+        future = await self.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
+        return await asyncio.shield(future)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now, without waiting for linger, and wait for the acks."""
+        if self._state not in (_STARTED, _CLOSING):
+            return
+        acc = self._accumulator
+        pending = [batch.done for batch in acc.incomplete]
+        if not pending:
+            return
+        acc.flushing += 1
+        self._wakeup()
+        try:
+            done, _ = await asyncio.wait(pending, timeout=timeout)
+            if len(done) < len(pending):
+                raise KafkaTimeoutError(f"flush did not complete within {timeout}s")
+        finally:
+            acc.flushing -= 1
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition ids, fetching metadata if needed (up to max_block_ms)."""
+        if self._state != _STARTED:
+            self._raise_not_open()
+        _check_topic(topic)
+        info = await self._metadata.topic(topic, self._max_block)
+        return list(info.all_partitions)
+
+    # -- validation ------------------------------------------------------------------
+
+    def _raise_not_open(self) -> None:
+        if self._state == _NEW:
+            raise ProducerClosedError("the producer is not started: use 'async with' or await start() first")
+        raise ProducerClosedError(f"the producer is {self._state}; no more records are accepted")
+
+    @staticmethod
+    def _serialize(field: str, data: Any, serializer: Any) -> bytes | None:
+        if serializer is not None:
+            data = serializer(data)
+            if data is not None and not isinstance(data, _BYTES):
+                raise TypeError(f"{field}_serializer returned {type(data).__name__}, expected bytes or None")
+        elif data is not None and not isinstance(data, _BYTES):
+            raise TypeError(
+                f"{field} must be bytes or None, got {type(data).__name__}; "
+                f"pass {field}_serializer= to send other types"
+            )
+        if data is None or type(data) is bytes:
+            return data
+        return bytes(data)
+
+
+def _check_topic(topic: Any) -> None:
+    if type(topic) is not str:
+        raise TypeError(f"topic must be a str, got {type(topic).__name__}")
+    if not topic:
+        raise ValueError("topic name is empty")
+    if len(topic) > _MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic name is {len(topic)} characters long; the limit is {_MAX_TOPIC_LENGTH}")
+    if topic in (".", "..") or not _LEGAL_TOPIC.fullmatch(topic):
+        raise ValueError(f"illegal topic name {topic!r}: use only ASCII letters, digits, '.', '_' and '-'")
+
+
+def _check_headers(headers: Any) -> Headers:
+    if headers is None:
+        return ()
+    if isinstance(headers, Mapping):
+        headers = list(headers.items())
+    elif isinstance(headers, (str, bytes)) or not isinstance(headers, Iterable):
+        raise TypeError(f"headers must be a list of (str, bytes | None) pairs, got {type(headers).__name__}")
+    checked = []
+    for item in headers:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"each header must be a (str, bytes | None) pair, got {item!r}")
+        name, value = item
+        if type(name) is not str:
+            raise TypeError(f"header name must be a str, got {type(name).__name__}")
+        if value is not None and not isinstance(value, _BYTES):
+            raise TypeError(f"header {name!r} value must be bytes or None, got {type(value).__name__}")
+        checked.append((name, value if value is None or type(value) is bytes else bytes(value)))
+    return checked

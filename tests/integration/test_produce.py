@@ -1,0 +1,138 @@
+"""The producer against real brokers, verified by reading back with confluent_kafka."""
+
+from __future__ import annotations
+
+import asyncio
+
+import confluent_kafka
+import pytest
+
+from aioprod import Producer, RecordMetadata
+from aioprod.errors import KafkaTimeoutError, ProducerClosedError
+from tests.brokers import MockCluster, tansu
+from tests.readback import read_topic
+
+pytestmark = pytest.mark.integration
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures[topic].result(30)
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+async def test_every_acked_record_reads_back_identically(kafka_bootstrap: str, topic: str, codec: str) -> None:
+    create_topic(kafka_bootstrap, topic, 3)
+    sent: dict[tuple[int, int], tuple[bytes | None, bytes | None, tuple, int]] = {}
+    records = [
+        (b"key-%d" % i, b"value-%d-" % i + bytes(i % 50), [("h", b"%d" % i), ("h", None), ("t", b"")])
+        for i in range(300)
+    ]
+    records += [(None, b"keyless"), (b"k-null-value", None), (None, None), (b"k-empty", b"")]  # type: ignore[list-item]
+    async with Producer(bootstrap_servers=kafka_bootstrap, compression_type=codec, linger_ms=5) as producer:
+        futures = []
+        for i, rec in enumerate(records):
+            key, value = rec[0], rec[1]
+            headers = rec[2] if len(rec) > 2 else []  # type: ignore[misc]
+            ts = 1_700_000_000_000 + i
+            futures.append((await producer.send(topic, value, key=key, headers=headers, timestamp_ms=ts), rec, ts))
+        for fut, rec, ts in futures:
+            md: RecordMetadata = await fut
+            assert md.topic == topic and md.timestamp == ts
+            headers = tuple(rec[2]) if len(rec) > 2 else ()  # type: ignore[misc]
+            sent[(md.partition, md.offset)] = (rec[0], rec[1], headers, ts)
+            if rec[0] is not None:
+                assert md.partition == confluent_kafka.murmur2(rec[0], 3)  # type: ignore[attr-defined]
+    consumed = read_topic(kafka_bootstrap, topic)
+    got = {(c.partition, c.offset): (c.key, c.value, c.headers, c.timestamp) for c in consumed}
+    assert len(consumed) == len(records)
+    assert got == sent
+
+
+async def test_explicit_partitions(kafka_bootstrap: str, topic: str) -> None:
+    create_topic(kafka_bootstrap, topic, 4)
+    async with Producer(bootstrap_servers=kafka_bootstrap) as producer:
+        assert await producer.partitions_for(topic) == [0, 1, 2, 3]
+        mds = [await producer.send_and_wait(topic, b"v%d" % i, key=b"same", partition=i % 4) for i in range(8)]
+    assert [md.partition for md in mds] == [0, 1, 2, 3] * 2
+    consumed = read_topic(kafka_bootstrap, topic)
+    assert sorted((c.partition, c.value) for c in consumed) == sorted((i % 4, b"v%d" % i) for i in range(8))
+
+
+async def test_three_brokers_each_partition_reaches_its_leader(mock3: MockCluster, topic: str) -> None:
+    async with Producer(bootstrap_servers=mock3.bootstrap, linger_ms=2) as producer:
+        futures = [await producer.send(topic, b"v%d" % i, key=b"k%d" % i) for i in range(400)]
+        results = await asyncio.gather(*futures)
+        snapshot = producer._metadata.snapshot
+        leaders = {p.leader for p in snapshot.topics[topic].partitions.values()}
+        assert len(leaders) > 1, "the mock cluster should spread leaders"
+        # One connection per leader, and no request needed a retry (none went astray).
+        assert all(producer._pool.is_connected(node) for node in leaders)
+        assert producer._sender.retries == 0
+    num = len(snapshot.topics[topic].partitions)
+    consumed = read_topic(mock3.bootstrap, topic)
+    assert len(consumed) == 400
+    assert {(md.partition, md.offset) for md in results} == {(c.partition, c.offset) for c in consumed}
+    for c in consumed:
+        assert c.partition == confluent_kafka.murmur2(c.key, num)  # type: ignore[attr-defined]
+
+
+async def test_full_buffer_suspends_send_then_succeeds(tansu_broker, topic: str) -> None:  # type: ignore[no-untyped-def]
+    value = b"x" * 1000
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, buffer_memory=32 * 1024, batch_size=8192) as p:
+        futures = [await p.send(topic, value) for _ in range(500)]  # ~500 KB through a 32 KiB buffer
+        assert p._accumulator.pool.waits > 0
+        results = await asyncio.gather(*futures)
+    assert len({(md.partition, md.offset) for md in results}) == 500
+    assert len(read_topic(tansu_broker.bootstrap, topic)) == 500
+
+
+async def test_unknown_topic_without_auto_create_times_out_naming_it(mock3: MockCluster, topic: str) -> None:
+    async with Producer(bootstrap_servers=mock3.bootstrap, allow_auto_create_topics=False, max_block_ms=500) as p:
+        with pytest.raises(KafkaTimeoutError, match=topic):
+            await p.send(topic, b"v")
+
+
+async def test_close_delivers_ten_thousand_queued_records(tansu_broker, topic: str) -> None:  # type: ignore[no-untyped-def]
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=1000)
+    await producer.start()
+    futures = [await producer.send(topic, b"r%d" % i) for i in range(10_000)]
+    await producer.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert len(read_topic(tansu_broker.bootstrap, topic)) == 10_000
+
+
+async def test_close_with_zero_timeout_fails_unsent_records(tansu_broker, topic: str) -> None:  # type: ignore[no-untyped-def]
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=60_000, batch_size=1 << 20)
+    await producer.start()
+    await producer.send_and_wait(topic, b"first")  # metadata and connection are warm
+    futures = [await producer.send(topic, b"r%d" % i) for i in range(100)]
+    await producer.close(timeout=0)
+    for f in futures:
+        assert isinstance(f.exception(), ProducerClosedError)
+    with pytest.raises(ProducerClosedError):
+        await producer.send(topic, b"late")
+
+
+async def test_broker_restart_mid_stream(topic: str) -> None:
+    with tansu() as broker:
+        async with Producer(
+            bootstrap_servers=broker.bootstrap, linger_ms=1, delivery_timeout_ms=20_000, request_timeout_ms=5000
+        ) as producer:
+            before = [await producer.send(topic, b"before-%d" % i) for i in range(200)]
+            await asyncio.gather(*before)
+            broker.restart()  # memory storage: the broker forgets everything
+            during = [await producer.send(topic, b"during-%d" % i) for i in range(200)]
+            outcomes = await asyncio.gather(*during, return_exceptions=True)
+            for outcome in outcomes:
+                assert isinstance(outcome, (RecordMetadata, Exception))
+            after = await producer.send_and_wait(topic, b"after")
+            assert after.offset >= 0
+        consumed = read_topic(broker.bootstrap, topic)
+        values = {c.value for c in consumed}
+        assert b"after" in values
+        acked_during = {b"during-%d" % i for i, o in enumerate(outcomes) if isinstance(o, RecordMetadata)}
+        assert acked_during <= values

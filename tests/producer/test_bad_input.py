@@ -1,0 +1,110 @@
+"""Bad arguments are refused at once, naming the problem, and the producer keeps working."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from aioprod import Producer
+from aioprod.errors import KafkaTimeoutError, ProducerClosedError, RecordTooLargeError
+from tests.brokers import TansuBroker, free_port
+
+
+@pytest.fixture
+async def producer(tansu_broker: TansuBroker) -> Any:
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, max_request_size=10_000) as p:
+        yield p
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"value": "text"}, TypeError, "value must be bytes or None, got str"),
+        ({"value": b"v", "key": 42}, TypeError, "key must be bytes or None, got int"),
+        ({"value": b"v", "headers": [("h", "text")]}, TypeError, "header 'h' value must be bytes or None"),
+        ({"value": b"v", "headers": [(1, b"x")]}, TypeError, "header name must be a str"),
+        ({"value": b"v", "headers": "h=1"}, TypeError, "headers must be a list of"),
+        ({"value": b"v", "headers": [("only-name",)]}, TypeError, "each header must be a (str, bytes | None) pair"),
+        ({"value": b"v", "partition": -1}, ValueError, "partition must be >= 0, got -1"),
+        ({"value": b"v", "partition": "0"}, TypeError, "partition must be an int or None"),
+        ({"value": b"v", "timestamp_ms": -5}, ValueError, "timestamp_ms must be >= 0"),
+        ({"value": b"v", "timestamp_ms": 1.5}, TypeError, "timestamp_ms must be an int"),
+        ({"value": b"x" * 20_000}, RecordTooLargeError, "larger than max_request_size (10000)"),
+    ],
+)
+async def test_bad_record_is_refused_and_producer_keeps_working(
+    producer: Producer, topic: str, kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        await producer.send(topic, **kwargs)
+    assert message in str(info.value)
+    md = await producer.send_and_wait(topic, b"still fine")
+    assert md.offset >= 0
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "message"),
+    [
+        ("", ValueError, "topic name is empty"),
+        ("a" * 250, ValueError, "limit is 249"),
+        ("bad topic!", ValueError, "illegal topic name 'bad topic!'"),
+        ("..", ValueError, "illegal topic name"),
+        (None, TypeError, "topic must be a str, got NoneType"),
+    ],
+)
+async def test_bad_topic_names(producer: Producer, name: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=None) as info:
+        await producer.send(name, b"v")
+    assert message in str(info.value)
+
+
+async def test_partition_beyond_the_topic_says_the_count(producer: Producer, topic: str) -> None:
+    count = len(await producer.partitions_for(topic))
+    with pytest.raises(ValueError) as info:
+        await producer.send(topic, b"v", partition=count + 3)
+    assert f"has {count} partitions" in str(info.value)
+
+
+async def test_serializers_turn_other_types_into_bytes(tansu_broker: TansuBroker, topic: str) -> None:
+    async with Producer(
+        bootstrap_servers=tansu_broker.bootstrap, key_serializer=str.encode, value_serializer=str.encode
+    ) as p:
+        md = await p.send_and_wait(topic, "value", key="key")
+        assert md.offset >= 0
+        with pytest.raises(TypeError, match="value_serializer returned int"):
+            bad = Producer(bootstrap_servers=tansu_broker.bootstrap, value_serializer=len)
+            async with bad:
+                await bad.send(topic, "abc")
+
+
+async def test_send_before_start_and_after_close(tansu_broker: TansuBroker, topic: str) -> None:
+    p = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    with pytest.raises(ProducerClosedError, match="not started"):
+        await p.send(topic, b"v")
+    await p.start()
+    await p.send_and_wait(topic, b"v")
+    await p.close()
+    await p.close()  # idempotent
+    with pytest.raises(ProducerClosedError, match="closed"):
+        await p.send(topic, b"v")
+
+
+async def test_unreachable_bootstrap_fails_within_max_block(topic: str) -> None:
+    port = free_port()  # nothing listens here
+    async with Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=300) as p:
+        with pytest.raises(KafkaTimeoutError) as info:
+            await asyncio.wait_for(p.send(topic, b"v"), 10)  # the 10 s guard only catches a hang
+    assert topic in str(info.value) and "no broker reachable" in str(info.value)
+
+
+async def test_close_from_a_delivery_callback(tansu_broker: TansuBroker, topic: str) -> None:
+    p = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    await p.start()
+    fut = await p.send(topic, b"v")
+    closing: list[asyncio.Task[None]] = []
+    fut.add_done_callback(lambda _f: closing.append(asyncio.ensure_future(p.close())))
+    await fut
+    await asyncio.gather(*closing)
+    assert p._sender._task is not None and p._sender._task.done()

@@ -1,0 +1,90 @@
+"""Configuration: names, defaults, coercion and every mistake named at construction."""
+
+from __future__ import annotations
+
+import pytest
+
+from aioprod import Producer
+from aioprod.config import ProducerConfig
+from aioprod.errors import ConfigError, KafkaError
+
+
+def test_java_4_defaults() -> None:
+    c = ProducerConfig.from_options(bootstrap_servers="h:9092")
+    assert c.bootstrap_servers == (("h", 9092),)
+    assert (c.acks, c.linger_ms, c.batch_size, c.buffer_memory) == (-1, 5, 16384, 32 * 1024 * 1024)
+    assert (c.max_block_ms, c.request_timeout_ms, c.delivery_timeout_ms) == (60_000, 30_000, 120_000)
+    assert (c.retry_backoff_ms, c.retry_backoff_max_ms, c.metadata_max_age_ms) == (100, 1000, 300_000)
+    assert (c.max_in_flight_requests_per_connection, c.max_request_size) == (5, 1024 * 1024)
+    assert c.enable_idempotence is True
+
+
+def test_dotted_and_snake_names_mean_the_same() -> None:
+    dotted = ProducerConfig.from_options(
+        {"bootstrap.servers": "a:1,b:2", "linger.ms": "7", "compression.type": "LZ4", "acks": "all"}
+    )
+    snake = ProducerConfig.from_options(bootstrap_servers=["a:1", "b:2"], linger_ms=7, compression_type="lz4")
+    assert dotted == snake
+    assert dotted.bootstrap_servers == (("a", 1), ("b", 2))
+
+
+def test_librdkafka_aliases() -> None:
+    c = ProducerConfig.from_options({"metadata.broker.list": "h:1", "queue.buffering.max.ms": 9})
+    assert c.linger_ms == 9
+
+
+def test_config_is_frozen() -> None:
+    c = ProducerConfig.from_options(bootstrap_servers="h:1")
+    with pytest.raises(AttributeError):
+        c.linger_ms = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"bootstrap_servers": "h:1", "lingr_ms": 5}, "unknown option 'lingr_ms' (did you mean 'linger_ms'?)"),
+        ({"bootstrap_servers": "h:1", "linger_ms": -1}, "linger_ms must be >= 0, got -1"),
+        ({"bootstrap_servers": "h:1", "batch_size": 0}, "batch_size must be >= 1"),
+        ({"bootstrap_servers": "h:1", "linger_ms": "soon"}, "linger_ms must be an integer"),
+        ({"bootstrap_servers": "h:1", "acks": 2}, "acks must be"),
+        ({"bootstrap_servers": "h:1", "compression_type": "brotli"}, "compression_type must be one of"),
+        ({"bootstrap_servers": "h:1", "enable_idempotence": "yes"}, "enable_idempotence must be true or false"),
+        ({"bootstrap_servers": "nohost"}, "bootstrap_servers entry must be 'host:port'"),
+        ({"bootstrap_servers": "h:99999"}, "bootstrap_servers entry must be 'host:port'"),
+        ({}, "bootstrap_servers is required"),
+        ({"bootstrap_servers": "h:1", "partitioner": "random"}, "partitioner must be one of"),
+        (
+            {"bootstrap_servers": "h:1", "delivery_timeout_ms": 1000},
+            "delivery_timeout_ms (1000) must be at least linger_ms + request_timeout_ms",
+        ),
+        (
+            {"bootstrap_servers": "h:1", "retry_backoff_ms": 500, "retry_backoff_max_ms": 100},
+            "retry_backoff_max_ms (100) is below retry_backoff_ms (500)",
+        ),
+        (
+            {"bootstrap_servers": "h:1", "enable_idempotence": True, "acks": 1},
+            "enable_idempotence=True conflicts with acks=1",
+        ),
+        (
+            {"bootstrap_servers": "h:1", "enable_idempotence": True, "max_in_flight_requests_per_connection": 6},
+            "max_in_flight_requests_per_connection=6",
+        ),
+        ({"bootstrap_servers": "h:1", "security_protocol": "SASL_SSL"}, "not supported yet"),
+        ({"bootstrap_servers": "h:1", "key_serializer": "json"}, "key_serializer must be callable"),
+    ],
+)
+def test_bad_options_fail_at_construction_naming_the_option(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Producer(**options)
+    assert message in str(info.value)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, KafkaError)
+
+
+def test_same_option_twice_is_refused() -> None:
+    with pytest.raises(ConfigError, match="given twice"):
+        Producer({"linger.ms": 1}, bootstrap_servers="h:1", linger_ms=2)
+
+
+def test_idempotence_is_a_default_that_yields_to_explicit_acks() -> None:
+    # As in the Java client: without an explicit enable_idempotence, acks=1 turns it off.
+    assert ProducerConfig.from_options(bootstrap_servers="h:1", acks=1).enable_idempotence is False
