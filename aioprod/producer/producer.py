@@ -10,14 +10,26 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from aioprod.cluster.metadata import Metadata
+from aioprod.cluster.metadata import ClusterSnapshot, Metadata
 from aioprod.config import ProducerConfig
-from aioprod.errors import KafkaTimeoutError, ProducerClosedError, ProducerFatalError
+from aioprod.errors import (
+    KafkaTimeoutError,
+    LeaderNotAvailableError,
+    ProducerClosedError,
+    ProducerFatalError,
+    error_for_code,
+)
 from aioprod.net.pool import ConnectionPool
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import Headers, RecordMetadata, TopicPartition
 from aioprod.producer.partitioner import Partitioner
 from aioprod.producer.sender import Sender
+from aioprod.protocol.messages import (
+    ListOffsetsRequest,
+    ListOffsetsRequestPartition,
+    ListOffsetsRequestTopic,
+    ListOffsetsResponse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +240,47 @@ class Producer:
         _check_topic(topic)
         info = await self._metadata.topic(topic, self._max_block)
         return list(info.all_partitions)
+
+    async def end_offsets(self, topic: str) -> dict[int, int]:
+        """Each partition's end offset (the next offset to be written), from its leader.
+
+        Useful to check what a run wrote: the end offset advances by one per record.
+        """
+        if self._state != _STARTED:
+            self._raise_not_open()
+        _check_topic(topic)
+        info = await self._metadata.topic(topic, self._max_block)
+        by_leader: dict[int, list[int]] = {}
+        for partition in info.all_partitions:
+            leader = self._metadata.snapshot.leader_for(topic, partition)
+            if leader is None:
+                raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
+            by_leader.setdefault(leader, []).append(partition)
+        offsets: dict[int, int] = {}
+        for leader, partitions in by_leader.items():
+            conn = await self._pool.get(leader)
+            request = ListOffsetsRequest(
+                replica_id=-1,
+                topics=[
+                    ListOffsetsRequestTopic(
+                        name=topic,
+                        partitions=[ListOffsetsRequestPartition(partition_index=p, timestamp=-1) for p in partitions],
+                    )
+                ],
+            )
+            response: ListOffsetsResponse = await conn.send(request)
+            for t in response.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise error_for_code(p.error_code, f"ListOffsets {topic}-{p.partition_index}")
+                    offsets[p.partition_index] = p.offset
+        return dict(sorted(offsets.items()))
+
+    def cluster(self) -> ClusterSnapshot:
+        """The current metadata snapshot: brokers, topics, partitions, leaders."""
+        if self._state == _NEW:
+            self._raise_not_open()
+        return self._metadata.snapshot
 
     # -- validation ------------------------------------------------------------------
 
