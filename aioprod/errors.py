@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 
 class KafkaError(Exception):
@@ -73,6 +73,17 @@ class DeliveryTimeoutError(KafkaTimeoutError):
     def __init__(self, message: str, *, possibly_persisted: bool) -> None:
         super().__init__(message)
         self.possibly_persisted = possibly_persisted
+
+
+class SendManyError(KafkaError):
+    """Some records of a ``send_many`` call failed.
+
+    ``results`` holds, in input order, each record's ``RecordMetadata`` or its exception.
+    """
+
+    def __init__(self, message: str, results: list[Any]) -> None:
+        super().__init__(message)
+        self.results = results
 
 
 class ProducerFatalError(KafkaError):

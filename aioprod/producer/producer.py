@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -17,6 +17,7 @@ from aioprod.errors import (
     LeaderNotAvailableError,
     ProducerClosedError,
     ProducerFatalError,
+    SendManyError,
     error_for_code,
 )
 from aioprod.net.pool import ConnectionPool
@@ -199,6 +200,42 @@ class Producer:
             self._partitioner.on_append(topic, partition, size, info.available_partitions)
         return future
 
+    async def send_many(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        *,
+        keys: Sequence[Any] | None = None,
+        headers: Sequence[Iterable[tuple[str, bytes | None]] | None] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[list[RecordMetadata]]:
+        """Queue many records for one topic; one future for all their acknowledgements.
+
+        ``keys`` and ``headers``, when given, run parallel to ``values``. The future
+        resolves with the metadata in input order once every record is acknowledged, or
+        fails with :class:`~aioprod.errors.SendManyError` (whose ``results`` hold each
+        record's metadata or error) once every record has an outcome and any failed.
+        Records are queued in order; a bad record raises before anything after it is queued.
+        """
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"keys has {len(keys)} items but values has {len(values)}")
+        if headers is not None and len(headers) != len(values):
+            raise ValueError(f"headers has {len(headers)} items but values has {len(values)}")
+        futures = []
+        for index, value in enumerate(values):
+            futures.append(
+                await self.send(
+                    topic,
+                    value,
+                    None if keys is None else keys[index],
+                    partition=partition,
+                    timestamp_ms=timestamp_ms,
+                    headers=None if headers is None else headers[index],
+                )
+            )
+        return _gather_results(futures)
+
     async def send_and_wait(
         self,
         topic: str,
@@ -303,6 +340,35 @@ class Producer:
         if data is None or type(data) is bytes:
             return data
         return bytes(data)
+
+
+def _gather_results(futures: list[asyncio.Future[RecordMetadata]]) -> asyncio.Future[list[RecordMetadata]]:
+    """One future over many record futures, failing with every outcome attached."""
+    result: asyncio.Future[list[RecordMetadata]] = asyncio.get_running_loop().create_future()
+    if not futures:
+        result.set_result([])
+        return result
+    remaining = len(futures)
+
+    def settle(_: asyncio.Future[RecordMetadata]) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining or result.done():
+            return
+        outcomes: list[RecordMetadata | BaseException] = [
+            f.exception() or f.result() if not f.cancelled() else asyncio.CancelledError() for f in futures
+        ]
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if failed:
+            result.set_exception(
+                SendManyError(f"{len(failed)} of {len(outcomes)} records failed; first: {failed[0]}", outcomes)
+            )
+        else:
+            result.set_result(outcomes)  # type: ignore[arg-type]
+
+    for future in futures:
+        future.add_done_callback(settle)
+    return result
 
 
 def _check_topic(topic: Any) -> None:
