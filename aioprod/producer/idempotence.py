@@ -41,7 +41,7 @@ class IdempotenceState:
         self.needs_reset = False
         self._next_sequence.clear()
 
-    def _current(self, batch: ProducerBatch) -> bool:
+    def owns_sequence(self, batch: ProducerBatch) -> bool:
         """The batch already carries a sequence under the current identity."""
         return (
             batch.base_sequence >= 0
@@ -53,7 +53,7 @@ class IdempotenceState:
         in_flight = self._in_flight.get(batch.tp)
         if not in_flight:
             return True
-        if self._current(batch):
+        if self.owns_sequence(batch):
             # A retry goes out only once everything before it has come back, so the
             # broker sees the partition's sequences in order.
             return False
@@ -61,7 +61,7 @@ class IdempotenceState:
 
     def assign(self, batch: ProducerBatch) -> int:
         """The batch's base sequence: kept across retries, fresh after an identity change."""
-        if self._current(batch):
+        if self.owns_sequence(batch):
             return batch.base_sequence
         sequence = self._next_sequence.get(batch.tp, 0)
         self._next_sequence[batch.tp] = (sequence + batch.record_count) % SEQUENCE_MODULUS

@@ -70,6 +70,8 @@ class Sender:
         self._acks = config.acks
         self._request_timeout_ms = config.request_timeout_ms
         self._in_flight: set[ProducerBatch] = set()
+        #: The error that stopped this producer for good, if any.
+        self.fatal: KafkaError | None = None
         #: Batches put back for another attempt (a statistic).
         self.retries = 0
         self._wake_flag = False
@@ -156,6 +158,9 @@ class Sender:
 
     def _run_once(self, now: float) -> float:
         acc = self._acc
+        if self.fatal is not None:
+            acc.fail_all(self.fatal)
+            return 3600.0
         for batch in acc.expire(now):
             self._finish(batch, acc.expiry_error(batch, now))
         ident = self.idempotence
@@ -179,6 +184,10 @@ class Sender:
             drained = acc.drain(cluster, connections, self._config.max_request_size, now, can_send)
             for node, batches in drained.items():
                 self._send(connections[node], batches)
+            if drained:
+                # A drain takes one batch per partition: look again at once for the rest.
+                # Nodes that cannot take more wake the sender when a response frees room.
+                return 0.0
         return delay
 
     # -- produce requests ------------------------------------------------------------
@@ -252,6 +261,9 @@ class Sender:
 
     def _failed_attempt(self, batch: ProducerBatch, error: KafkaError, now: float) -> None:
         self._returned(batch)
+        if self.fatal is not None:
+            self._finish(batch, self.fatal)
+            return
         retriable = error.retriable
         if retriable and not self._stopping_hard():
             backoff = exponential_backoff(
@@ -292,9 +304,16 @@ class Sender:
             f"{batch.base_sequence} that the producer cannot explain ({error})"
         )
         fatal.__cause__ = error
-        self._on_fatal(fatal)
+        self._set_fatal(fatal)
         self._finish(batch, fatal)
-        self._acc.fail_all(fatal)
+
+    def _set_fatal(self, error: KafkaError) -> None:
+        """From now on nothing is sent: queued batches fail with ``error``, and batches
+        still in flight fail with it when they come back."""
+        if self.fatal is None:
+            self.fatal = error
+            self._on_fatal(error)
+        self._acc.fail_all(error)
 
     def _stopping_hard(self) -> bool:
         return self._task is not None and self._task.done()
@@ -308,6 +327,12 @@ class Sender:
     def _finish(self, batch: ProducerBatch, error: KafkaError) -> None:
         batch.fail(error)
         self._acc.complete(batch)
+        ident = self.idempotence
+        if ident is not None and ident.owns_sequence(batch):
+            # The batch's sequence is now a hole that the broker may or may not have filled
+            # (it may have been written before its answer was lost). Continuing would mean
+            # either a gap or a guess; a new identity starts every partition clean.
+            ident.needs_reset = True
 
     # -- producer id -------------------------------------------------------------------
 
@@ -333,10 +358,9 @@ class Sender:
             except KafkaError as exc:
                 self._init_failures += 1
                 if not exc.retriable:
-                    self._on_fatal(exc)
                     fatal = ProducerFatalError(f"cannot obtain a producer id: {exc}")
                     fatal.__cause__ = exc
-                    self._acc.fail_all(fatal)
+                    self._set_fatal(fatal)
                     return
                 log.debug("InitProducerId failed: %s", exc)
                 await asyncio.sleep(

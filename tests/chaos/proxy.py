@@ -1,0 +1,140 @@
+"""A loopback TCP proxy that injects network faults between the producer and a broker.
+
+The broker advertises the proxy's address, so every connection the producer makes
+(bootstrap, metadata, produce) passes through here and can be cut, delayed or
+black-holed on command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class _Link:
+    client: asyncio.StreamWriter
+    upstream: asyncio.StreamWriter
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    sent: int = 0  # bytes forwarded client -> broker
+
+    def cut(self) -> None:
+        for writer in (self.client, self.upstream):
+            transport = writer.transport
+            if not transport.is_closing():
+                transport.abort()  # RST, no orderly close: like a dropped network path
+
+
+class FaultProxy:
+    """Forwards ``127.0.0.1:port`` to ``target_port``; faults are injected by method calls."""
+
+    def __init__(self, target_port: int, port: int = 0) -> None:
+        self.target_port = target_port
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._links: set[_Link] = set()
+        self.delay = 0.0
+        self.black_hole = False
+        #: Cut each new connection after it has forwarded this many bytes (None: never).
+        self.cut_after_bytes: int | None = None
+        #: Cut each new connection after a random lifetime drawn from this range, in seconds.
+        self.lifetime: tuple[float, float] | None = None
+        self.rng = random.Random(0)
+        self.connections_cut = 0
+        self.connections_accepted = 0
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> FaultProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self.cut_all()
+        # Let every connection handler finish on its own rather than be cancelled later.
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def cut_all(self) -> int:
+        """Abort every open connection; returns how many were cut."""
+        links = list(self._links)
+        for link in links:
+            link.cut()
+        self.connections_cut += len(links)
+        return len(links)
+
+    def _expire(self, link: _Link) -> None:
+        if link in self._links:
+            self.connections_cut += 1
+            link.cut()
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._links)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections_accepted += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        link = _Link(writer, up_writer)
+        self._links.add(link)
+        if self.lifetime is not None:
+            asyncio.get_running_loop().call_later(self.rng.uniform(*self.lifetime), self._expire, link)
+        link.tasks = [
+            asyncio.ensure_future(self._pump(reader, up_writer, link, upstream=True)),
+            asyncio.ensure_future(self._pump(up_reader, writer, link, upstream=False)),
+        ]
+        try:
+            await asyncio.gather(*link.tasks, return_exceptions=True)
+        finally:
+            self._links.discard(link)
+            link.cut()
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: _Link, *, upstream: bool
+    ) -> None:
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                if self.delay:
+                    await asyncio.sleep(self.delay)
+                if self.black_hole:
+                    continue  # swallowed: the peer waits for an answer that never comes
+                if upstream and self.cut_after_bytes is not None and link.sent + len(data) > self.cut_after_bytes:
+                    # Forward part of the request, then drop the line mid-frame.
+                    writer.write(data[: max(0, self.cut_after_bytes - link.sent)])
+                    self.connections_cut += 1
+                    link.cut()
+                    return
+                if upstream:
+                    link.sent += len(data)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                link.cut()
+
+
+async def cut_randomly(proxy: FaultProxy, stop: asyncio.Event, low: float, high: float, rng: random.Random) -> None:
+    """Cut every connection after a random lifetime in [low, high) seconds, until ``stop``."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), rng.uniform(low, high))
+        if not stop.is_set():
+            proxy.cut_all()
