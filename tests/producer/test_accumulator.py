@@ -1,0 +1,133 @@
+"""The accumulator and sequence bookkeeping, driven with an injected clock (no sleeping)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from aioprod.cluster.metadata import Broker, ClusterSnapshot, PartitionInfo, TopicInfo
+from aioprod.config import ProducerConfig
+from aioprod.errors import KafkaTimeoutError
+from aioprod.producer.accumulator import BufferPool, RecordAccumulator
+from aioprod.producer.batch import TopicPartition
+from aioprod.producer.idempotence import SEQUENCE_MODULUS, IdempotenceState, sequence_before
+
+
+def cluster(partitions: dict[int, int]) -> ClusterSnapshot:
+    """One topic 't' whose partition p is led by node partitions[p] (-1: no leader)."""
+    parts = {p: PartitionInfo(p, leader, 0, (leader,), (leader,)) for p, leader in partitions.items()}
+    brokers = {n: Broker(n, "h", 9000 + n) for n in set(partitions.values()) if n >= 0}
+    return ClusterSnapshot(MappingProxyType(brokers), MappingProxyType({"t": TopicInfo("t", MappingProxyType(parts))}))
+
+
+def accumulator(**options: object) -> tuple[RecordAccumulator, list[int]]:
+    wakeups: list[int] = []
+    config = ProducerConfig.from_options(bootstrap_servers="h:1", **options)
+    return RecordAccumulator(config, lambda: wakeups.append(1)), wakeups
+
+
+def append(acc: RecordAccumulator, partition: int, value: bytes, now: float) -> None:
+    size = acc.record_size(None, value, ())
+    assert acc.pool.try_reserve(size)
+    acc.append(TopicPartition("t", partition), 0, None, value, (), size, now)
+
+
+async def test_batch_waits_for_linger_then_is_ready() -> None:
+    acc, _ = accumulator(linger_ms=10)
+    snapshot = cluster({0: 1})
+    append(acc, 0, b"v", now=100.0)
+    ready, delay, unknown = acc.ready(snapshot, 100.004)
+    assert ready == set() and delay == pytest.approx(0.006) and not unknown
+    ready, _, _ = acc.ready(snapshot, 100.010)
+    assert ready == {1}
+
+
+async def test_full_batch_is_ready_at_once() -> None:
+    acc, wakeups = accumulator(linger_ms=10_000, batch_size=200)
+    snapshot = cluster({0: 1})
+    append(acc, 0, b"x" * 100, now=0.0)
+    append(acc, 0, b"y" * 100, now=0.0)  # does not fit: a second batch, the first is sendable
+    assert acc.ready(snapshot, 0.0)[0] == {1}
+    assert wakeups  # the sender was told
+
+
+async def test_unknown_leader_is_reported() -> None:
+    acc, _ = accumulator()
+    append(acc, 0, b"v", now=0.0)
+    ready, _, unknown = acc.ready(cluster({0: -1}), 1.0)
+    assert ready == set() and unknown
+
+
+async def test_drain_respects_max_request_size_and_rotates() -> None:
+    acc, _ = accumulator(linger_ms=0, batch_size=1000)
+    snapshot = cluster({0: 1, 1: 1, 2: 1})
+    firsts = []
+    for _round in range(3):
+        for p in range(3):
+            append(acc, p, b"x" * 900, now=0.0)
+        drained = acc.drain(snapshot, [1], 1500, 1.0, lambda b: True)
+        assert len(drained[1]) == 1  # two 900-byte batches exceed 1500 bytes
+        firsts.append(drained[1][0].tp.partition)
+        acc.drain(snapshot, [1], 10_000, 1.0, lambda b: True)  # empty the rest
+    assert len(set(firsts)) > 1, "the drain must not always start at the same partition"
+
+
+async def test_expire_reports_not_sent_for_queued_batches() -> None:
+    acc, _ = accumulator(delivery_timeout_ms=40_000)
+    append(acc, 0, b"v", now=0.0)
+    assert acc.expire(39.9) == []
+    (batch,) = acc.expire(40.0)
+    error = acc.expiry_error(batch, 40.0)
+    assert not error.possibly_persisted and "not sent" in str(error)
+
+
+async def test_reenqueue_keeps_sequence_order() -> None:
+    acc, _ = accumulator(linger_ms=0)
+    snapshot = cluster({0: 1})
+    for value in (b"a", b"b", b"c"):
+        append(acc, 0, value, now=0.0)
+        (batch,) = acc.drain(snapshot, [1], 10_000, 0.0, lambda b: True)[1]
+        batch.build(7, 0, {b"a": 0, b"b": 1, b"c": 2}[value], False)
+        if value == b"a":
+            a = batch
+        elif value == b"b":
+            b = batch
+        else:
+            c = batch
+    for batch in (c, a, b):  # they come back in any order
+        acc.reenqueue(batch, retry_at=0.0)
+    order = []
+    while True:
+        drained = acc.drain(snapshot, [1], 10_000, 1.0, lambda b: True)
+        if not drained:
+            break
+        order.extend(b.base_sequence for b in drained[1])
+    assert order == [0, 1, 2]
+
+
+async def test_buffer_pool_is_fifo_and_times_out() -> None:
+    pool = BufferPool(100)
+    assert pool.try_reserve(80)
+    assert not pool.try_reserve(30)
+    with pytest.raises(KafkaTimeoutError, match="buffer_memory"):
+        await pool.reserve(30, timeout=0.01)
+    pool.release(80)
+    assert pool.used == 0
+
+
+def test_sequences_wrap_at_int32_max() -> None:
+    class FakeBatch:
+        tp = TopicPartition("t", 0)
+        record_count = 3
+        base_sequence = -1
+        producer_id = -1
+        producer_epoch = -1
+
+    ident = IdempotenceState()
+    ident.set_producer_id(5, 0)
+    ident._next_sequence[FakeBatch.tp] = SEQUENCE_MODULUS - 2
+    first = ident.assign(FakeBatch())  # type: ignore[arg-type]
+    second = ident.assign(FakeBatch())  # type: ignore[arg-type]
+    assert first == 2**31 - 2 and second == 1  # 2**31-2, 2**31-1, 0 then 1
+    assert sequence_before(first, second) and not sequence_before(second, first)
