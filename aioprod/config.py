@@ -137,8 +137,8 @@ class ProducerConfig:
             )
         if self.security_protocol != "PLAINTEXT":
             raise ConfigError(f"security_protocol {self.security_protocol!r} is not supported yet")
-        if self.transactional_id is not None and not self.enable_idempotence:
-            raise ConfigError("transactional_id requires enable_idempotence=True")
+        if self.transactional_id is not None:
+            raise ConfigError("transactional_id: transactions are not supported yet")
         if self.enable_idempotence:
             conflicts = []
             if self.acks != -1:

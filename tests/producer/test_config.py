@@ -70,6 +70,7 @@ def test_config_is_frozen() -> None:
             "max_in_flight_requests_per_connection=6",
         ),
         ({"bootstrap_servers": "h:1", "security_protocol": "SASL_SSL"}, "not supported yet"),
+        ({"bootstrap_servers": "h:1", "transactional_id": "tx-1"}, "transactions are not supported yet"),
         ({"bootstrap_servers": "h:1", "key_serializer": "json"}, "key_serializer must be callable"),
     ],
 )
