@@ -82,6 +82,22 @@ class Partitioner:
             state = self._sticky[topic] = [self._random.choice(choices), 0]
         return state[0]
 
+    def keyless(self, topic: str, size: int, partitions: Sequence[int], available: Sequence[int]) -> int:
+        """Partition for a keyless record of ``size`` bytes; counts it for stickiness.
+
+        The hot path for keyless records under the default partitioner: one call.
+        """
+        state = self._sticky.get(topic)
+        if self._mode not in ("default", "murmur2_random", "sticky") or state is None or state[0] not in available:
+            partition = self.partition(topic, None, partitions, available)
+            self.on_append(topic, partition, size, available)
+            return partition
+        partition = state[0]
+        state[1] += size
+        if state[1] >= self._batch_size:
+            self._switch(state, available)
+        return partition
+
     def on_append(self, topic: str, partition: int, size: int, available: Sequence[int]) -> None:
         """Count bytes sent to the sticky partition; switch once a batch's worth went there."""
         state = self._sticky.get(topic)
@@ -89,7 +105,9 @@ class Partitioner:
             return
         state[1] += size
         if state[1] >= self._batch_size:
-            if len(available) > 1:
-                others = [p for p in available if p != partition]
-                state[0] = self._random.choice(others)
-            state[1] = 0
+            self._switch(state, available)
+
+    def _switch(self, state: list[int], available: Sequence[int]) -> None:
+        if len(available) > 1:
+            state[0] = self._random.choice([p for p in available if p != state[0]])
+        state[1] = 0

@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from aioprod.cluster.metadata import ClusterSnapshot, Metadata
 from aioprod.config import ProducerConfig
@@ -21,6 +21,7 @@ from aioprod.errors import (
     error_for_code,
 )
 from aioprod.net.pool import ConnectionPool
+from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import Headers, RecordMetadata, TopicPartition
 from aioprod.producer.partitioner import Partitioner
@@ -58,6 +59,10 @@ class Producer:
         self._key_serializer = self.config.key_serializer
         self._value_serializer = self.config.value_serializer
         self._max_block = self.config.max_block_ms / 1000
+        # Records up to this size need no size check against max_request_size/buffer_memory.
+        self._size_limit = min(self.config.max_request_size, self.config.buffer_memory)
+        # topic -> its TopicPartition objects by partition id, made once instead of per record.
+        self._tps: dict[str, list[TopicPartition]] = {}
         self._closed: asyncio.Future[None] | None = None
         # Created in start(), inside the running loop.
         self._pool: ConnectionPool
@@ -71,6 +76,7 @@ class Producer:
         """Start the background tasks. Connecting happens lazily, on first need."""
         if self._state != _NEW:
             raise ProducerClosedError(f"start() called on a producer that is {self._state}")
+        self._loop = asyncio.get_running_loop()
         self._pool = ConnectionPool(self.config, on_change=self._wakeup)
         self._metadata = Metadata(self.config, self._pool)
         self._accumulator = RecordAccumulator(self.config, self._wakeup)
@@ -148,14 +154,21 @@ class Producer:
         Suspends (never blocks the loop) while the topic's metadata is fetched or the
         buffer is full, for at most ``max_block_ms`` in all.
         """
-        if self._state != _STARTED:
+        if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
-        if self._fatal is not None:
-            raise ProducerFatalError(f"the producer failed and accepts no more records: {self._fatal}") from self._fatal
-        _check_topic(topic)
-        key_bytes = self._serialize("key", key, self._key_serializer)
-        value_bytes = self._serialize("value", value, self._value_serializer)
-        header_list = _check_headers(headers)
+        tps = self._tps.get(topic)
+        if tps is None:
+            _check_topic(topic)
+        # Serialize and type-check; the common case (bytes, no serializer) costs two checks.
+        if self._key_serializer is not None:
+            key = _serialized("key", self._key_serializer(key))
+        elif key is not None and type(key) is not bytes:
+            key = _as_bytes("key", key)
+        if self._value_serializer is not None:
+            value = _serialized("value", self._value_serializer(value))
+        elif value is not None and type(value) is not bytes:
+            value = _as_bytes("value", value)
+        header_list = () if headers is None else _check_headers(headers)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         elif type(timestamp_ms) is not int:
@@ -168,17 +181,24 @@ class Producer:
             raise ValueError(f"partition must be >= 0, got {partition}")
 
         acc = self._accumulator
-        size = acc.record_size(key_bytes, value_bytes, header_list)
-        acc.check_size(size)
+        size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+        if header_list:
+            size += acc.headers_size(header_list)
+        if size > self._size_limit:
+            acc.check_size(size)
 
-        loop = asyncio.get_running_loop()
         deadline: float | None = None
         info = self._metadata.snapshot.topics.get(topic)
         if info is None or not info.partitions:
-            deadline = loop.time() + self._max_block
+            deadline = self._loop.time() + self._max_block
             info = await self._metadata.topic(topic, self._max_block)
+        if tps is None or len(tps) < len(info.all_partitions):
+            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(max(info.all_partitions) + 1)]
         if partition is None:
-            partition = self._partitioner.partition(topic, key_bytes, info.all_partitions, info.available_partitions)
+            if key is None:
+                partition = self._partitioner.keyless(topic, size, info.all_partitions, info.available_partitions)
+            else:
+                partition = self._partitioner.partition(topic, key, info.all_partitions, info.available_partitions)
         elif partition not in info.partitions:
             count = len(info.partitions)
             raise ValueError(
@@ -188,17 +208,12 @@ class Producer:
             )
         if not acc.pool.try_reserve(size):
             if deadline is None:
-                deadline = loop.time() + self._max_block
-            await acc.pool.reserve(size, max(0.0, deadline - loop.time()))
-            if self._state != _STARTED or self._fatal is not None:
+                deadline = self._loop.time() + self._max_block
+            await acc.pool.reserve(size, max(0.0, deadline - self._loop.time()))
+            if self._state is not _STARTED or self._fatal is not None:
                 acc.pool.release(size)
                 self._raise_not_open()
-        future = acc.append(
-            TopicPartition(topic, partition), timestamp_ms, key_bytes, value_bytes, header_list, size, loop.time()
-        )
-        if key_bytes is None:
-            self._partitioner.on_append(topic, partition, size, info.available_partitions)
-        return future
+        return acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
 
     async def send_many(
         self,
@@ -321,25 +336,12 @@ class Producer:
 
     # -- validation ------------------------------------------------------------------
 
-    def _raise_not_open(self) -> None:
+    def _raise_not_open(self) -> NoReturn:
+        if self._fatal is not None and self._state is _STARTED:
+            raise ProducerFatalError(f"the producer failed and accepts no more records: {self._fatal}") from self._fatal
         if self._state == _NEW:
             raise ProducerClosedError("the producer is not started: use 'async with' or await start() first")
         raise ProducerClosedError(f"the producer is {self._state}; no more records are accepted")
-
-    @staticmethod
-    def _serialize(field: str, data: Any, serializer: Any) -> bytes | None:
-        if serializer is not None:
-            data = serializer(data)
-            if data is not None and not isinstance(data, _BYTES):
-                raise TypeError(f"{field}_serializer returned {type(data).__name__}, expected bytes or None")
-        elif data is not None and not isinstance(data, _BYTES):
-            raise TypeError(
-                f"{field} must be bytes or None, got {type(data).__name__}; "
-                f"pass {field}_serializer= to send other types"
-            )
-        if data is None or type(data) is bytes:
-            return data
-        return bytes(data)
 
 
 def _gather_results(futures: list[asyncio.Future[RecordMetadata]]) -> asyncio.Future[list[RecordMetadata]]:
@@ -369,6 +371,22 @@ def _gather_results(futures: list[asyncio.Future[RecordMetadata]]) -> asyncio.Fu
     for future in futures:
         future.add_done_callback(settle)
     return result
+
+
+def _as_bytes(field: str, data: Any) -> bytes:
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(
+        f"{field} must be bytes or None, got {type(data).__name__}; pass {field}_serializer= to send other types"
+    )
+
+
+def _serialized(field: str, data: Any) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"{field}_serializer returned {type(data).__name__}, expected bytes or None")
 
 
 def _check_topic(topic: Any) -> None:
