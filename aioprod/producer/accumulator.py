@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from aioprod.cluster.metadata import ClusterSnapshot
 from aioprod.config import ProducerConfig
 from aioprod.errors import DeliveryTimeoutError, KafkaError, KafkaTimeoutError, RecordTooLargeError
-from aioprod.producer.batch import Headers, ProducerBatch, RecordMetadata, TopicPartition
+from aioprod.producer.batch import Headers, ProducerBatch, RecordMetadata, SendGroup, TopicPartition
 from aioprod.producer.idempotence import sequence_before
 from aioprod.protocol.records import RecordBatchBuilder
 
@@ -35,6 +35,11 @@ class BufferPool:
     @property
     def exhausted(self) -> bool:
         return bool(self._waiters)
+
+    @property
+    def available(self) -> bool:
+        """Space may be taken without waiting (no one is queued ahead)."""
+        return not self._waiters
 
     def try_reserve(self, size: int) -> bool:
         if not self._waiters and self.used + size <= self.total:
@@ -127,25 +132,90 @@ class RecordAccumulator:
         size: int,
         now: float | None = None,
     ) -> asyncio.Future[RecordMetadata]:
-        """Add a record whose ``size`` bytes are already reserved from the pool.
-
-        This is the producer's per-record hot path: one builder call in the common case.
-        """
+        """Add a record whose ``size`` bytes are already reserved from the pool."""
         future: asyncio.Future[RecordMetadata] = self._loop.create_future()
+        batch = self._add(tp, timestamp, key, value, headers, size, now)
+        batch.futures.append(future)
+        batch.timestamps.append(timestamp)
+        return future
+
+    def append_to_group(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        size: int,
+        group: SendGroup,
+        index: int,
+    ) -> None:
+        """Add record ``index`` of a ``send_many`` group (its outcome goes to the group)."""
+        self._add(tp, group.timestamp, key, value, headers, size, None).append_to_group(group, index)
+
+    def append_run(
+        self,
+        tp: TopicPartition,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        start: int,
+        stop: int,
+        group: SendGroup,
+    ) -> int:
+        """Append as many of ``values[start:stop]`` as fit the open batch and the free
+        buffer memory, in one builder call; returns how many. Zero means the caller must
+        take the per-record path for ``values[start]`` (full buffer, or not bytes)."""
+        pool = self.pool
+        budget = pool.total - pool.used if pool.available else 0
+        if budget <= 0:
+            return 0
+        queue = self._batches.get(tp)
+        if queue is None:
+            queue = self._batches[tp] = deque()
+        batch = queue[-1] if queue else None
+        appended = 0
+        if batch is not None and batch.payload is None:
+            appended, cost = batch.builder.append_values(
+                group.timestamp, values, keys, start, stop, budget, RECORD_OVERHEAD
+            )
+        if not appended:
+            batch = ProducerBatch(tp, self._new_builder(), self._loop.time(), self._delivery_timeout)
+            appended, cost = batch.builder.append_values(
+                group.timestamp, values, keys, start, stop, budget, RECORD_OVERHEAD
+            )
+            if not appended:
+                return 0
+            queue.append(batch)
+            self.incomplete.add(batch)
+            self._wakeup()
+        assert batch is not None
+        pool.used += cost
+        batch.reserved += cost
+        batch.append_range_to_group(group, start, appended)
+        return appended
+
+    def _add(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        size: int,
+        now: float | None,
+    ) -> ProducerBatch:
+        """Encode the record into the partition's open batch, or a new one; the per-record
+        hot path, with one builder call in the common case."""
         queue = self._batches.get(tp)
         if queue is None:
             queue = self._batches[tp] = deque()
         elif queue:
             last = queue[-1]
             if last.payload is None and last.builder.append(timestamp, key, value, headers) is not None:
-                last.futures.append(future)
-                last.timestamps.append(timestamp)
                 last.reserved += size
-                return future
-        batch = ProducerBatch(
-            tp, self._new_builder(), self._loop.time() if now is None else now, self._delivery_timeout
-        )
-        if not batch.try_append(timestamp, key, value, headers, future):
+                return last
+        created = self._loop.time() if now is None else now
+        batch = ProducerBatch(tp, self._new_builder(), created, self._delivery_timeout)
+        if batch.builder.append(timestamp, key, value, headers) is None:
             raise RecordTooLargeError(f"record does not fit an empty batch for {tp.topic}-{tp.partition}")
         batch.reserved = size
         queue.append(batch)
@@ -153,7 +223,7 @@ class RecordAccumulator:
         # A new batch: the sender must start its linger clock, and the one before it (if
         # any) is now complete and sendable.
         self._wakeup()
-        return future
+        return batch
 
     def _new_builder(self) -> RecordBatchBuilder:
         return RecordBatchBuilder(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from aioprod.errors import KafkaError
+from aioprod.errors import KafkaError, SendManyError
 from aioprod.protocol.records import RecordBatchBuilder
 
 
@@ -27,6 +27,59 @@ class RecordMetadata(NamedTuple):
 Headers = Sequence[tuple[str, bytes | None]]
 
 
+class SendGroup:
+    """The records of one ``send_many`` call: one future for all of them.
+
+    Records of a group carry no future of their own; a batch keeps ranges of them and
+    reports outcomes here in bulk, which is what makes the bulk path cheap per record.
+    """
+
+    __slots__ = ("_error", "_pending", "future", "results", "timestamp", "topic")
+
+    def __init__(self, topic: str, count: int, timestamp: int) -> None:
+        self.topic = topic
+        self.timestamp = timestamp
+        self.results: list[RecordMetadata | BaseException | None] = [None] * count
+        self._pending = count
+        self._error: BaseException | None = None
+        self.future: asyncio.Future[list[RecordMetadata]] = asyncio.get_running_loop().create_future()
+        if not count:
+            self.future.set_result([])
+
+    def succeeded(self, start: int, count: int, partition: int, first_offset: int, timestamp: int) -> None:
+        results, topic = self.results, self.topic
+        for i in range(count):
+            results[start + i] = RecordMetadata(
+                topic, partition, first_offset + i if first_offset >= 0 else -1, timestamp
+            )
+        self._settle(count)
+
+    def failed(self, start: int, count: int, error: BaseException) -> None:
+        self.results[start : start + count] = [error] * count
+        if self._error is None:
+            self._error = error
+        self._settle(count)
+
+    def truncate(self, count: int) -> None:
+        """Only the first ``count`` records were queued (a later one was refused)."""
+        self._pending -= len(self.results) - count
+        del self.results[count:]
+        self._settle(0)
+
+    def _settle(self, count: int) -> None:
+        self._pending -= count
+        if self._pending or self.future.done():
+            return
+        if self._error is None:
+            self.future.set_result(self.results)  # type: ignore[arg-type]
+            return
+        failed = sum(isinstance(r, BaseException) for r in self.results)
+        self.future.set_exception(
+            SendManyError(f"{failed} of {len(self.results)} records failed; first: {self._error}", self.results)
+        )
+        self.future.exception()  # retrieved: the caller sees it on await
+
+
 class ProducerBatch:
     """Records bound for one partition; owned by the accumulator, then by the sender.
 
@@ -42,6 +95,7 @@ class ProducerBatch:
         "deadline",
         "done",
         "futures",
+        "groups",
         "in_flight",
         "payload",
         "producer_epoch",
@@ -56,7 +110,10 @@ class ProducerBatch:
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, now: float, delivery_timeout: float) -> None:
         self.tp = tp
         self.builder = builder
-        self.futures: list[asyncio.Future[RecordMetadata]] = []
+        #: One entry per record: its future, or None for a record of a ``send_many`` group.
+        self.futures: list[asyncio.Future[RecordMetadata] | None] = []
+        #: Ranges of group records: [group, index in group, offset delta in batch, count].
+        self.groups: list[list[Any]] = []
         #: Resolved once every record has its outcome; what flush() and close() wait on.
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.timestamps: list[int] = []
@@ -79,20 +136,6 @@ class ProducerBatch:
     def record_count(self) -> int:
         return len(self.futures)
 
-    def try_append(
-        self,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-        future: asyncio.Future[RecordMetadata],
-    ) -> bool:
-        if self.payload is not None or self.builder.append(timestamp, key, value, headers) is None:
-            return False
-        self.futures.append(future)
-        self.timestamps.append(timestamp)
-        return True
-
     def build(self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool) -> bytes:
         """The wire bytes; rebuilt only if the producer identity changed (epoch bump)."""
         if self.payload is None or (producer_id, producer_epoch, base_sequence) != (
@@ -113,20 +156,53 @@ class ProducerBatch:
     def size(self) -> int:
         return len(self.payload) if self.payload is not None else self.builder.size_in_bytes
 
+    def append_to_group(self, group: SendGroup, index: int) -> None:
+        """Account a record just added to the builder as record ``index`` of ``group``."""
+        delta = len(self.futures)
+        self.futures.append(None)
+        self.timestamps.append(group.timestamp)
+        groups = self.groups
+        if groups:
+            last = groups[-1]
+            if last[0] is group and last[1] + last[3] == index:
+                last[3] += 1
+                return
+        groups.append([group, index, delta, 1])
+
+    def append_range_to_group(self, group: SendGroup, start: int, count: int) -> None:
+        """Account ``count`` records just added to the builder as records ``start``.. of ``group``."""
+        delta = len(self.futures)
+        self.futures.extend([None] * count)
+        self.timestamps.extend([group.timestamp] * count)
+        groups = self.groups
+        if groups:
+            last = groups[-1]
+            if last[0] is group and last[1] + last[3] == start:
+                last[3] += count
+                return
+        groups.append([group, start, delta, count])
+
     def succeed(self, base_offset: int, log_append_time: int) -> None:
         tp = self.tp
         for index, (future, ts) in enumerate(zip(self.futures, self.timestamps, strict=True)):
-            if not future.done():
+            if future is not None and not future.done():
                 offset = base_offset + index if base_offset >= 0 else -1
                 future.set_result(
                     RecordMetadata(tp.topic, tp.partition, offset, log_append_time if log_append_time >= 0 else ts)
                 )
+        for group, start, delta, count in self.groups:
+            first = base_offset + delta if base_offset >= 0 else -1
+            group.succeeded(
+                start, count, tp.partition, first, log_append_time if log_append_time >= 0 else group.timestamp
+            )
         if not self.done.done():
             self.done.set_result(None)
 
     def fail(self, error: KafkaError) -> None:
+        for group, start, _, count in self.groups:
+            group.failed(start, count, error)
         for future in self.futures:
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_exception(error)
                 # Retrieved here so an unawaited failure never logs "exception was never
                 # retrieved"; the user still sees it when awaiting the future.

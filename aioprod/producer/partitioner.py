@@ -82,6 +82,26 @@ class Partitioner:
             state = self._sticky[topic] = [self._random.choice(choices), 0]
         return state[0]
 
+    @property
+    def is_sticky(self) -> bool:
+        """Keyless records follow the sticky partition (the default)."""
+        return self._mode in ("default", "murmur2_random", "sticky")
+
+    def sticky(self, topic: str, partitions: Sequence[int], available: Sequence[int]) -> int:
+        """The topic's current sticky partition (chosen now if there is none)."""
+        choices = available or partitions
+        state = self._sticky.get(topic)
+        if state is None or state[0] not in choices:
+            state = self._sticky[topic] = [self._random.choice(choices), 0]
+        return state[0]
+
+    def count_sticky(self, topic: str, size: int, available: Sequence[int]) -> None:
+        """``size`` more bytes went to the sticky partition; move on after a batch's worth."""
+        state = self._sticky[topic]
+        state[1] += size
+        if state[1] >= self._batch_size:
+            self._switch(state, available)
+
     def keyless(self, topic: str, size: int, partitions: Sequence[int], available: Sequence[int]) -> int:
         """Partition for a keyless record of ``size`` bytes; counts it for stickiness.
 

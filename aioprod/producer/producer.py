@@ -17,13 +17,12 @@ from aioprod.errors import (
     LeaderNotAvailableError,
     ProducerClosedError,
     ProducerFatalError,
-    SendManyError,
     error_for_code,
 )
 from aioprod.net.pool import ConnectionPool
 from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from aioprod.producer.accumulator import RecordAccumulator
-from aioprod.producer.batch import Headers, RecordMetadata, TopicPartition
+from aioprod.producer.batch import Headers, RecordMetadata, SendGroup, TopicPartition
 from aioprod.producer.partitioner import Partitioner
 from aioprod.producer.sender import Sender
 from aioprod.protocol.messages import (
@@ -227,29 +226,102 @@ class Producer:
     ) -> asyncio.Future[list[RecordMetadata]]:
         """Queue many records for one topic; one future for all their acknowledgements.
 
-        ``keys`` and ``headers``, when given, run parallel to ``values``. The future
-        resolves with the metadata in input order once every record is acknowledged, or
-        fails with :class:`~aioprod.errors.SendManyError` (whose ``results`` hold each
-        record's metadata or error) once every record has an outcome and any failed.
-        Records are queued in order; a bad record raises before anything after it is queued.
+        The bulk path: records carry no future each, which makes it several times cheaper
+        per record than ``send``. ``keys`` and ``headers``, when given, run parallel to
+        ``values``; all records get the same timestamp (``timestamp_ms``, or now). The
+        future resolves with the metadata in input order once every record is
+        acknowledged, or fails with :class:`~aioprod.errors.SendManyError` (whose
+        ``results`` hold each record's metadata or error) once every record has an outcome
+        and any failed. A bad record raises at once; the records before it stay queued
+        and the returned-future semantics apply to them only.
         """
-        if keys is not None and len(keys) != len(values):
-            raise ValueError(f"keys has {len(keys)} items but values has {len(values)}")
-        if headers is not None and len(headers) != len(values):
-            raise ValueError(f"headers has {len(headers)} items but values has {len(values)}")
-        futures = []
-        for index, value in enumerate(values):
-            futures.append(
-                await self.send(
-                    topic,
-                    value,
-                    None if keys is None else keys[index],
-                    partition=partition,
-                    timestamp_ms=timestamp_ms,
-                    headers=None if headers is None else headers[index],
-                )
+        if self._state is not _STARTED or self._fatal is not None:
+            self._raise_not_open()
+        _check_topic(topic)
+        count = len(values)
+        if keys is not None and len(keys) != count:
+            raise ValueError(f"keys has {len(keys)} items but values has {count}")
+        if headers is not None and len(headers) != count:
+            raise ValueError(f"headers has {len(headers)} items but values has {count}")
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+            raise (TypeError if type(timestamp_ms) is not int else ValueError)(
+                f"timestamp_ms must be an int >= 0, got {timestamp_ms!r}"
             )
-        return _gather_results(futures)
+        if partition is not None and (type(partition) is not int or partition < 0):
+            raise (TypeError if type(partition) is not int else ValueError)(
+                f"partition must be an int >= 0 or None, got {partition!r}"
+            )
+        loop = self._loop
+        deadline = loop.time() + self._max_block
+        info = self._metadata.snapshot.topics.get(topic)
+        if info is None or not info.partitions:
+            info = await self._metadata.topic(topic, self._max_block)
+        if partition is not None and partition not in info.partitions:
+            raise ValueError(f"partition {partition} does not exist: topic {topic!r} has {len(info.partitions)}")
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) < len(info.all_partitions):
+            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(max(info.all_partitions) + 1)]
+
+        group = SendGroup(topic, count, timestamp_ms)
+        acc, pool, partitioner = self._accumulator, self._accumulator.pool, self._partitioner
+        key_serializer, value_serializer = self._key_serializer, self._value_serializer
+        all_partitions, available = info.all_partitions, info.available_partitions
+        limit = self._size_limit
+        # Without serializers or headers, runs of records go to one partition (explicit, or
+        # the sticky one for keyless records) and are encoded in one builder call per run.
+        bulk = key_serializer is None and value_serializer is None and headers is None
+        if partition is None:
+            bulk = bulk and keys is None and partitioner.is_sticky
+        index = 0
+        try:
+            while index < count:
+                if bulk:
+                    chosen = (
+                        partition if partition is not None else partitioner.sticky(topic, all_partitions, available)
+                    )
+                    run = acc.append_run(tps[chosen], values, keys, index, count, group)
+                    if run:
+                        if partition is None:
+                            partitioner.count_sticky(topic, group_bytes(values, index, run), available)
+                        index += run
+                        continue
+                # One record at a time: serializers, headers, keys to hash, a full buffer,
+                # or a value that is not bytes (converted here, or refused with a TypeError).
+                value = values[index]
+                if value_serializer is not None:
+                    value = _serialized("value", value_serializer(value))
+                elif value is not None and type(value) is not bytes:
+                    value = _as_bytes("value", value)
+                key = None if keys is None else keys[index]
+                if key_serializer is not None:
+                    key = _serialized("key", key_serializer(key))
+                elif key is not None and type(key) is not bytes:
+                    key = _as_bytes("key", key)
+                header_list = () if headers is None or headers[index] is None else _check_headers(headers[index])
+                size = _RECORD_OVERHEAD + (0 if key is None else len(key)) + (0 if value is None else len(value))
+                if header_list:
+                    size += acc.headers_size(header_list)
+                if size > limit:
+                    acc.check_size(size)
+                if not pool.try_reserve(size):
+                    await pool.reserve(size, max(0.0, deadline - loop.time()))
+                    if self._state is not _STARTED or self._fatal is not None:
+                        pool.release(size)
+                        self._raise_not_open()
+                if partition is not None:
+                    chosen = partition
+                elif key is None:
+                    chosen = partitioner.keyless(topic, size, all_partitions, available)
+                else:
+                    chosen = partitioner.partition(topic, key, all_partitions, available)
+                acc.append_to_group(tps[chosen], key, value, header_list, size, group, index)
+                index += 1
+        except BaseException:
+            group.truncate(index)
+            raise
+        return group.future
 
     async def send_and_wait(
         self,
@@ -344,33 +416,9 @@ class Producer:
         raise ProducerClosedError(f"the producer is {self._state}; no more records are accepted")
 
 
-def _gather_results(futures: list[asyncio.Future[RecordMetadata]]) -> asyncio.Future[list[RecordMetadata]]:
-    """One future over many record futures, failing with every outcome attached."""
-    result: asyncio.Future[list[RecordMetadata]] = asyncio.get_running_loop().create_future()
-    if not futures:
-        result.set_result([])
-        return result
-    remaining = len(futures)
-
-    def settle(_: asyncio.Future[RecordMetadata]) -> None:
-        nonlocal remaining
-        remaining -= 1
-        if remaining or result.done():
-            return
-        outcomes: list[RecordMetadata | BaseException] = [
-            f.exception() or f.result() if not f.cancelled() else asyncio.CancelledError() for f in futures
-        ]
-        failed = [o for o in outcomes if isinstance(o, BaseException)]
-        if failed:
-            result.set_exception(
-                SendManyError(f"{len(failed)} of {len(outcomes)} records failed; first: {failed[0]}", outcomes)
-            )
-        else:
-            result.set_result(outcomes)  # type: ignore[arg-type]
-
-    for future in futures:
-        future.add_done_callback(settle)
-    return result
+def group_bytes(values: Sequence[bytes | None], start: int, count: int) -> int:
+    """Bytes of ``count`` values from ``start``, for sticky-partition accounting."""
+    return sum(len(v) for v in values[start : start + count] if v is not None)
 
 
 def _as_bytes(field: str, data: Any) -> bytes:

@@ -224,6 +224,92 @@ class RecordBatchBuilder:
         self._count = count + 1
         return count
 
+    def append_values(
+        self,
+        timestamp_ms: int,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        start: int,
+        stop: int,
+        budget: int,
+        overhead: int,
+    ) -> tuple[int, int]:
+        """Append ``values[start:stop]`` (and ``keys``), with no headers, in one loop.
+
+        The bulk path's encoder: no call per record. It stops at the first record that does
+        not fit the batch, that is not ``bytes``/None (the caller handles it), or that
+        would take the records' cost — ``overhead`` plus key and value lengths each — past
+        ``budget``. Returns (records appended, their cost).
+        """
+        if not 0 <= timestamp_ms <= INT64_MAX:
+            raise ValueError(f"timestamp must be in [0, 2**63), got {timestamp_ms}")
+        if self._section is not None or self._full:
+            return 0, 0
+        first = count = self._count
+        delta = timestamp_ms - self._base_ts if count else 0
+        ts = _uvarint_bytes((delta << 1) ^ (delta >> 63))
+        buf = self._buf
+        limit = self._limit
+        cost = 0
+        index = start
+        while index < stop:
+            value = values[index]
+            key = None if keys is None else keys[index]
+            if (value is not None and type(value) is not bytes) or (key is not None and type(key) is not bytes):
+                break
+            size = overhead + (0 if key is None else len(key)) + (0 if value is None else len(value))
+            if cost + size > budget:
+                break
+            mark = len(buf)
+            buf += b"\x00\x00\x00"  # length placeholder (2 bytes), attributes
+            buf += ts
+            u = count << 1
+            if u < 0x80:
+                buf.append(u)
+            else:
+                _put_uvarint(buf, u)
+            if key is None:
+                buf.append(1)
+            else:
+                _put_uvarint(buf, len(key) << 1)
+                buf += key
+            if value is None:
+                buf.append(1)
+            else:
+                u = len(value) << 1
+                if u < 0x80:
+                    buf.append(u)
+                elif u < 0x4000:
+                    buf.append((u & 0x7F) | 0x80)
+                    buf.append(u >> 7)
+                else:
+                    _put_uvarint(buf, u)
+                buf += value
+            buf.append(0)  # no headers
+            if len(buf) > limit and count:
+                del buf[mark:]
+                self._full = True
+                break
+            u = (len(buf) - mark - 2) << 1
+            if u < 0x80:
+                del buf[mark]
+                buf[mark] = u
+            elif u < 0x4000:
+                buf[mark] = (u & 0x7F) | 0x80
+                buf[mark + 1] = u >> 7
+            else:
+                buf[mark : mark + 2] = _uvarint_bytes(u)
+            count += 1
+            cost += size
+            index += 1
+        if count > first:
+            if not first:
+                self._base_ts = self._max_ts = timestamp_ms
+            elif timestamp_ms > self._max_ts:
+                self._max_ts = timestamp_ms
+            self._count = count
+        return index - start, cost
+
     @property
     def record_count(self) -> int:
         return self._count

@@ -1,0 +1,73 @@
+"""The bulk path: many records behind one future, read back independently."""
+
+from __future__ import annotations
+
+import confluent_kafka
+import pytest
+
+from aioprod import Producer, RecordMetadata
+from aioprod.errors import SendManyError
+from tests.brokers import TansuBroker
+from tests.integration.test_produce import create_topic
+from tests.readback import read_topic
+
+pytestmark = pytest.mark.integration
+
+
+async def test_keyless_bulk_lands_in_order_with_offsets(tansu_broker: TansuBroker, topic: str) -> None:
+    create_topic(tansu_broker.bootstrap, topic, 3)
+    values = [b"v%05d" % i for i in range(20_000)] + [None, b""]
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, batch_size=4096) as producer:
+        mds = await (await producer.send_many(topic, values, timestamp_ms=1_700_000_000_000))
+    assert len(mds) == len(values)
+    consumed = {(c.partition, c.offset): c for c in read_topic(tansu_broker.bootstrap, topic)}
+    assert len(consumed) == len(values)
+    for value, md in zip(values, mds, strict=True):
+        record = consumed[(md.partition, md.offset)]
+        assert record.value == value and record.key is None and record.timestamp == md.timestamp
+    # The sticky partitioner spreads batches over partitions, in order within each.
+    assert len({md.partition for md in mds}) > 1
+
+
+async def test_keyed_bulk_with_headers_and_conversions(tansu_broker: TansuBroker, topic: str) -> None:
+    create_topic(tansu_broker.bootstrap, topic, 4)
+    keys = [b"k%d" % (i % 7) for i in range(500)]
+    values = [bytearray(b"x%d" % i) for i in range(500)]  # converted to bytes
+    headers = [[("i", b"%d" % i), ("i", None)] if i % 2 else None for i in range(500)]
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+        mds = await (await producer.send_many(topic, values, keys=keys, headers=headers))
+    consumed = {(c.partition, c.offset): c for c in read_topic(tansu_broker.bootstrap, topic)}
+    for i, md in enumerate(mds):
+        record = consumed[(md.partition, md.offset)]
+        assert record.key == keys[i] and record.value == bytes(values[i])
+        assert record.headers == (tuple(headers[i]) if headers[i] else ())
+        assert md.partition == confluent_kafka.murmur2(keys[i], 4)  # type: ignore[attr-defined]
+
+
+async def test_explicit_partition_and_serializer(tansu_broker: TansuBroker, topic: str) -> None:
+    create_topic(tansu_broker.bootstrap, topic, 2)
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, value_serializer=str.encode) as producer:
+        mds = await (await producer.send_many(topic, ["a", "b", "c"], partition=1))
+    assert [(md.partition, md.offset) for md in mds] == [(1, 0), (1, 1), (1, 2)]
+
+
+async def test_bad_record_raises_and_earlier_records_still_deliver(tansu_broker: TansuBroker, topic: str) -> None:
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+        with pytest.raises(TypeError, match="value must be bytes or None, got str"):
+            await producer.send_many(topic, [b"ok-1", b"ok-2", "bad", b"never"])
+        with pytest.raises(ValueError, match="keys has 1 items but values has 2"):
+            await producer.send_many(topic, [b"a", b"b"], keys=[b"k"])
+        assert await (await producer.send_many(topic, [])) == []
+        await producer.flush()
+    values = sorted(c.value for c in read_topic(tansu_broker.bootstrap, topic))
+    assert values == [b"ok-1", b"ok-2"]
+
+
+async def test_failures_are_reported_per_record(tansu_broker: TansuBroker, topic: str) -> None:
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=10_000) as producer:
+        future = await producer.send_many(topic, [b"a", b"b"])
+        await producer.close(timeout=0)
+    with pytest.raises(SendManyError) as info:
+        await future
+    assert len(info.value.results) == 2
+    assert all(not isinstance(r, RecordMetadata) for r in info.value.results)
