@@ -101,6 +101,8 @@ class RecordAccumulator:
         self.incomplete: set[ProducerBatch] = set()
         self.flushing = 0
         self.closing = False
+        #: Counts new batches; send() yields to the loop when it changes (see there).
+        self.batches_created = 0
 
     @staticmethod
     def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
@@ -186,6 +188,7 @@ class RecordAccumulator:
                 return 0
             queue.append(batch)
             self.incomplete.add(batch)
+            self.batches_created += 1
             self._wakeup()
         assert batch is not None
         pool.used += cost
@@ -220,6 +223,7 @@ class RecordAccumulator:
         batch.reserved = size
         queue.append(batch)
         self.incomplete.add(batch)
+        self.batches_created += 1
         # A new batch: the sender must start its linger clock, and the one before it (if
         # any) is now complete and sendable.
         self._wakeup()

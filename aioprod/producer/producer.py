@@ -212,7 +212,14 @@ class Producer:
             if self._state is not _STARTED or self._fatal is not None:
                 acc.pool.release(size)
                 self._raise_not_open()
-        return acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
+        created = acc.batches_created
+        future = acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
+        if acc.batches_created != created:
+            # A batch was started (so the previous one is complete): yield once, so that a
+            # caller sending in a tight loop lets the sender drain instead of starving it
+            # until the buffer is full. Once per batch keeps the cost off most records.
+            await asyncio.sleep(0)
+        return future
 
     async def send_many(
         self,
@@ -286,6 +293,7 @@ class Producer:
                         if partition is None:
                             partitioner.count_sticky(topic, group_bytes(values, index, run), available)
                         index += run
+                        await asyncio.sleep(0)  # a batch was filled: let the sender drain it
                         continue
                 # One record at a time: serializers, headers, keys to hash, a full buffer,
                 # or a value that is not bytes (converted here, or refused with a TypeError).
