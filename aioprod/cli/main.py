@@ -1,0 +1,104 @@
+"""The ``aioprod`` command group: registers the commands and turns every failure into one line.
+
+Failures are for people, not for debuggers: one ``aioprod: error: ...`` line on stderr
+and a documented exit code; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import click
+
+from aioprod import __version__
+from aioprod.cli.broker import broker
+from aioprod.cli.common import (
+    DEBUG_META,
+    EXIT_INTERRUPTED,
+    CliError,
+    CliUsageError,
+    debug_option,
+    describe,
+)
+from aioprod.cli.metadata import metadata
+from aioprod.cli.perf import perf
+from aioprod.cli.produce import produce
+from aioprod.cli.smoke import smoke
+from aioprod.errors import ConfigError
+
+
+class AioprodGroup(click.Group):
+    """A group whose commands fail with one readable line and a documented exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except click.ClickException as exc:
+            if isinstance(exc, CliError) and ctx.meta.get(DEBUG_META):
+                _print_traceback(exc)
+            raise
+        except KeyboardInterrupt:
+            click.echo("aioprod: interrupted", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except Exception as exc:
+            if ctx.meta.get(DEBUG_META):
+                _print_traceback(exc)
+            if isinstance(exc, ConfigError):
+                raise CliUsageError(describe(exc)) from exc
+            raise CliError(describe(exc)) from exc
+
+
+def _print_traceback(exc: BaseException) -> None:
+    click.echo("".join(traceback.format_exception(exc)).rstrip(), err=True)
+
+
+@click.group(
+    cls=AioprodGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="""\b
+Environment:
+  AIOPROD_BOOTSTRAP_SERVERS  default for -b/--bootstrap-servers
+  AIOPROD_DEBUG=1            same as --debug
+
+\b
+Exit codes:
+  0    success
+  1    the command failed (records failed, a check failed, broker unreachable)
+  2    usage error (unknown flag, bad -X option, no bootstrap servers)
+  130  interrupted (Ctrl-C)
+
+Details: docs/cli.md""",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="aioprod")
+@debug_option
+def cli() -> None:
+    """aioprod: an asyncio-native Apache Kafka producer, from the command line.
+
+    Producer options are given as -X key=value with the Java client's names
+    (e.g. -X linger.ms=10 -X acks=1 -X compression.type=lz4), on every command
+    that produces.
+
+    \b
+    Examples:
+      aioprod smoke                                  # embedded broker, no setup
+      aioprod smoke -b kafka1:9092,kafka2:9092
+      echo 'k1:hello' | aioprod produce greetings -b localhost:9092 -K :
+      aioprod perf -t perf -n 100000 -s 100 --throughput 20000
+      aioprod metadata -b localhost:9092 -t greetings
+      aioprod broker --port 9092
+    """
+
+
+cli.add_command(smoke)
+cli.add_command(produce)
+cli.add_command(perf)
+cli.add_command(metadata)
+cli.add_command(broker)
+
+
+def main() -> None:
+    """Console-script entry point (``aioprod``)."""
+    cli(prog_name="aioprod")

@@ -1,0 +1,53 @@
+"""``aioprod broker``: a foreground broker that Ctrl-C stops cleanly."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from aioprod.embedded import free_port
+from tests.cli.conftest import aioprod
+from tests.cli.test_embedded import accepts
+
+pytestmark = pytest.mark.integration
+
+
+def test_serves_until_sigint_then_exits_0() -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aioprod.cli", "broker", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()  # printed once the broker accepts connections
+        assert f"listening on 127.0.0.1:{port}" in banner, banner + (proc.stderr.read() if proc.stderr else "")
+        result = aioprod("metadata", "-b", f"127.0.0.1:{port}", "-t", "from-the-test")
+        assert result.exit_code == 0, result.output
+        assert "from-the-test" in result.stdout
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Broker stopped." in out
+    assert "Traceback" not in err
+    assert not accepts(port)  # the Tansu process went with it
+
+
+def test_port_in_use_is_a_one_line_failure() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = aioprod("broker", "--port", str(port))
+    assert result.exit_code == 1
+    assert result.stderr == f"aioprod: error: port {port} on 127.0.0.1 is already in use\n"

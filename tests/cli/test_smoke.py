@@ -1,0 +1,51 @@
+"""``aioprod smoke``: on the embedded broker, on the suite's broker, and when it must fail."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from aioprod.embedded import free_port
+from tests.cli.conftest import aioprod
+
+pytestmark = pytest.mark.integration
+
+
+def test_smoke_without_bootstrap_runs_on_the_embedded_broker() -> None:
+    result = aioprod("smoke", "--records", "300")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "embedded Tansu broker" in out
+    assert "aioprod smoke: OK" in out
+    assert "300 sent, 300 acked, 0 failed" in out
+    assert re.search(r"partitions\s+\d+ \(\d+ written to; end offsets checked\)", out)
+    assert re.search(r"throughput\s+[\d,]+ records/s", out)
+    assert re.search(r"ack latency\s+p50 [\d.]+ ms, p99 [\d.]+ ms", out)
+    assert result.stderr == ""
+
+
+def test_smoke_against_a_cluster_counts_from_the_existing_end_offsets(bootstrap: str, topic: str) -> None:
+    first = aioprod("smoke", "-b", bootstrap, "--topic", topic, "--records", "200")
+    assert first.exit_code == 0, first.output
+    # The topic now holds 200 records: the second run must check only its own 150.
+    second = aioprod("smoke", "-b", bootstrap, "--topic", topic, "--records", "150")
+    assert second.exit_code == 0, second.output
+    assert "150 sent, 150 acked, 0 failed" in second.stdout
+    assert "embedded" not in second.stdout
+
+
+def test_smoke_fails_with_one_line_when_the_cluster_is_unreachable() -> None:
+    port = free_port()  # nothing listens here
+    result = aioprod("smoke", "-b", f"127.0.0.1:{port}", "-X", "max.block.ms=500")
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"aioprod: error: smoke test failed on 127.0.0.1:{port}: KafkaTimeoutError")
+    assert "Traceback" not in result.output
+
+
+def test_smoke_refuses_acks_0_because_there_is_nothing_to_check() -> None:
+    result = aioprod("smoke", "-b", "127.0.0.1:9", "-X", "acks=0")
+    assert result.exit_code == 2
+    assert "acks=0" in result.stderr
