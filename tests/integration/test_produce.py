@@ -9,7 +9,7 @@ import pytest
 
 from aioprod import Producer, RecordMetadata
 from aioprod.errors import KafkaError, KafkaTimeoutError, ProducerClosedError
-from tests.brokers import MockCluster, tansu
+from tests.brokers import MockCluster, TansuBroker, tansu
 from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
@@ -144,3 +144,17 @@ async def test_broker_restart_mid_stream(topic: str) -> None:
         assert {(md.partition, md.offset) for md in acked_after} <= {(c.partition, c.offset) for c in consumed}
         # In-flight records acknowledged before the restart went down with the broker's
         # memory: that loss is the broker's. Each had a clear outcome, checked above.
+
+
+def test_runs_on_uvloop(tansu_broker: TansuBroker, topic: str) -> None:
+    import uvloop
+
+    async def main() -> list[RecordMetadata]:
+        assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+        async with Producer(bootstrap_servers=tansu_broker.bootstrap, compression_type="lz4") as producer:
+            futures = [await producer.send(topic, b"u%d" % i, key=b"k%d" % i) for i in range(300)]
+            return list(await asyncio.gather(*futures))
+
+    results = uvloop.run(main())
+    consumed = {(c.partition, c.offset): c.value for c in read_topic(tansu_broker.bootstrap, topic)}
+    assert {(md.partition, md.offset): b"u%d" % i for i, md in enumerate(results)} == consumed

@@ -1,0 +1,63 @@
+"""Partitioning: Java/librdkafka-compatible murmur2, sticky, round-robin, user functions."""
+
+from __future__ import annotations
+
+import random
+
+import confluent_kafka
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioprod.producer.partitioner import Partitioner, murmur2, partition_for_key
+
+
+def test_murmur2_matches_the_java_client() -> None:
+    # Vectors from Kafka's UtilsTest.testMurmur2.
+    assert murmur2(b"21") == -973932308
+    assert murmur2(b"foobar") == -790332482
+    assert murmur2(b"a-little-bit-long-string") == -985981536
+    assert murmur2(b"a-little-bit-longer-string") == -1486304829
+    assert murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") == -58897971
+    assert murmur2(b"abc") == 479470107
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=64), st.integers(1, 200))
+def test_keyed_partition_matches_librdkafka_murmur2_random(key: bytes, partitions: int) -> None:
+    expected = confluent_kafka.murmur2(key, partitions)  # type: ignore[attr-defined]
+    assert partition_for_key(key, partitions) == expected
+    assert Partitioner("default", 16384).partition("t", key, list(range(partitions)), []) == expected
+
+
+def test_keyless_records_stick_until_a_batch_worth_then_move() -> None:
+    p = Partitioner("default", batch_size=1000, rng=random.Random(7))
+    parts, available = [0, 1, 2, 3], [0, 1, 2, 3]
+    first = p.keyless("t", 400, parts, available)
+    assert p.keyless("t", 400, parts, available) == first
+    p.keyless("t", 400, parts, available)  # 1200 bytes: time to move
+    assert p.keyless("t", 1, parts, available) != first
+
+
+def test_keyless_records_avoid_partitions_without_a_leader() -> None:
+    p = Partitioner("default", batch_size=10, rng=random.Random(1))
+    chosen = {p.keyless("t", 100, [0, 1, 2, 3], [2]) for _ in range(20)}
+    assert chosen == {2}
+
+
+def test_round_robin_cycles_through_every_partition() -> None:
+    p = Partitioner("round_robin", 16384, rng=random.Random(3))
+    chosen = [p.partition("t", b"same-key", [0, 1, 2], [0, 1, 2]) for _ in range(6)]
+    assert sorted(chosen[:3]) == [0, 1, 2] and chosen[:3] == chosen[3:]
+
+
+def test_user_partitioner_decides() -> None:
+    calls: list[tuple[str, bytes | None, tuple[int, ...]]] = []
+
+    def last(topic: str, key: bytes | None, partitions: object) -> int:
+        calls.append((topic, key, tuple(partitions)))  # type: ignore[arg-type]
+        return 2
+
+    p = Partitioner(last, 16384)
+    assert p.partition("t", b"k", [0, 1, 2], [0, 1, 2]) == 2
+    assert p.keyless("t", 10, [0, 1, 2], [0, 1, 2]) == 2
+    assert calls[0] == ("t", b"k", (0, 1, 2))
