@@ -243,7 +243,7 @@ class RecordBatchBuilder:
         """
         if not 0 <= timestamp_ms <= INT64_MAX:
             raise ValueError(f"timestamp must be in [0, 2**63), got {timestamp_ms}")
-        if self._section is not None or self._full:
+        if self._section is not None:
             return 0, 0
         first = count = self._count
         delta = timestamp_ms - self._base_ts if count else 0
@@ -286,10 +286,6 @@ class RecordBatchBuilder:
                     _put_uvarint(buf, u)
                 buf += value
             buf.append(0)  # no headers
-            if len(buf) > limit and count:
-                del buf[mark:]
-                self._full = True
-                break
             u = (len(buf) - mark - 2) << 1
             if u < 0x80:
                 del buf[mark]
@@ -299,6 +295,10 @@ class RecordBatchBuilder:
                 buf[mark + 1] = u >> 7
             else:
                 buf[mark : mark + 2] = _uvarint_bytes(u)
+            if len(buf) > limit and count:  # measured with the final length varint, as append does
+                del buf[mark:]
+                self._full = True
+                break
             count += 1
             cost += size
             index += 1
