@@ -26,6 +26,9 @@ class RecordMetadata(NamedTuple):
 
 Headers = Sequence[tuple[str, bytes | None]]
 
+#: Builds a RecordMetadata without the namedtuple's argument handling: one per record acked.
+_metadata = tuple.__new__
+
 
 class SendGroup:
     """The records of one ``send_many`` call: one future for all of them.
@@ -188,7 +191,10 @@ class ProducerBatch:
             if future is not None and not future.done():
                 offset = base_offset + index if base_offset >= 0 else -1
                 future.set_result(
-                    RecordMetadata(tp.topic, tp.partition, offset, log_append_time if log_append_time >= 0 else ts)
+                    _metadata(
+                        RecordMetadata,
+                        (tp.topic, tp.partition, offset, log_append_time if log_append_time >= 0 else ts),
+                    )
                 )
         for group, start, delta, count in self.groups:
             first = base_offset + delta if base_offset >= 0 else -1

@@ -169,7 +169,7 @@ class Producer:
             value = _as_bytes("value", value)
         header_list = () if headers is None else _check_headers(headers)
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = time.time_ns() // 1_000_000
         elif type(timestamp_ms) is not int:
             raise TypeError(f"timestamp_ms must be an int (milliseconds), got {type(timestamp_ms).__name__}")
         elif timestamp_ms < 0:
@@ -251,7 +251,7 @@ class Producer:
         if headers is not None and len(headers) != count:
             raise ValueError(f"headers has {len(headers)} items but values has {count}")
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = time.time_ns() // 1_000_000
         elif type(timestamp_ms) is not int or timestamp_ms < 0:
             raise (TypeError if type(timestamp_ms) is not int else ValueError)(
                 f"timestamp_ms must be an int >= 0, got {timestamp_ms!r}"

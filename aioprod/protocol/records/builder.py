@@ -266,6 +266,9 @@ class RecordBatchBuilder:
             u = count << 1
             if u < 0x80:
                 buf.append(u)
+            elif u < 0x4000:
+                buf.append((u & 0x7F) | 0x80)
+                buf.append(u >> 7)
             else:
                 _put_uvarint(buf, u)
             if key is None:
