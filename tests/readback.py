@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -14,6 +15,19 @@ class Consumed:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
+
+
+def _list_topic(consumer: Any, topic: str, timeout: float) -> Any:
+    """Topic metadata, tolerating transient transport failures (e.g. a fault proxy in the path)."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.list_topics(topic, timeout=10)
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
 
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consumed]:
@@ -35,7 +49,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consum
         }
     )
     try:
-        md = consumer.list_topics(topic, timeout=10)
+        md = _list_topic(consumer, topic, timeout)
         partitions = sorted(md.topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         pending = set(partitions)

@@ -34,10 +34,16 @@ class _NodeState:
 class ConnectionPool:
     """node id → connection. Bootstrap servers get negative ids, as in the Java client."""
 
-    def __init__(self, config: ProducerConfig, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        on_change: Callable[[], None] | None = None,
+        on_disconnect: Callable[[], None] | None = None,
+    ) -> None:
         self._config = config
         self._nodes: dict[int, _NodeState] = {}
         self._on_change = on_change or (lambda: None)
+        self._on_disconnect = on_disconnect or (lambda: None)
         self._closed = False
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
@@ -145,6 +151,10 @@ class ConnectionPool:
             state.failures += 1
             state.next_attempt = asyncio.get_running_loop().time() + self._backoff(1)
         log.debug("connection to node %s closed: %s", node_id, error)
+        if not self._closed:
+            # A broker that went away may come back with other leaders, or without the
+            # topics it had (a restarted memory broker): look at the cluster again.
+            self._on_disconnect()
         self._on_change()
 
     def _backoff(self, failures: int) -> float:

@@ -76,7 +76,9 @@ class Producer:
         if self._state != _NEW:
             raise ProducerClosedError(f"start() called on a producer that is {self._state}")
         self._loop = asyncio.get_running_loop()
-        self._pool = ConnectionPool(self.config, on_change=self._wakeup)
+        self._pool = ConnectionPool(
+            self.config, on_change=self._wakeup, on_disconnect=lambda: self._metadata.request_update()
+        )
         self._metadata = Metadata(self.config, self._pool)
         self._accumulator = RecordAccumulator(self.config, self._wakeup)
         self._sender = Sender(self.config, self._metadata, self._pool, self._accumulator, self._set_fatal)

@@ -218,6 +218,19 @@ class Sender:
         future.add_done_callback(lambda f: self._on_response(batches, f))
 
     def _on_response(self, batches: list[ProducerBatch], future: asyncio.Future[ProduceResponse | None]) -> None:
+        try:
+            self._handle_response(batches, future)
+        except Exception as exc:
+            # A bug here must not leave futures pending forever: stop the producer, loudly.
+            log.exception("aioprod failed handling a produce response")
+            fatal = ProducerFatalError(f"internal error handling a produce response: {exc!r}")
+            fatal.__cause__ = exc
+            for batch in batches:
+                self._returned(batch)
+                self._finish(batch, fatal)
+            self._set_fatal(fatal)
+
+    def _handle_response(self, batches: list[ProducerBatch], future: asyncio.Future[ProduceResponse | None]) -> None:
         now = asyncio.get_running_loop().time()
         error = future.exception() if not future.cancelled() else ProducerClosedError("request cancelled")
         if error is not None:

@@ -147,3 +147,39 @@ async def test_never_sent_is_reported_as_not_sent() -> None:
             await fut
     assert info.value.possibly_persisted is False and "not sent" in str(info.value)
     assert fake_port
+
+
+async def test_internal_error_fails_pending_records_instead_of_hanging(
+    broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aioprod.producer.sender import Sender
+
+    def broken(self: Sender, batches: object, future: object) -> None:
+        raise RuntimeError("bug injected by the test")
+
+    async with producer(broker) as p:
+        await p.send_and_wait(broker.topic, b"warm")
+        monkeypatch.setattr(Sender, "_handle_response", broken)
+        fut = await p.send(broker.topic, b"v")
+        with pytest.raises(ProducerFatalError, match="internal error"):
+            await asyncio.wait_for(fut, 30)  # the bound only turns a hang into a failure
+        with pytest.raises(ProducerFatalError):
+            await p.send(broker.topic, b"later")
+
+
+async def test_sender_task_death_fails_everything(broker: FakeBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aioprod.producer.sender import Sender
+
+    async with producer(broker, linger_ms=50) as p:
+        await p.partitions_for(broker.topic)
+        fut = await p.send(broker.topic, b"v")
+
+        def broken(self: Sender, now: float) -> float:
+            raise RuntimeError("sender bug injected by the test")
+
+        monkeypatch.setattr(Sender, "_run_once", broken)
+        p._sender.wakeup()
+        with pytest.raises(ProducerFatalError, match="sender task died"):
+            await asyncio.wait_for(fut, 30)
+        with pytest.raises(ProducerFatalError):
+            await p.send(broker.topic, b"later")
