@@ -3,6 +3,7 @@
 from aioprod.errors import KafkaError
 from aioprod.producer.batch import RecordMetadata, TopicPartition
 from aioprod.producer.producer import Producer
+from aioprod.sync import SyncProducer
 
-__all__ = ["KafkaError", "Producer", "RecordMetadata", "TopicPartition"]
+__all__ = ["KafkaError", "Producer", "RecordMetadata", "SyncProducer", "TopicPartition"]
 __version__ = "0.1.0"

@@ -1,0 +1,410 @@
+"""A synchronous facade over :class:`~aioprod.Producer`, for plain threads and non-async code.
+
+One background thread runs an event loop (uvloop when installed) that owns one
+``Producer``; every public method hands work to that loop and waits, always for a bounded
+time, for the answer. Any number of threads may share one ``SyncProducer``.
+
+    with SyncProducer(bootstrap_servers="localhost:9092") as producer:
+        future = producer.send("orders", b"value", key=b"k")    # concurrent.futures.Future
+        metadata = future.result()
+        producer.send_and_wait("orders", b"other")
+
+See ``docs/sync.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import threading
+import warnings
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aioprod.errors import KafkaTimeoutError, ProducerClosedError
+from aioprod.producer.batch import RecordMetadata
+from aioprod.producer.producer import Producer
+
+__all__ = ["SyncProducer"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Added to every wait on the loop thread beyond the producer's own bound for the same work
+#: (``max_block_ms`` for queueing, ``delivery_timeout_ms`` for acknowledgements), so that the
+#: producer's precise error wins and the facade's fallback timeout only fires if the loop
+#: itself is stuck.
+_GRACE = 5.0
+#: How long interpreter exit waits for a SyncProducer the program never closed.
+_ATEXIT_CLOSE_TIMEOUT = 5.0
+_JOIN_TIMEOUT = 10.0
+
+_counter = itertools.count(1)
+_live: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
+
+
+class SyncProducer:
+    """A thread-safe, blocking Kafka producer backed by one :class:`~aioprod.Producer`.
+
+    The constructor takes the same options as ``Producer`` (a mapping of Java/librdkafka
+    names and/or snake_case keywords) and starts the producer's thread; configuration
+    errors raise here, in the caller's thread. Use it as a context manager or call
+    :meth:`close`.
+
+    Every method waits for a bounded time: queueing a record waits at most
+    ``max_block_ms`` (plus a few seconds' grace), waiting for acknowledgements at most
+    ``delivery_timeout_ms`` (plus grace) unless a shorter ``timeout`` is given. Errors are
+    the same :mod:`aioprod.errors` exceptions the async producer raises.
+
+    Futures returned by :meth:`send` and :meth:`send_many` are
+    :class:`concurrent.futures.Future` objects; their callbacks run on the producer's
+    thread, so keep them short and never call this producer's blocking methods from them.
+
+    ``use_uvloop``: ``None`` (default) uses uvloop when it is installed.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        *,
+        use_uvloop: bool | None = None,
+        start_timeout: float = 30.0,
+        **options: Any,
+    ) -> None:
+        producer = Producer(config, **options)  # validates the configuration in this thread
+        self._producer = producer
+        self.config = producer.config
+        self._max_block = producer.config.max_block_ms / 1000
+        self._delivery_timeout = producer.config.delivery_timeout_ms / 1000
+        self._lock = threading.Lock()
+        self._closing: concurrent.futures.Future[None] | None = None
+        loop = _new_event_loop(use_uvloop)
+        self._loop = loop
+        self._thread = threading.Thread(
+            target=_run_loop, args=(loop,), name=f"aioprod-sync-producer-{next(_counter)}", daemon=True
+        )
+        self._thread.start()
+        try:
+            self._call(producer.start(), start_timeout)
+        except BaseException:
+            _stop_loop(loop, self._thread)
+            raise
+        # If the program drops the object without closing it, close it in the background.
+        self._finalizer = weakref.finalize(self, _abandoned, loop, producer, self._thread.name)
+        self._finalizer.atexit = False
+        _live.add(self)
+
+    # -- context manager -------------------------------------------------------------
+
+    def __enter__(self) -> SyncProducer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self._closing is None else ("closed" if self._closing.done() else "closing")
+        return f"<SyncProducer {state} thread={self._thread.name}>"
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has been called (the close may still be running)."""
+        return self._closing is not None
+
+    # -- sending ---------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue a record; returns a future of its :class:`~aioprod.RecordMetadata`.
+
+        Returns once the record is queued (blocking while the buffer is full or the
+        topic's metadata is fetched, at most ``max_block_ms``); validation errors raise here.
+        The future cannot be cancelled: a queued record is delivered or fails on its own.
+        If the calling thread is interrupted (``KeyboardInterrupt``) while this waits, the
+        record may or may not have been queued.
+        """
+        delivery: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        delivery.set_running_or_notify_cancel()
+        self._call(
+            self._enqueue(delivery, topic, value, key, partition, timestamp_ms, headers), self._max_block + _GRACE
+        )
+        return delivery
+
+    async def _enqueue(
+        self,
+        delivery: concurrent.futures.Future[RecordMetadata],
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: Any,
+    ) -> None:
+        future = await self._producer.send(
+            topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+        )
+        _chain(future, delivery)
+
+    def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
+        timeout: float | None = None,
+    ) -> RecordMetadata:
+        """Queue a record and wait for its acknowledgement.
+
+        ``timeout`` bounds the wait for the acknowledgement (default: the record's
+        ``delivery_timeout_ms``); when it runs out this raises ``KafkaTimeoutError`` but the
+        record stays queued and may still be delivered.
+        """
+        future = self.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
+        limit = self._delivery_timeout + _GRACE if timeout is None else timeout
+        return self._wait(future, limit, "the acknowledgement")
+
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        *,
+        keys: Sequence[Any] | None = None,
+        headers: Sequence[Iterable[tuple[str, bytes | None]] | None] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> concurrent.futures.Future[list[RecordMetadata]]:
+        """Queue many records of one topic; one future of all their metadata, in order.
+
+        The future fails with :class:`~aioprod.errors.SendManyError` (whose ``results``
+        hold each record's metadata or exception) when any record fails. Like
+        :meth:`Producer.send_many <aioprod.Producer.send_many>`, a record that fails
+        validation raises here, after the records before it were queued.
+        """
+        values = list(values)
+        delivery: concurrent.futures.Future[list[RecordMetadata]] = concurrent.futures.Future()
+        delivery.set_running_or_notify_cancel()
+
+        async def enqueue() -> None:
+            future = await self._producer.send_many(
+                topic, values, keys=keys, headers=headers, partition=partition, timestamp_ms=timestamp_ms
+            )
+            _chain(future, delivery)
+
+        # Producer.send_many bounds its whole call by max_block_ms.
+        self._call(enqueue(), self._max_block + _GRACE)
+        return delivery
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait for the acknowledgements.
+
+        ``timeout`` defaults to ``delivery_timeout_ms``; ``KafkaTimeoutError`` when it runs out.
+        """
+        if self._closing is not None:
+            return
+        limit = self._delivery_timeout if timeout is None else timeout
+        self._call(self._producer.flush(limit), limit + _GRACE)
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition ids (fetching metadata, up to ``max_block_ms``)."""
+        return self._call(self._producer.partitions_for(topic), self._max_block + _GRACE)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Each partition's end offset (next offset to be written)."""
+        timeout = self._max_block + self.config.request_timeout_ms / 1000 + _GRACE
+        return self._call(self._producer.end_offsets(topic), timeout)
+
+    def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
+        """Run ``await fn(producer, *args)`` on the producer's event loop.
+
+        For batch work that would cost a thread hop per record otherwise: the coroutine
+        gets the underlying :class:`~aioprod.Producer` and may ``await producer.send(...)``
+        as often as it likes. Returns at once with a ``concurrent.futures.Future`` of the
+        result; the caller decides how long to wait for it.
+        """
+
+        async def call() -> T:
+            return await fn(self._producer, *args)
+
+        return self._submit(call())
+
+    # -- closing ---------------------------------------------------------------------
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is queued, then stop the producer and its thread.
+
+        ``timeout`` (seconds) bounds the wait for delivery, as in
+        :meth:`Producer.close <aioprod.Producer.close>`: records still pending then fail
+        with ``ProducerClosedError``. ``None`` waits at most ``delivery_timeout_ms``.
+        Safe to call from several threads and more than once; later calls wait for the
+        first. If the calling thread is interrupted, the close goes on in the background.
+        """
+        self._check_thread()
+        limit = self._delivery_timeout if timeout is None else timeout
+        with self._lock:
+            if self._closing is None:
+                self._finalizer.detach()
+                _live.discard(self)
+                self._closing = self._start_close(limit)
+            closing = self._closing
+        try:
+            closing.result(limit + _GRACE)
+        except TimeoutError:
+            if not closing.done():
+                raise KafkaTimeoutError(f"the producer did not close within {limit + _GRACE:.1f}s") from None
+            raise
+        finally:
+            if closing.done():
+                self._thread.join(_JOIN_TIMEOUT)
+
+    def _start_close(self, timeout: float) -> concurrent.futures.Future[None]:
+        loop, producer = self._loop, self._producer
+        try:
+            return asyncio.run_coroutine_threadsafe(_close_and_stop(producer, timeout), loop)
+        except RuntimeError:  # the loop is gone already
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            done.set_result(None)
+            return done
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() == self._thread.ident:
+            raise RuntimeError(
+                "a SyncProducer's blocking methods cannot be called from its own thread "
+                "(e.g. from a delivery callback): that would wait for itself forever"
+            )
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self._closing is not None:
+            coro.close()
+            raise ProducerClosedError("the producer is closed; no more records are accepted")
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:
+            coro.close()
+            raise ProducerClosedError("the producer's event loop is not running") from None
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        try:
+            self._check_thread()
+        except RuntimeError:
+            coro.close()
+            raise
+        future = self._submit(coro)
+        return self._wait(future, timeout, "the producer")
+
+    @staticmethod
+    def _wait(future: concurrent.futures.Future[T], timeout: float | None, what: str) -> T:
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            if future.done():  # the work itself raised a TimeoutError (e.g. KafkaTimeoutError)
+                raise
+            future.cancel()
+            raise KafkaTimeoutError(f"gave up waiting for {what} after {timeout:.1f}s") from None
+        except BaseException:
+            # KeyboardInterrupt or SystemExit in the waiting thread: withdraw the work if it
+            # has not started (a record already queued stays queued).
+            future.cancel()
+            raise
+
+
+def _new_event_loop(use_uvloop: bool | None) -> asyncio.AbstractEventLoop:
+    if use_uvloop is not False:
+        try:
+            import uvloop
+        except ImportError:
+            if use_uvloop:
+                raise
+        else:
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+            return loop
+    return asyncio.new_event_loop()
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+        # Let callbacks scheduled while the loop was stopping run (their sends fail with
+        # ProducerClosedError instead of leaving their callers waiting), then cancel leftovers.
+        loop.run_until_complete(_cancel_leftovers())
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    except Exception:  # pragma: no cover - defensive: never let the thread die silently
+        log.exception("aioprod SyncProducer event loop failed")
+    finally:
+        loop.close()
+
+
+async def _cancel_leftovers() -> None:
+    await asyncio.sleep(0)
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=_GRACE)
+
+
+async def _close_and_stop(producer: Producer, timeout: float) -> None:
+    try:
+        await producer.close(timeout)
+    finally:
+        asyncio.get_running_loop().stop()
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(_JOIN_TIMEOUT)
+
+
+def _chain(source: asyncio.Future[T], target: concurrent.futures.Future[T]) -> None:
+    """Copy an asyncio future's outcome into a concurrent one (callbacks on the loop thread)."""
+
+    def copy(done: asyncio.Future[T]) -> None:
+        if target.done():
+            return
+        if done.cancelled():
+            target.set_exception(ProducerClosedError("the record was cancelled before it was acknowledged"))
+        elif (error := done.exception()) is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(done.result())
+
+    source.add_done_callback(copy)
+
+
+def _abandoned(loop: asyncio.AbstractEventLoop, producer: Producer, name: str) -> None:
+    """A SyncProducer was garbage-collected while open: close it without blocking."""
+    warnings.warn(f"SyncProducer ({name}) was never closed; closing it now", ResourceWarning, stacklevel=2)
+    with contextlib.suppress(RuntimeError):
+        asyncio.run_coroutine_threadsafe(_close_and_stop(producer, _ATEXIT_CLOSE_TIMEOUT), loop)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Give records of producers the program never closed a short, bounded chance."""
+    for producer in list(_live):
+        with contextlib.suppress(Exception):
+            producer.close(_ATEXIT_CLOSE_TIMEOUT)

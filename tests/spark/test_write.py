@@ -1,0 +1,462 @@
+"""write_dataframe on a real local SparkSession against a real broker, read back with confluent_kafka."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import time
+import uuid
+import warnings
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from aioprod import spark as aspark
+from aioprod.errors import ConfigError
+from aioprod.spark import (
+    DataFrameSchemaError,
+    Mode,
+    SparkEnvironmentError,
+    Transport,
+    WriteError,
+    WriteReport,
+    write_dataframe,
+)
+from tests.brokers import TansuBroker, free_port
+from tests.readback import read_topic
+
+pytestmark = pytest.mark.integration
+
+MODES: list[Mode] = ["driver", "executors"]
+N = 100_000
+
+
+def new_topic(prefix: str = "spark") -> str:
+    return f"aioprod-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+
+
+def big_frame(spark: Any, n: int) -> Any:
+    """``n`` rows: string key, binary value (not UTF-8), one binary header; 4 Spark partitions."""
+    from pyspark.sql import functions as F
+
+    ident = F.col("id").cast("string")
+    return spark.range(n, numPartitions=4).select(
+        F.concat(F.lit("key-"), ident).alias("key"),
+        F.concat(F.lit(b"\x00\xff-"), ident.cast("binary")).alias("value"),
+        F.array(F.struct(F.lit("trace").alias("key"), F.concat(F.lit("t"), ident).cast("binary").alias("value"))).alias(
+            "headers"
+        ),
+        F.col("id").alias("unrelated_column"),
+    )
+
+
+def big_expected(n: int) -> Counter[tuple[Any, ...]]:
+    return Counter((b"key-%d" % i, b"\x00\xff-%d" % i, (("trace", b"t%d" % i),)) for i in range(n))
+
+
+def consumed(bootstrap: str, topic: str) -> Counter[tuple[Any, ...]]:
+    return Counter((c.key, c.value, c.headers) for c in read_topic(bootstrap, topic))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_100k_rows_exactly_once(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
+    topic = new_topic(mode)
+    df = big_frame(spark, N)
+    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode, progress=False)
+    assert report.rows_written == N
+    assert report.rows_failed == 0
+    assert report.errors == []
+    assert report.topics == {topic: N}
+    assert report.mode == mode
+    assert report.transport == "arrow"
+    assert report.aborted is None
+    assert report.seconds > 0
+    if mode == "executors":
+        assert sorted(p.spark_partition for p in report.partitions) == [0, 1, 2, 3]
+        assert sum(p.rows_written for p in report.partitions) == N
+        assert report.retried_partitions == []
+    else:
+        assert report.partitions == []
+    got = consumed(tansu_broker.bootstrap, topic)
+    assert sum(got.values()) == N  # nothing twice, nothing missing ...
+    assert got == big_expected(N)  # ... and every key, value and header identical
+
+
+def test_keys_partition_like_the_java_client(spark: Any, tansu_broker: TansuBroker) -> None:
+    import confluent_kafka
+
+    topic = new_topic("murmur")
+    create_topic(tansu_broker.bootstrap, topic, 3)
+    df = big_frame(spark, 300)
+    write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode="executors")
+    records = read_topic(tansu_broker.bootstrap, topic)
+    assert len(records) == 300
+    for record in records:
+        assert record.key is not None
+        assert record.partition == confluent_kafka.murmur2(record.key, 3)
+
+
+@pytest.mark.parametrize("transport", ["arrow", "rows"])
+@pytest.mark.parametrize("mode", MODES)
+def test_string_and_binary_columns_nulls_and_headers(
+    spark: Any, tansu_broker: TansuBroker, mode: Mode, transport: Transport
+) -> None:
+    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
+
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", StringType()),
+            StructField("headers", ArrayType(header)),
+        ]
+    )
+    rows = [
+        (b"\x00bin-key", "välue ✓", [("a", b"\x01"), ("b", None), ("a", b"")]),
+        (None, "keyless", []),
+        (b"tombstone", None, None),
+        (None, None, [("only-header", b"x")]),
+        (b"", "", [("e", b"")]),
+    ]
+    df = spark.createDataFrame(rows, schema).repartition(2)
+    topic = new_topic("types")
+    report = write_dataframe(
+        df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode, transport=transport, progress=False
+    )
+    assert (report.rows_written, report.rows_failed, report.transport) == (5, 0, transport)
+    expected = Counter(
+        (key, None if value is None else value.encode(), tuple(headers or ())) for key, value, headers in rows
+    )
+    assert consumed(tansu_broker.bootstrap, topic) == expected
+
+
+def test_string_header_values_are_encoded(spark: Any, tansu_broker: TansuBroker) -> None:
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([("v1",)], "value string").select(
+        "value", F.array(F.struct(F.lit("h").alias("key"), F.lit("text").alias("value"))).alias("headers")
+    )
+    topic = new_topic("hstr")
+    write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic)
+    assert consumed(tansu_broker.bootstrap, topic) == Counter({(None, b"v1", (("h", b"text"),)): 1})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_topic_per_row(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
+    from pyspark.sql import functions as F
+
+    prefix = new_topic("route")
+    topics = [f"{prefix}-{i}" for i in range(3)]
+    df = spark.range(3000, numPartitions=3).select(
+        F.concat(F.lit(f"{prefix}-"), (F.col("id") % 3).cast("string")).alias("topic"),
+        F.col("id").cast("string").alias("value"),
+    )
+    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, mode=mode)
+    assert report.rows_written == 3000
+    assert report.topics == {t: 1000 for t in topics}
+    for i, t in enumerate(topics):
+        values = sorted(int(c.value or b"") for c in read_topic(tansu_broker.bootstrap, t))
+        assert values == list(range(i, 3000, 3))
+
+
+def test_topic_argument_overrides_the_column(spark: Any, tansu_broker: TansuBroker) -> None:
+    df = spark.createDataFrame([("ignored-topic", "a"), ("ignored-too", "b")], "topic string, value string")
+    topic = new_topic("override")
+    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode="executors")
+    assert report.topics == {topic: 2}
+    assert sorted(c.value or b"" for c in read_topic(tansu_broker.bootstrap, topic)) == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_partition_column(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
+    from pyspark.sql import functions as F
+
+    topic = new_topic("part")
+    create_topic(tansu_broker.bootstrap, topic, 3)
+    df = spark.range(90, numPartitions=2).select(
+        F.col("id").cast("string").alias("value"),
+        F.lit("same-key").alias("key"),
+        (F.col("id") % 3).alias("partition"),  # a long column: cast to int like Spark's sink
+    )
+    write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode)
+    records = read_topic(tansu_broker.bootstrap, topic)
+    assert len(records) == 90
+    assert all(int(r.value or b"") % 3 == r.partition for r in records)
+    # Within a Kafka partition, the rows of one Spark partition (ids 0-44, 45-89) keep their
+    # order; in executors mode the two Spark partitions' writers interleave, on the driver not.
+    for p in range(3):
+        values = [int(r.value or b"") for r in sorted(records, key=lambda r: r.offset) if r.partition == p]
+        for spark_partition in (range(0, 45), range(45, 90)):
+            mine = [v for v in values if v in spark_partition]
+            assert mine == sorted(mine)
+        if mode == "driver":
+            assert values == sorted(values)
+
+
+# -- schema errors ---------------------------------------------------------------------------
+
+UNREACHABLE = f"127.0.0.1:{free_port()}"
+
+
+@pytest.mark.parametrize(
+    ("ddl", "topic", "message"),
+    [
+        ("key string", "t", "no 'value' column; expected binary or string"),
+        ("Value string", "t", "found 'Value'"),
+        ("value int", "t", "column 'value' has type int; expected binary or string"),
+        ("value string, key double", "t", "column 'key' has type double; expected binary or string"),
+        ("value string", None, "no 'topic' column and no topic= argument"),
+        ("value string, topic binary", None, "column 'topic' has type binary; expected string"),
+        ("value string, partition string", "t", "column 'partition' has type string; expected int"),
+        ("value string, headers array<string>", "t", "column 'headers' has type array<string>; expected array<struct"),
+        (
+            "value string, headers array<struct<key:binary,value:binary>>",
+            "t",
+            "column 'headers' has type array<struct<key:binary,value:binary>>",
+        ),
+        ("value string, headers map<string,binary>", "t", "column 'headers' has type map<string,binary>"),
+    ],
+)
+def test_schema_errors_name_the_column_and_type(spark: Any, ddl: str, topic: str | None, message: str) -> None:
+    df = spark.createDataFrame([], ddl)
+    started = time.monotonic()
+    # An unreachable broker: had anything tried to connect, this would not fail fast.
+    with pytest.raises(DataFrameSchemaError) as info:
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic=topic, mode="executors", max_block_ms=60_000)
+    assert message in str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert time.monotonic() - started < 5
+
+
+def test_bad_options_fail_on_the_driver_before_any_job(spark: Any) -> None:
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(ConfigError, match="linger_ms must be >= 0"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", linger_ms=-1)
+    with pytest.raises(ConfigError, match="unknown option"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", lingerms=5)
+    with pytest.raises(ConfigError, match="already bytes"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", value_serializer=str.encode)
+    with pytest.raises(ConfigError, match="bootstrap_servers once"):
+        dotted: dict[str, Any] = {"bootstrap.servers": "x:1"}
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", **dotted)
+    with pytest.raises(ValueError, match="illegal topic name"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="no spaces")
+    with pytest.raises(ValueError, match="mode must be"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", mode="cluster")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="errors must be"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", errors="ignore")  # type: ignore[arg-type]
+
+
+# -- rows that cannot be sent ---------------------------------------------------------------------
+
+
+def bad_rows_frame(spark: Any, good_topic: str) -> Any:
+    """20 good rows, then an illegal topic name, a record over max_request_size, a missing partition."""
+    rows: list[tuple[str | None, str, bytes, int | None]] = [
+        (good_topic, f"k{i}", b"ok-%d" % i, None) for i in range(20)
+    ]
+    rows[5] = ("not a legal topic!", "bad-topic", b"x", None)
+    rows[10] = (good_topic, "too-big", b"x" * 200_000, None)
+    rows[15] = (good_topic, "bad-partition", b"x", 7)
+    return spark.createDataFrame(rows, "topic string, key string, value binary, partition int").coalesce(1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_errors_report_collects_rows_that_cannot_be_sent(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
+    topic = new_topic("report")
+    create_topic(tansu_broker.bootstrap, topic, 2)
+    df = bad_rows_frame(spark, topic)
+    report = write_dataframe(
+        df, bootstrap_servers=tansu_broker.bootstrap, mode=mode, errors="report", max_request_size=100_000
+    )
+    assert (report.rows_written, report.rows_failed) == (17, 3)
+    assert report.topics == {topic: 17}
+    assert [e.row for e in report.errors] == [5, 10, 15]
+    assert [e.key for e in report.errors] == [b"bad-topic", b"too-big", b"bad-partition"]
+    assert [e.topic for e in report.errors] == ["not a legal topic!", topic, topic]
+    assert "illegal topic name" in report.errors[0].error
+    assert report.errors[1].error.startswith("RecordTooLargeError")
+    assert "partition 7 does not exist" in report.errors[2].error
+    if mode == "executors":
+        assert {e.spark_partition for e in report.errors} == {0}
+        assert report.errors[0].exception is None  # only the text crosses from executors
+    else:
+        assert isinstance(report.errors[0].exception, ValueError)
+    got = sorted(c.key or b"" for c in read_topic(tansu_broker.bootstrap, topic))
+    assert got == sorted(b"k%d" % i for i in range(20) if i not in (5, 10, 15))
+
+
+def test_max_errors_bounds_the_kept_errors(spark: Any, tansu_broker: TansuBroker) -> None:
+    df = spark.createDataFrame([(str(i), "bad topic") for i in range(50)], "value string, topic string")
+    report = write_dataframe(
+        df, bootstrap_servers=tansu_broker.bootstrap, errors="report", max_errors=3, mode="executors"
+    )
+    assert report.rows_failed == 50
+    assert len(report.errors) == 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_errors_raise_stops_and_reports(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
+    topic = new_topic("raise")
+    create_topic(tansu_broker.bootstrap, topic, 2)
+    df = bad_rows_frame(spark, topic)
+    with pytest.raises(WriteError, match="could not be written: ValueError: illegal topic name") as info:
+        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, mode=mode, max_request_size=100_000)
+    report = info.value.report
+    assert isinstance(report, WriteReport)
+    assert report.rows_failed == 1
+    assert report.rows_written == 5  # the rows before the bad one; nothing after it was queued
+    assert len(read_topic(tansu_broker.bootstrap, topic)) == 5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unreachable_broker_aborts_quickly(spark: Any, mode: Mode) -> None:
+    df = spark.createDataFrame([(str(i),) for i in range(100)], "value string").coalesce(1)
+    started = time.monotonic()
+    with pytest.raises(WriteError, match=r"write stopped: .*KafkaTimeoutError") as info:
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", mode=mode, errors="report", max_block_ms=500)
+    assert info.value.report.rows_written == 0
+    assert time.monotonic() - started < 30
+
+
+# -- driver-mode details ------------------------------------------------------------------------
+
+
+def test_driver_progress_callback_and_bounded_in_flight(spark: Any, tansu_broker: TansuBroker) -> None:
+    calls: list[tuple[int, int]] = []
+    df = big_frame(spark, 25_000)
+    report = write_dataframe(
+        df,
+        bootstrap_servers=tansu_broker.bootstrap,
+        topic=new_topic("progress"),
+        progress=lambda written, failed: calls.append((written, failed)),
+        max_in_flight_rows=5_000,
+    )
+    assert report.rows_written == 25_000
+    assert len(calls) >= 3
+    assert calls == sorted(calls)
+    assert calls[-1] == (25_000, 0)
+
+
+def test_progress_bar_can_be_forced(spark: Any, tansu_broker: TansuBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    df = spark.createDataFrame([("v",)], "value string")
+    write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=new_topic("bar"), progress=True)
+    assert "rows written" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_empty_frame(spark: Any, mode: Mode) -> None:
+    df = spark.createDataFrame([], "value string")
+    # No rows, no producer: even an unreachable broker is fine.
+    report = write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", mode=mode)
+    assert (report.rows_written, report.rows_failed, report.topics) == (0, 0, {})
+
+
+# -- executors: what crosses to them, and their Python ------------------------------------------------
+
+
+def test_executor_closure_holds_only_plain_data(spark: Any) -> None:
+    df = spark.createDataFrame([("v",)], "value string")
+    options = aspark._producer_options("h:9092", {"linger_ms": 7})
+    columns = aspark._check_schema(df.schema, "t")
+    plan = aspark._Plan(options, "t", "key" in columns, False, False, False, "raise", 20, 1000, None)
+    task = functools.partial(aspark._executor_arrow_task, plan)
+    # The standard pickle (not cloudpickle) can carry it: module functions by reference
+    # and a frozen dataclass of str/int/dict. No SparkSession, DataFrame or producer inside.
+    data = pickle.dumps(task)
+    assert len(data) < 1000
+    assert pickle.loads(data).args[0] == plan
+    assert plan.options == {"linger_ms": 7, "bootstrap_servers": "h:9092", "batch_size": 262144}
+
+
+def test_warns_when_local_executors_run_another_python(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    df = spark.createDataFrame([("v",)], "value string")
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", "python-that-does-not-exist")
+    with pytest.warns(RuntimeWarning, match="PYSPARK_PYTHON="):
+        aspark._check_executor_python(df)
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        aspark._check_executor_python(df)
+
+
+def test_missing_module_on_executors_is_explained() -> None:
+    failure = RuntimeError("PythonException: ModuleNotFoundError: No module named 'aioprod'")
+    with pytest.raises(SparkEnvironmentError, match="PYSPARK_PYTHON") as info:
+        aspark._explain_executor_failure(failure)
+    assert info.value.__cause__ is failure
+    aspark._explain_executor_failure(RuntimeError("something else"))  # other failures pass through
+
+
+def test_report_str_is_a_summary() -> None:
+    report = WriteReport("driver", "arrow", 10, 1, 2.0, {"t": 10}, [aspark.RowError(3, "t", None, "ValueError: x")])
+    assert str(report).startswith("10 rows written, 1 failed in 2.00s (5 rows/s")
+    assert "row 3: ValueError: x" in str(report)
+
+
+@pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failing_upstream_computation_raises_its_error(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
+    from pyspark.sql import functions as F
+
+    @F.udf("string", useArrow=False)
+    def explode_at_1500(n: int) -> str:
+        if n == 1500:
+            raise RuntimeError("upstream failure at row 1500")
+        return str(n)
+
+    df = spark.range(2000, numPartitions=1).select(explode_at_1500("id").alias("value"))
+    topic = new_topic("upstream")
+    with pytest.raises(Exception, match="upstream failure at row 1500") as info:
+        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode)
+    assert not isinstance(info.value, (WriteError, SparkEnvironmentError))
+    # Rows read before the failure were delivered, none twice; the producer was closed
+    # (the autouse fixture checks that no producer thread is left).
+    values = [int(c.value or b"") for c in read_topic(tansu_broker.bootstrap, topic)] if mode == "driver" else []
+    assert len(values) == len(set(values))
+    assert all(v < 1500 for v in values)
+
+
+def test_auto_transport_falls_back_to_rows(
+    spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where pyspark offers no Arrow path (Spark Connect, old versions), Rows still work."""
+
+    def no_arrow(*args: Any) -> Any:
+        raise aspark._ArrowUnavailable("simulated")
+
+    def no_map_in_arrow(*args: Any) -> Any:
+        raise AttributeError("simulated: no mapInArrow")
+
+    monkeypatch.setattr(aspark, "_driver_arrow_chunks", no_arrow)
+    monkeypatch.setattr(aspark, "_map_in_arrow", no_map_in_arrow)
+    df = spark.createDataFrame([("a",), ("b",)], "value string")
+    for mode in MODES:
+        topic = new_topic("fallback")
+        report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode)
+        assert (report.transport, report.rows_written) == ("rows", 2)
+        assert sorted(c.value or b"" for c in read_topic(tansu_broker.bootstrap, topic)) == [b"a", b"b"]
+    with pytest.raises(SparkEnvironmentError, match="transport='arrow' is not available"):
+        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic="t", transport="arrow")
+    with pytest.raises(AttributeError, match="simulated"):
+        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic="t", transport="arrow", mode="executors")
+
+
+def test_same_environment_sees_through_virtualenv_symlinks(tmp_path: Any) -> None:
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    assert aspark._same_environment(os.path.join(here, "python3"), sys.executable)
+    # A symlink elsewhere to the same binary is another environment when we run in a venv.
+    other = tmp_path / "python3"
+    other.symlink_to(os.path.realpath(sys.executable))
+    assert aspark._same_environment(str(other), sys.executable) == (sys.prefix == sys.base_prefix)

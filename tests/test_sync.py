@@ -1,0 +1,263 @@
+"""SyncProducer: the blocking facade, from plain threads, against real brokers."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gc
+import signal
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from aioprod import RecordMetadata, SyncProducer
+from aioprod.errors import (
+    ConfigError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SendManyError,
+)
+from tests.brokers import TansuBroker, free_port, tansu
+from tests.readback import read_topic
+
+pytestmark = pytest.mark.integration
+
+
+def producer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("aioprod-sync-producer")]
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_threads() -> Iterator[None]:
+    """Every test must leave no producer thread (and so no event loop) behind."""
+    yield
+    deadline = time.monotonic() + 10
+    while producer_threads():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"producer threads still running: {producer_threads()}")
+        time.sleep(0.02)
+
+
+def test_send_returns_a_concurrent_future(tansu_broker: TansuBroker, topic: str) -> None:
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+        future = producer.send(topic, b"v1", b"k1", headers=[("h", b"x"), ("n", None)], timestamp_ms=1_700_000_000_000)
+        assert isinstance(future, concurrent.futures.Future)
+        metadata = future.result(30)
+        assert isinstance(metadata, RecordMetadata)
+        assert (metadata.topic, metadata.offset, metadata.timestamp) == (topic, 0, 1_700_000_000_000)
+        assert not future.cancel()  # a queued record cannot be withdrawn
+        again = producer.send_and_wait(topic, b"v2", b"k1")
+        assert (again.partition, again.offset) == (metadata.partition, 1)
+        assert producer.partitions_for(topic) == list(range(len(producer.partitions_for(topic))))
+        assert producer.end_offsets(topic)[metadata.partition] == 2
+    records = read_topic(tansu_broker.bootstrap, topic)
+    assert [(r.key, r.value, r.headers) for r in records] == [
+        (b"k1", b"v1", (("h", b"x"), ("n", None))),
+        (b"k1", b"v2", ()),
+    ]
+
+
+def test_send_many_and_flush(tansu_broker: TansuBroker, topic: str) -> None:
+    values = [b"m%d" % i for i in range(1000)]
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=1000) as producer:
+        future = producer.send_many(topic, values, keys=[b"k%d" % (i % 7) for i in range(1000)])
+        started = time.monotonic()
+        producer.flush(30)  # does not wait for the 1 s linger
+        assert time.monotonic() - started < 0.9
+        assert future.done()
+        results = future.result()
+        assert len(results) == 1000 and all(isinstance(r, RecordMetadata) for r in results)
+    assert sorted(r.value or b"" for r in read_topic(tansu_broker.bootstrap, topic)) == sorted(values)
+
+
+def test_many_threads_share_one_producer(tansu_broker: TansuBroker, topic: str) -> None:
+    threads, per_thread = 8, 300
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+
+        def work(t: int) -> list[RecordMetadata]:
+            futures = [producer.send(topic, b"t%d-%d" % (t, i), b"t%d" % t) for i in range(per_thread)]
+            return [f.result(60) for f in futures]
+
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            results = list(pool.map(work, range(threads)))
+    # Each thread's records keep their order (same key, same partition, rising offsets).
+    for per in results:
+        assert len({m.partition for m in per}) == 1
+        assert [m.offset for m in per] == sorted(m.offset for m in per)
+    got = Counter(r.value for r in read_topic(tansu_broker.bootstrap, topic))
+    assert got == Counter(b"t%d-%d" % (t, i) for t in range(threads) for i in range(per_thread))
+
+
+def test_errors_are_the_aioprod_exceptions(tansu_broker: TansuBroker, topic: str) -> None:
+    with pytest.raises(ConfigError, match="linger_ms"):
+        SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=-1)
+    assert producer_threads() == []  # a bad configuration starts no thread
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, max_request_size=10_000) as producer:
+        with pytest.raises(TypeError, match="value must be bytes"):
+            producer.send(topic, "text")
+        with pytest.raises(ValueError, match="illegal topic name"):
+            producer.send("bad topic", b"x")
+        with pytest.raises(RecordTooLargeError):
+            producer.send(topic, b"x" * 20_000)
+        with pytest.raises(ValueError, match="partition 99 does not exist"):
+            producer.send_and_wait(topic, b"x", partition=99)
+        # send_many: a bad record raises at once, here in the calling thread.
+        with pytest.raises(TypeError):
+            producer.send_many(topic, [b"ok", 42])
+        assert producer.send_and_wait(topic, b"still usable").topic == topic
+    with pytest.raises(ProducerClosedError):
+        producer.send(topic, b"after close")
+    with pytest.raises(ProducerClosedError):
+        producer.submit(_noop)
+
+
+async def _noop(_producer: Any) -> None:
+    return None
+
+
+def test_delivery_failures_arrive_through_the_future(topic: str) -> None:
+    with tansu() as broker:
+        producer = SyncProducer(
+            bootstrap_servers=broker.bootstrap, request_timeout_ms=500, delivery_timeout_ms=1500, linger_ms=0
+        )
+        try:
+            producer.send_and_wait(topic, b"warm-up")  # metadata is known from here on
+            broker.stop()
+            single = producer.send(topic, b"lost")
+            many = producer.send_many(topic, [b"lost-1", b"lost-2"])
+            with pytest.raises(KafkaError) as info:
+                single.result(30)
+            assert not isinstance(info.value, SendManyError)
+            with pytest.raises(SendManyError) as many_info:
+                many.result(30)
+            assert len(many_info.value.results) == 2
+            assert all(isinstance(r, KafkaError) for r in many_info.value.results)
+        finally:
+            producer.close(2)
+
+
+def test_waits_are_bounded(topic: str) -> None:
+    unreachable = f"127.0.0.1:{free_port()}"
+    with SyncProducer(bootstrap_servers=unreachable, max_block_ms=300) as producer:
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            producer.send(topic, b"x")
+        assert time.monotonic() - started < 5
+    with tansu() as broker:
+        producer = SyncProducer(bootstrap_servers=broker.bootstrap, request_timeout_ms=30_000, linger_ms=0)
+        producer.send_and_wait(topic, b"warm-up")
+        broker.stop()
+        pending = producer.send(topic, b"never acknowledged")
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            producer.flush(0.3)
+        with pytest.raises(KafkaTimeoutError, match="gave up waiting"):
+            producer.send_and_wait(topic, b"neither", timeout=0.3)
+        producer.close(0.3)  # pending records fail instead of holding close up
+        assert time.monotonic() - started < 10
+        with pytest.raises(ProducerClosedError):
+            pending.result(5)
+
+
+def test_close_is_idempotent_and_thread_safe(tansu_broker: TansuBroker, topic: str) -> None:
+    producer = SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=200)
+    futures = [producer.send(topic, b"%d" % i) for i in range(100)]
+    assert not producer.closed
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: producer.close(), range(4)))
+    assert producer.closed
+    assert "closed" in repr(producer)
+    producer.close()
+    producer.flush()  # nothing to do once closed
+    assert all(f.result(0).topic == topic for f in futures)  # close delivered what was queued
+
+
+def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: TansuBroker, topic: str) -> None:
+    seen: list[BaseException] = []
+    done = threading.Event()
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+
+        def callback(_: concurrent.futures.Future[RecordMetadata]) -> None:
+            try:
+                producer.send(topic, b"from the callback")
+            except BaseException as exc:
+                seen.append(exc)
+            done.set()
+
+        producer.send(topic, b"x").add_done_callback(callback)
+        assert done.wait(30)
+    assert len(seen) == 1 and isinstance(seen[0], RuntimeError)
+    assert "its own thread" in str(seen[0])
+
+
+def test_submit_runs_a_coroutine_on_the_producer_loop(tansu_broker: TansuBroker, topic: str) -> None:
+    async def batch(producer: Any, count: int) -> list[int]:
+        futures = [await producer.send(topic, b"%d" % i) for i in range(count)]
+        return [(await f).offset for f in futures]
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, partitioner="round_robin") as producer:
+        offsets = producer.submit(batch, 10).result(30)
+    assert len(offsets) == 10
+
+
+def test_uvloop_is_used_when_installed(tansu_broker: TansuBroker) -> None:
+    import uvloop
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+        assert isinstance(producer._loop, uvloop.Loop)
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, use_uvloop=False) as producer:
+        assert not isinstance(producer._loop, uvloop.Loop)
+
+
+class Interrupted(BaseException):
+    """Stands in for KeyboardInterrupt (which would also stop pytest itself)."""
+
+
+def test_an_interrupted_caller_withdraws_the_unqueued_record(topic: str) -> None:
+    """A signal handler raising in the waiting thread: the record is not queued, nothing hangs."""
+    unreachable = f"127.0.0.1:{free_port()}"
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    main = threading.get_ident()
+    try:
+        with SyncProducer(bootstrap_servers=unreachable, max_block_ms=20_000) as producer:
+            timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGUSR1))
+            timer.start()
+            started = time.monotonic()
+            with pytest.raises(Interrupted):
+                producer.send(topic, b"x")  # waits for metadata that never comes
+            assert time.monotonic() - started < 5
+            timer.join()
+            # The withdrawn send was cancelled on the loop, which still answers at once.
+            with pytest.raises(TimeoutError):
+                producer.submit(_slow_partitions, topic).result(10)
+            started = time.monotonic()
+        assert time.monotonic() - started < 5  # and nothing holds close() up
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+async def _slow_partitions(producer: Any, topic: str) -> list[int]:
+    import asyncio
+
+    return list(await asyncio.wait_for(producer.partitions_for(topic), 0.2))
+
+
+def test_an_abandoned_producer_is_closed_in_the_background(tansu_broker: TansuBroker, topic: str) -> None:
+    producer = SyncProducer(bootstrap_servers=tansu_broker.bootstrap)
+    future = producer.send(topic, b"queued before the producer was dropped")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del producer
+        gc.collect()
+    assert any(issubclass(w.category, ResourceWarning) for w in caught)
+    assert future.result(30).topic == topic  # the background close still delivered it
