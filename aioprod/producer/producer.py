@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from aioprod.cluster.metadata import ClusterSnapshot, Metadata
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
+    KafkaError,
     KafkaTimeoutError,
     LeaderNotAvailableError,
     ProducerClosedError,
@@ -161,11 +162,11 @@ class Producer:
         if tps is None:
             _check_topic(topic)
         # Serialize and type-check; the common case (bytes, no serializer) costs two checks.
-        if self._key_serializer is not None:
+        if self._key_serializer is not None and key is not None:
             key = _serialized("key", self._key_serializer(key))
         elif key is not None and type(key) is not bytes:
             key = _as_bytes("key", key)
-        if self._value_serializer is not None:
+        if self._value_serializer is not None and value is not None:
             value = _serialized("value", self._value_serializer(value))
         elif value is not None and type(value) is not bytes:
             value = _as_bytes("value", value)
@@ -241,8 +242,12 @@ class Producer:
         future resolves with the metadata in input order once every record is
         acknowledged, or fails with :class:`~aioprod.errors.SendManyError` (whose
         ``results`` hold each record's metadata or error) once every record has an outcome
-        and any failed. A bad record raises at once; the records before it stay queued
-        and the returned-future semantics apply to them only.
+        and any failed.
+
+        Every record is checked (and serialized) before any is queued, so a bad one raises
+        with nothing sent. If queuing stops part-way (the buffer stayed full past
+        ``max_block_ms``, or the producer closed), the records not queued fail in the
+        returned future with that error, and the ones queued are delivered.
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
@@ -273,14 +278,13 @@ class Producer:
         if tps is None or len(tps) < len(info.all_partitions):
             tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(max(info.all_partitions) + 1)]
 
-        group = SendGroup(topic, count, timestamp_ms)
         acc, pool, partitioner = self._accumulator, self._accumulator.pool, self._partitioner
-        key_serializer, value_serializer = self._key_serializer, self._value_serializer
+        values, keys, header_lists = self._check_many(values, keys, headers)
+        group = SendGroup(topic, count, timestamp_ms)
         all_partitions, available = info.all_partitions, info.available_partitions
-        limit = self._size_limit
-        # Without serializers or headers, runs of records go to one partition (explicit, or
-        # the sticky one for keyless records) and are encoded in one builder call per run.
-        bulk = key_serializer is None and value_serializer is None and headers is None
+        # Without headers, runs of records go to one partition (explicit, or the sticky
+        # one for keyless records) and are encoded in one builder call per run.
+        bulk = header_lists is None
         if partition is None:
             bulk = bulk and keys is None and partitioner.is_sticky
         index = 0
@@ -297,24 +301,13 @@ class Producer:
                         index += run
                         await asyncio.sleep(0)  # a batch was filled: let the sender drain it
                         continue
-                # One record at a time: serializers, headers, keys to hash, a full buffer,
-                # or a value that is not bytes (converted here, or refused with a TypeError).
+                # One record at a time: headers, keys to hash, or a full buffer.
                 value = values[index]
-                if value_serializer is not None:
-                    value = _serialized("value", value_serializer(value))
-                elif value is not None and type(value) is not bytes:
-                    value = _as_bytes("value", value)
                 key = None if keys is None else keys[index]
-                if key_serializer is not None:
-                    key = _serialized("key", key_serializer(key))
-                elif key is not None and type(key) is not bytes:
-                    key = _as_bytes("key", key)
-                header_list = () if headers is None or headers[index] is None else _check_headers(headers[index])
+                header_list = () if header_lists is None else header_lists[index]
                 size = _RECORD_OVERHEAD + (0 if key is None else len(key)) + (0 if value is None else len(value))
                 if header_list:
                     size += acc.headers_size(header_list)
-                if size > limit:
-                    acc.check_size(size)
                 if not pool.try_reserve(size):
                     await pool.reserve(size, max(0.0, deadline - loop.time()))
                     if self._state is not _STARTED or self._fatal is not None:
@@ -328,6 +321,9 @@ class Producer:
                     chosen = partitioner.partition(topic, key, all_partitions, available)
                 acc.append_to_group(tps[chosen], key, value, header_list, size, group, index)
                 index += 1
+        except KafkaError as exc:
+            # The rest could not be queued: they fail in the group, the queued ones deliver.
+            group.failed(index, count - index, exc)
         except BaseException:
             group.truncate(index)
             raise
@@ -417,6 +413,32 @@ class Producer:
         return self._metadata.snapshot
 
     # -- validation ------------------------------------------------------------------
+
+    def _check_many(
+        self,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None,
+        headers: Sequence[Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None] | None,
+    ) -> tuple[Sequence[bytes | None], Sequence[bytes | None] | None, list[Headers] | None]:
+        """Serialize and check every record of a ``send_many`` before any is queued."""
+        if self._value_serializer is not None:
+            values = [None if v is None else _serialized("value", self._value_serializer(v)) for v in values]
+        elif any(v is not None and type(v) is not bytes for v in values):
+            values = [v if v is None or type(v) is bytes else _as_bytes("value", v) for v in values]
+        if self._key_serializer is not None and keys is not None:
+            keys = [None if k is None else _serialized("key", self._key_serializer(k)) for k in keys]
+        elif keys is not None and any(k is not None and type(k) is not bytes for k in keys):
+            keys = [k if k is None or type(k) is bytes else _as_bytes("key", k) for k in keys]
+        header_lists = None if headers is None else [() if h is None else _check_headers(h) for h in headers]
+        acc = self._accumulator
+        room = self._size_limit - _RECORD_OVERHEAD
+        for i, value in enumerate(values):
+            payload = (0 if value is None else len(value)) + (0 if keys is None or keys[i] is None else len(keys[i]))
+            if payload > room or header_lists:
+                size = _RECORD_OVERHEAD + payload + (acc.headers_size(header_lists[i]) if header_lists else 0)
+                if size > self._size_limit:
+                    acc.check_size(size)
+        return values, keys, header_lists
 
     def _raise_not_open(self) -> NoReturn:
         if self._fatal is not None and self._state is _STARTED:

@@ -12,9 +12,11 @@ from aioprod import Producer
 from aioprod.errors import (
     DeliveryTimeoutError,
     DuplicateSequenceNumberError,
+    KafkaTimeoutError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     ProducerFatalError,
+    SendManyError,
     UnknownProducerIdError,
 )
 from tests.chaos.fake_broker import FakeBroker
@@ -183,3 +185,22 @@ async def test_sender_task_death_fails_everything(broker: FakeBroker, monkeypatc
             await asyncio.wait_for(fut, 30)
         with pytest.raises(ProducerFatalError):
             await p.send(broker.topic, b"later")
+
+
+async def test_send_many_records_that_could_not_be_queued_fail_in_its_future(broker: FakeBroker) -> None:
+    # The broker never answers, so the ~3 records that fit the buffer stay there; the rest
+    # cannot be queued within max_block_ms and fail in the group's future, not by raising.
+    broker.swallow_produce = True
+    async with producer(
+        broker, buffer_memory=600, max_block_ms=200, request_timeout_ms=300, delivery_timeout_ms=600
+    ) as p:
+        future = await p.send_many(broker.topic, [b"x" * 100] * 10)
+        with pytest.raises(SendManyError) as info:
+            await future
+    outcomes = info.value.results
+    assert len(outcomes) == 10
+    queued = [o for o in outcomes if isinstance(o, DeliveryTimeoutError)]
+    refused = [o for o in outcomes if isinstance(o, KafkaTimeoutError) and not isinstance(o, DeliveryTimeoutError)]
+    assert queued and refused and len(queued) + len(refused) == 10
+    assert all(o.possibly_persisted for o in queued)
+    assert "buffer_memory" in str(refused[0])

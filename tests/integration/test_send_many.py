@@ -6,7 +6,7 @@ import confluent_kafka
 import pytest
 
 from aioprod import Producer, RecordMetadata
-from aioprod.errors import SendManyError
+from aioprod.errors import RecordTooLargeError, SendManyError
 from tests.brokers import TansuBroker
 from tests.integration.test_produce import create_topic
 from tests.readback import read_topic
@@ -51,16 +51,18 @@ async def test_explicit_partition_and_serializer(tansu_broker: TansuBroker, topi
     assert [(md.partition, md.offset) for md in mds] == [(1, 0), (1, 1), (1, 2)]
 
 
-async def test_bad_record_raises_and_earlier_records_still_deliver(tansu_broker: TansuBroker, topic: str) -> None:
-    async with Producer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+async def test_a_bad_record_raises_before_anything_is_queued(tansu_broker: TansuBroker, topic: str) -> None:
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, max_request_size=10_000) as producer:
         with pytest.raises(TypeError, match="value must be bytes or None, got str"):
-            await producer.send_many(topic, [b"ok-1", b"ok-2", "bad", b"never"])
+            await producer.send_many(topic, [b"not-1", b"not-2", "bad", b"never"])
+        with pytest.raises(RecordTooLargeError, match="max_request_size"):
+            await producer.send_many(topic, [b"not-3", b"x" * 20_000])
         with pytest.raises(ValueError, match="keys has 1 items but values has 2"):
             await producer.send_many(topic, [b"a", b"b"], keys=[b"k"])
         assert await (await producer.send_many(topic, [])) == []
-        await producer.flush()
+        await (await producer.send_many(topic, [b"ok"]))
     values = sorted(c.value for c in read_topic(tansu_broker.bootstrap, topic))
-    assert values == [b"ok-1", b"ok-2"]
+    assert values == [b"ok"]
 
 
 async def test_failures_are_reported_per_record(tansu_broker: TansuBroker, topic: str) -> None:
