@@ -113,22 +113,28 @@ def check(run: Run, bootstrap: str, topic: str, *, broker_lost_data: bool = Fals
     return {"acked": len(acked), "consumed": len(values), "duplicates": duplicates, "lost": lost}
 
 
+def report(fault: str, run: Run, stats: dict[str, int]) -> None:
+    """One line per fault for the log (pytest -s): what the run went through."""
+    print(
+        f"\nchaos({fault}): records={RECORDS} acked={stats['acked']} in-log={stats['consumed']} cuts={run.cuts} "
+        f"retries={run.retries} resets={run.resets} duplicates={stats['duplicates']} lost={stats['lost']} "
+        f"seconds={run.seconds:.1f}"
+    )
+
+
 async def test_connections_cut_at_random_lifetimes(proxied_broker: tuple[TansuBroker, FaultProxy], topic: str) -> None:
     broker, proxy = proxied_broker
 
     async def fault(stop: asyncio.Event, rng: random.Random) -> None:
         # Every connection dies after a random fraction of a second, and now and then all at once.
         proxy.rng = rng
-        proxy.lifetime = (0.02, 0.4)
+        proxy.lifetime = (0.05, 0.6)
         await cut_randomly(proxy, stop, 0.5, 1.5, rng)
         proxy.lifetime = None
 
     run = await produce_under_faults(proxy, topic, fault, seed=1)
     stats = await asyncio.to_thread(check, run, broker.bootstrap, topic)
-    print(
-        f"\nchaos(cuts): records={RECORDS} acked={stats['acked']} cuts={run.cuts} retries={run.retries} "
-        f"resets={run.resets} duplicates={stats['duplicates']} lost={stats['lost']} seconds={run.seconds:.1f}"
-    )
+    report("cuts", run, stats)
     assert run.cuts > 0, "the proxy never cut a connection: the test proved nothing"
     assert stats["acked"] == RECORDS  # the delivery timeout is generous: every record gets through
 
@@ -145,10 +151,7 @@ async def test_connections_cut_mid_request(proxied_broker: tuple[TansuBroker, Fa
 
     run = await produce_under_faults(proxy, topic, fault, seed=2)
     stats = await asyncio.to_thread(check, run, broker.bootstrap, topic)
-    print(
-        f"\nchaos(mid-request): records={RECORDS} acked={stats['acked']} cuts={run.cuts} retries={run.retries} "
-        f"resets={run.resets} duplicates={stats['duplicates']} lost={stats['lost']} seconds={run.seconds:.1f}"
-    )
+    report("mid-request", run, stats)
     assert run.cuts > 0
     assert stats["acked"] == RECORDS
 
@@ -167,10 +170,7 @@ async def test_broker_restarted_mid_stream(proxied_broker: tuple[TansuBroker, Fa
     # What the broker lost by restarting is the broker's; every future resolved, and what
     # is in the log now is there once and in order.
     stats = await asyncio.to_thread(check, run, broker.bootstrap, topic, broker_lost_data=True)
-    print(
-        f"\nchaos(restart): records={RECORDS} acked={stats['acked']} in log={stats['consumed']} "
-        f"retries={run.retries} resets={run.resets} duplicates={stats['duplicates']} seconds={run.seconds:.1f}"
-    )
+    report("restart", run, stats)
     assert sum(isinstance(o, RecordMetadata) for o in run.outcomes) > 0
     # After the restart the producer looked at the cluster again (the broker came back
     # without the topic), so what it sent afterwards is in the new broker's log.
