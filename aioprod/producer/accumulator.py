@@ -236,36 +236,44 @@ class RecordAccumulator:
             compression_level=self._config.compression_level,
         )
 
-    def has_queued(self) -> bool:
-        return any(self._batches.values())
-
     def ready(self, cluster: ClusterSnapshot, now: float) -> tuple[set[int], float, bool]:
         """Nodes with a sendable batch, seconds until the next batch may become sendable,
         and whether some partition's leader is unknown."""
         ready: set[int] = set()
         next_check = 3600.0
         unknown_leader = False
-        force = self.flushing > 0 or self.closing or self.pool.exhausted
+        force = self._forced()
         for tp, queue in self._batches.items():
             if not queue:
                 continue
-            batch = queue[0]
             leader = cluster.leader_for(tp.topic, tp.partition)
             if leader is None:
                 unknown_leader = True
                 continue
-            if batch.retry_at > now:
-                next_check = min(next_check, batch.retry_at - now)
-                continue
-            if force or len(queue) > 1 or batch.builder.is_full or batch.attempts > 0:
-                ready.add(leader)
-                continue
-            wait = batch.created + self._linger - now
+            wait = self._wait(queue, now, force)
             if wait <= 0:
                 ready.add(leader)
             else:
                 next_check = min(next_check, wait)
         return ready, next_check, unknown_leader
+
+    def _forced(self) -> bool:
+        """Send without waiting for linger: a flush or close is waiting, or memory is short."""
+        return self.flushing > 0 or self.closing or self.pool.exhausted
+
+    def _wait(self, queue: deque[ProducerBatch], now: float, force: bool) -> float:
+        """Seconds until the head batch of ``queue`` may be sent (<= 0: now).
+
+        The one readiness rule for ``ready`` and ``drain``: were they to disagree (as two
+        float comparisons of the linger deadline once did), the sender would see a ready
+        batch it may not drain, and sleep with nothing to wake it.
+        """
+        batch = queue[0]
+        if batch.retry_at > now:
+            return batch.retry_at - now
+        if force or len(queue) > 1 or batch.builder.is_full or batch.attempts > 0:
+            return 0.0
+        return batch.created + self._linger - now
 
     def drain(
         self,
@@ -289,7 +297,7 @@ class RecordAccumulator:
                 if leader in node_set:
                     by_node.setdefault(leader, []).append(tp)
         drained: dict[int, list[ProducerBatch]] = {}
-        force = self.flushing > 0 or self.closing or self.pool.exhausted
+        force = self._forced()
         self._drain_index += 1
         for node, tps in by_node.items():
             size = 0
@@ -298,15 +306,7 @@ class RecordAccumulator:
             for tp in tps[start:] + tps[:start]:
                 queue = self._batches[tp]
                 batch = queue[0]
-                if batch.retry_at > now or not can_send(batch):
-                    continue
-                if not (
-                    force
-                    or len(queue) > 1
-                    or batch.builder.is_full
-                    or batch.attempts > 0
-                    or now - batch.created >= self._linger
-                ):
+                if self._wait(queue, now, force) > 0 or not can_send(batch):
                     continue
                 if taken and size + batch.size > max_request_size:
                     break

@@ -131,3 +131,17 @@ def test_sequences_wrap_at_int32_max() -> None:
     second = ident.assign(FakeBatch())  # type: ignore[arg-type]
     assert first == 2**31 - 2 and second == 1  # 2**31-2, 2**31-1, 0 then 1
     assert sequence_before(first, second) and not sequence_before(second, first)
+
+
+async def test_ready_and_drain_agree_at_the_linger_deadline() -> None:
+    # With floats, created + 0.005 - now <= 0 while now - created < 0.005 for these two
+    # times: the two rules once disagreed here, and the sender slept forever beside a batch
+    # it believed sendable.
+    created, now = 710.2446637546498, 710.2496637546498
+    assert created + 0.005 - now <= 0 and now - created < 0.005
+    acc, _ = accumulator(linger_ms=5)
+    snapshot = cluster({0: 1})
+    append(acc, 0, b"v", now=created)
+    ready, _, _ = acc.ready(snapshot, now)
+    drained = acc.drain(snapshot, ready, 10_000, now, lambda b: True)
+    assert ready == {1} and [b.tp.partition for b in drained[1]] == [0]
