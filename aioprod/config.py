@@ -156,9 +156,6 @@ class ProducerConfig:
                 # cannot have it quietly turn it off instead of failing.
                 object.__setattr__(self, "enable_idempotence", False)
 
-    def with_overrides(self, **changes: Any) -> ProducerConfig:
-        return dataclasses.replace(self, **changes)
-
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ProducerConfig)}
 _INT_FIELDS = {

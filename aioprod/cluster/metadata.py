@@ -178,7 +178,6 @@ class Metadata:
         return idle[0] if idle else (candidates[0] if candidates else None)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         max_age = self._config.metadata_max_age_ms / 1000
         while True:
             with contextlib.suppress(TimeoutError):
@@ -204,7 +203,6 @@ class Metadata:
             if any(self._missing(t) for t in self._topics):
                 await asyncio.sleep(self._config.retry_backoff_ms / 1000)
                 self._need_update.set()
-            _ = loop
 
     def _missing(self, topic: str) -> bool:
         info = self.snapshot.topics.get(topic)

@@ -183,6 +183,7 @@ class Producer:
             raise ValueError(f"partition must be >= 0, got {partition}")
 
         acc = self._accumulator
+        # RecordAccumulator.record_size, inlined: this is the per-record hot path.
         size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
         if header_list:
             size += acc.headers_size(header_list)
@@ -305,9 +306,7 @@ class Producer:
                 value = values[index]
                 key = None if keys is None else keys[index]
                 header_list = () if header_lists is None else header_lists[index]
-                size = _RECORD_OVERHEAD + (0 if key is None else len(key)) + (0 if value is None else len(value))
-                if header_list:
-                    size += acc.headers_size(header_list)
+                size = acc.record_size(key, value, header_list)
                 if not pool.try_reserve(size):
                     await pool.reserve(size, max(0.0, deadline - loop.time()))
                     if self._state is not _STARTED or self._fatal is not None:
@@ -435,7 +434,8 @@ class Producer:
         for i, value in enumerate(values):
             payload = (0 if value is None else len(value)) + (0 if keys is None or keys[i] is None else len(keys[i]))
             if payload > room or header_lists:
-                size = _RECORD_OVERHEAD + payload + (acc.headers_size(header_lists[i]) if header_lists else 0)
+                key = None if keys is None else keys[i]
+                size = acc.record_size(key, value, header_lists[i] if header_lists else ())
                 if size > self._size_limit:
                     acc.check_size(size)
         return values, keys, header_lists

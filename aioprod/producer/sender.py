@@ -117,10 +117,6 @@ class Sender:
         if self._task is not None:
             await asyncio.shield(self._task)
 
-    @property
-    def in_flight_batches(self) -> int:
-        return len(self._in_flight)
-
     # -- the loop ------------------------------------------------------------------
 
     async def _run(self) -> None:
