@@ -46,7 +46,8 @@ async def cluster_snapshot(options: dict[str, Any]) -> ClusterSnapshot:
     """Every broker and topic, from the first bootstrap server that answers (within max.block.ms)."""
     config = ProducerConfig.from_options(options)
     try:
-        return await asyncio.wait_for(_ask_bootstrap(config), config.max_block_ms / 1000)
+        async with asyncio.timeout(config.max_block_ms / 1000):
+            return await _ask_bootstrap(config)
     except TimeoutError as exc:
         raise KafkaTimeoutError(f"no metadata from the bootstrap servers within {config.max_block_ms} ms") from exc
 

@@ -115,8 +115,7 @@ async def live_progress(progress: Progress | None, total: int, tracker: AckTrack
             yield
         finally:
             ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+            await asyncio.wait([ticker])
             progress.update(task, completed=tracker.acked + tracker.failed)
 
 

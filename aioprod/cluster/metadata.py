@@ -115,8 +115,7 @@ class Metadata:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait([self._task])
             self._task = None
         if self._updated is not None and not self._updated.done():
             self._updated.cancel()
@@ -148,7 +147,8 @@ class Metadata:
             if self._updated is None or self._updated.done():
                 self._updated = loop.create_future()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._updated), remaining)
+                async with asyncio.timeout(remaining):
+                    await asyncio.shield(self._updated)
 
     def _reachability_hint(self) -> str:
         if self.snapshot.brokers:
@@ -181,7 +181,8 @@ class Metadata:
         max_age = self._config.metadata_max_age_ms / 1000
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._need_update.wait(), max_age)
+                async with asyncio.timeout(max_age):
+                    await self._need_update.wait()
             self._need_update.clear()
             try:
                 await self._refresh()

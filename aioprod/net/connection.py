@@ -93,9 +93,8 @@ class BrokerConnection:
     async def open(self, timeout: float) -> None:
         """Connect and negotiate API versions (the ApiVersions handshake)."""
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=_READ_CHUNK), timeout
-            )
+            async with asyncio.timeout(timeout):
+                self._reader, self._writer = await asyncio.open_connection(self.host, self.port, limit=_READ_CHUNK)
         except (OSError, TimeoutError) as exc:
             raise KafkaConnectionError(
                 f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc or 'timed out'}"
@@ -104,7 +103,8 @@ class BrokerConnection:
             self._read_loop(), name=f"aioprod-reader-{self.node_id}"
         )
         try:
-            await asyncio.wait_for(self._negotiate(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._negotiate()
         except BaseException as exc:
             error = (
                 exc
@@ -250,8 +250,7 @@ class BrokerConnection:
 
     async def wait_closed(self) -> None:
         if self._reader_task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader_task
+            await asyncio.wait([self._reader_task])
         if self._writer is not None:
             with contextlib.suppress(OSError, ConnectionError):
                 await self._writer.wait_closed()

@@ -56,7 +56,8 @@ class BufferPool:
         entry = (size, future)
         self._waiters.append(entry)
         try:
-            await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):
+                await future
         except TimeoutError:
             raise KafkaTimeoutError(
                 f"buffer_memory ({self.total} bytes) stayed full for max_block_ms "

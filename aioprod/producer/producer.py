@@ -123,7 +123,8 @@ class Producer:
             self._accumulator.closing = True
             self._sender.stop()
             try:
-                await asyncio.wait_for(self._sender.wait_stopped(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._sender.wait_stopped()
             except TimeoutError:
                 pass
             finally:

@@ -9,7 +9,6 @@ resolve records, or put retriable batches back at the head of their partition.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -105,13 +104,12 @@ class Sender:
             batch.fail(error)
             self._acc.complete(batch)
         self._in_flight.clear()
-        for task in (self._task, self._init_task):
-            if task is not None and not task.done():
-                task.cancel()
-        for task in (self._task, self._init_task):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        tasks = [task for task in (self._task, self._init_task) if task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # wait(), not await: the tasks' own outcome is theirs, but our caller's cancellation is not ours to eat.
+            await asyncio.wait(tasks)
 
     async def wait_stopped(self) -> None:
         if self._task is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import MappingProxyType
 
 import pytest
@@ -114,6 +115,21 @@ async def test_buffer_pool_is_fifo_and_times_out() -> None:
         await pool.reserve(30, timeout=0.01)
     pool.release(80)
     assert pool.used == 0
+
+
+async def test_buffer_wait_cancelled_as_space_is_granted_is_cancelled() -> None:
+    # The grant and the cancellation land in the same loop iteration: the caller must see
+    # its cancellation (Python 3.11's wait_for returned normally here) and get no bytes.
+    pool = BufferPool(100)
+    assert pool.try_reserve(100)
+    waiter = asyncio.ensure_future(pool.reserve(50, timeout=60))
+    await asyncio.sleep(0)  # the waiter is queued
+    assert pool.exhausted
+    pool.release(100)  # grants the waiter its 50 bytes
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert pool.used == 0 and not pool.exhausted
 
 
 def test_sequences_wrap_at_int32_max() -> None:
