@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import contextlib
 import functools
 import itertools
 import json
@@ -522,11 +521,12 @@ async def _send_chunk(producer: Producer, chunk: _Chunk, state: _LoopState) -> _
                     state.stopped = True
                     break
     # Records are acknowledged a whole batch at a time, so awaiting them in order suspends
-    # about once per batch (asyncio.wait would add a callback to every record's future).
+    # about once per batch (one asyncio.wait over all of them would add a callback to every
+    # record's future). wait() leaves the record's outcome for below and our own
+    # cancellation to our caller.
     for future in futures:
         if future is not None and not future.done():
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(future)
+            await asyncio.wait([future])
     written = 0
     counts: Counter[str] = Counter()
     keys = chunk.keys
