@@ -1,9 +1,10 @@
 """aioprod: an asyncio-native Apache Kafka producer."""
 
 from aioprod.errors import KafkaError
-from aioprod.producer.batch import RecordMetadata, TopicPartition
+from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
+from aioprod.producer.record_future import RecordFuture, RecordMetadata
 from aioprod.sync import SyncProducer
 
-__all__ = ["KafkaError", "Producer", "RecordMetadata", "SyncProducer", "TopicPartition"]
+__all__ = ["KafkaError", "Producer", "RecordFuture", "RecordMetadata", "SyncProducer", "TopicPartition"]
 __version__ = "0.1.0"

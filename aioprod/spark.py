@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import json
@@ -42,6 +43,7 @@ from aioprod.errors import (
     ProducerFatalError,
 )
 from aioprod.producer.producer import Producer, _check_topic
+from aioprod.producer.record_future import RecordFuture
 from aioprod.sync import SyncProducer
 
 if TYPE_CHECKING:
@@ -489,7 +491,7 @@ async def _send_chunk(producer: Producer, chunk: _Chunk, state: _LoopState) -> _
     plan = state.plan
     stop_at_first = plan.errors == "raise"
     failures: list[tuple[int, str | None, bytes | None, BaseException]] = []
-    futures: list[asyncio.Future[Any] | None] = []
+    futures: list[RecordFuture | None] = []
     n = len(chunk.values)
     topics = chunk.topics
     rows = zip(
@@ -522,11 +524,11 @@ async def _send_chunk(producer: Producer, chunk: _Chunk, state: _LoopState) -> _
                     break
     # Records are acknowledged a whole batch at a time, so awaiting them in order suspends
     # about once per batch (one asyncio.wait over all of them would add a callback to every
-    # record's future). wait() leaves the record's outcome for below and our own
-    # cancellation to our caller.
+    # record's future). A record's failure is read below; our own cancellation propagates.
     for future in futures:
         if future is not None and not future.done():
-            await asyncio.wait([future])
+            with contextlib.suppress(Exception):
+                await asyncio.shield(future)
     written = 0
     counts: Counter[str] = Counter()
     keys = chunk.keys

@@ -25,17 +25,28 @@ import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError
-from aioprod.producer.batch import RecordMetadata
 from aioprod.producer.producer import Producer
+from aioprod.producer.record_future import RecordMetadata
 
 __all__ = ["SyncProducer"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _Settling(Protocol[T_co]):
+    """What ``_chain`` needs of a future: an asyncio.Future or a RecordFuture."""
+
+    def cancelled(self) -> bool: ...
+    def exception(self) -> BaseException | None: ...
+    def result(self) -> T_co: ...
+    def add_done_callback(self, fn: Callable[[Any], object], /) -> None: ...
+
 
 #: Added to every wait on the loop thread beyond the producer's own bound for the same work
 #: (``max_block_ms`` for queueing, ``delivery_timeout_ms`` for acknowledgements), so that the
@@ -379,10 +390,10 @@ def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> Non
     thread.join(_JOIN_TIMEOUT)
 
 
-def _chain(source: asyncio.Future[T], target: concurrent.futures.Future[T]) -> None:
+def _chain(source: _Settling[T], target: concurrent.futures.Future[T]) -> None:
     """Copy an asyncio future's outcome into a concurrent one (callbacks on the loop thread)."""
 
-    def copy(done: asyncio.Future[T]) -> None:
+    def copy(done: _Settling[T]) -> None:
         if target.done():
             return
         if done.cancelled():

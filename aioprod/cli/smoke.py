@@ -35,8 +35,8 @@ from aioprod.cli.common import (
 )
 from aioprod.cli.stats import AckTracker, LatencySummary
 from aioprod.config import ProducerConfig
-from aioprod.producer.batch import RecordMetadata
 from aioprod.producer.producer import Producer
+from aioprod.producer.record_future import RecordMetadata
 
 
 @dataclass

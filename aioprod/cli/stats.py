@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from aioprod.producer.batch import RecordMetadata
+from aioprod.producer.record_future import RecordFuture, RecordMetadata
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class AckTracker:
     def outstanding(self) -> int:
         return self._outstanding
 
-    def track(self, future: asyncio.Future[RecordMetadata], sent_at: float, tag: Any = None) -> None:
+    def track(self, future: RecordFuture, sent_at: float, tag: Any = None) -> None:
         """Follow one record; ``sent_at`` is ``time.perf_counter()`` taken before ``send()``."""
         self._outstanding += 1
         self._idle.clear()
@@ -83,7 +83,7 @@ class AckTracker:
         if self._on_error is not None:
             self._on_error(exc, tag)
 
-    def _done(self, future: asyncio.Future[RecordMetadata], sent_at: float, tag: Any) -> None:
+    def _done(self, future: RecordFuture, sent_at: float, tag: Any) -> None:
         now = time.perf_counter()
         self._outstanding -= 1
         if self._outstanding == 0:

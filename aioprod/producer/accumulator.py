@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Sequence
 from aioprod.cluster.metadata import ClusterSnapshot
 from aioprod.config import ProducerConfig
 from aioprod.errors import DeliveryTimeoutError, KafkaError, KafkaTimeoutError, RecordTooLargeError
-from aioprod.producer.batch import Headers, ProducerBatch, RecordMetadata, SendGroup, TopicPartition
+from aioprod.producer.batch import Headers, ProducerBatch, SendGroup, TopicPartition
 from aioprod.producer.idempotence import sequence_before
+from aioprod.producer.record_future import RecordFuture
 from aioprod.protocol.records import RecordBatchBuilder
 
 # Per-record bytes beyond key/value/headers: the record's framing on the wire (at most
@@ -134,13 +135,10 @@ class RecordAccumulator:
         headers: Headers,
         size: int,
         now: float | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Add a record whose ``size`` bytes are already reserved from the pool."""
-        future: asyncio.Future[RecordMetadata] = self._loop.create_future()
-        batch = self._add(tp, timestamp, key, value, headers, size, now)
-        batch.futures.append(future)
-        batch.timestamps.append(timestamp)
-        return future
+        batch, index = self._add(tp, timestamp, key, value, headers, size, now)
+        return RecordFuture(batch.done, index, timestamp)
 
     def append_to_group(
         self,
@@ -153,7 +151,7 @@ class RecordAccumulator:
         index: int,
     ) -> None:
         """Add record ``index`` of a ``send_many`` group (its outcome goes to the group)."""
-        self._add(tp, group.timestamp, key, value, headers, size, None).append_to_group(group, index)
+        self._add(tp, group.timestamp, key, value, headers, size, None)[0].append_to_group(group, index)
 
     def append_run(
         self,
@@ -206,17 +204,20 @@ class RecordAccumulator:
         headers: Headers,
         size: int,
         now: float | None,
-    ) -> ProducerBatch:
-        """Encode the record into the partition's open batch, or a new one; the per-record
-        hot path, with one builder call in the common case."""
+    ) -> tuple[ProducerBatch, int]:
+        """Encode the record into the partition's open batch, or a new one; the batch and
+        the record's offset delta in it. The per-record hot path, with one builder call in
+        the common case."""
         queue = self._batches.get(tp)
         if queue is None:
             queue = self._batches[tp] = deque()
         elif queue:
             last = queue[-1]
-            if last.payload is None and last.builder.append(timestamp, key, value, headers) is not None:
-                last.reserved += size
-                return last
+            if last.payload is None:
+                index = last.builder.append(timestamp, key, value, headers)
+                if index is not None:
+                    last.reserved += size
+                    return last, index
         created = self._loop.time() if now is None else now
         batch = ProducerBatch(tp, self._new_builder(), created, self._delivery_timeout)
         if batch.builder.append(timestamp, key, value, headers) is None:
@@ -228,7 +229,7 @@ class RecordAccumulator:
         # A new batch: the sender must start its linger clock, and the one before it (if
         # any) is now complete and sendable.
         self._wakeup()
-        return batch
+        return batch, 0
 
     def _new_builder(self) -> RecordBatchBuilder:
         return RecordBatchBuilder(

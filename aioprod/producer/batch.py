@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from aioprod.errors import KafkaError, SendManyError
+from aioprod.producer.record_future import BatchOutcome, RecordMetadata, _metadata
 from aioprod.protocol.records import RecordBatchBuilder
 
 
@@ -15,19 +16,7 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
-class RecordMetadata(NamedTuple):
-    """Where the broker put a record. ``offset`` is -1 when acks=0 (nothing comes back)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
 Headers = Sequence[tuple[str, bytes | None]]
-
-#: Builds a RecordMetadata without the namedtuple's argument handling: one per record acked.
-_metadata = tuple.__new__
 
 
 class SendGroup:
@@ -52,8 +41,8 @@ class SendGroup:
     def succeeded(self, start: int, count: int, partition: int, first_offset: int, timestamp: int) -> None:
         results, topic = self.results, self.topic
         for i in range(count):
-            results[start + i] = RecordMetadata(
-                topic, partition, first_offset + i if first_offset >= 0 else -1, timestamp
+            results[start + i] = _metadata(
+                RecordMetadata, (topic, partition, first_offset + i if first_offset >= 0 else -1, timestamp)
             )
         self._settle(count)
 
@@ -97,7 +86,6 @@ class ProducerBatch:
         "created",
         "deadline",
         "done",
-        "futures",
         "groups",
         "in_flight",
         "payload",
@@ -106,20 +94,16 @@ class ProducerBatch:
         "reserved",
         "retry_at",
         "sent_once",
-        "timestamps",
         "tp",
     )
 
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, now: float, delivery_timeout: float) -> None:
         self.tp = tp
         self.builder = builder
-        #: One entry per record: its future, or None for a record of a ``send_many`` group.
-        self.futures: list[asyncio.Future[RecordMetadata] | None] = []
-        #: Ranges of group records: [group, index in group, offset delta in batch, count].
+        #: Ranges of ``send_many`` records: [group, index in group, offset delta in batch, count].
         self.groups: list[list[Any]] = []
-        #: Resolved once every record has its outcome; what flush() and close() wait on.
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.timestamps: list[int] = []
+        #: The outcome of every record: what each RecordFuture reads, and flush() waits on.
+        self.done: asyncio.Future[BatchOutcome] = asyncio.get_running_loop().create_future()
         self.created = now
         self.deadline = now + delivery_timeout
         self.attempts = 0
@@ -133,11 +117,11 @@ class ProducerBatch:
         self.base_sequence = -1
 
     def __repr__(self) -> str:
-        return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} records={len(self.futures)}>"
+        return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} records={self.record_count}>"
 
     @property
     def record_count(self) -> int:
-        return len(self.futures)
+        return self.builder.record_count
 
     def build(self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool) -> bytes:
         """The wire bytes; rebuilt only if the producer identity changed (epoch bump)."""
@@ -160,10 +144,8 @@ class ProducerBatch:
         return len(self.payload) if self.payload is not None else self.builder.size_in_bytes
 
     def append_to_group(self, group: SendGroup, index: int) -> None:
-        """Account a record just added to the builder as record ``index`` of ``group``."""
-        delta = len(self.futures)
-        self.futures.append(None)
-        self.timestamps.append(group.timestamp)
+        """Account the record just added to the builder as record ``index`` of ``group``."""
+        delta = self.builder.record_count - 1
         groups = self.groups
         if groups:
             last = groups[-1]
@@ -174,9 +156,7 @@ class ProducerBatch:
 
     def append_range_to_group(self, group: SendGroup, start: int, count: int) -> None:
         """Account ``count`` records just added to the builder as records ``start``.. of ``group``."""
-        delta = len(self.futures)
-        self.futures.extend([None] * count)
-        self.timestamps.extend([group.timestamp] * count)
+        delta = self.builder.record_count - count
         groups = self.groups
         if groups:
             last = groups[-1]
@@ -187,31 +167,18 @@ class ProducerBatch:
 
     def succeed(self, base_offset: int, log_append_time: int) -> None:
         tp = self.tp
-        for index, (future, ts) in enumerate(zip(self.futures, self.timestamps, strict=True)):
-            if future is not None and not future.done():
-                offset = base_offset + index if base_offset >= 0 else -1
-                future.set_result(
-                    _metadata(
-                        RecordMetadata,
-                        (tp.topic, tp.partition, offset, log_append_time if log_append_time >= 0 else ts),
-                    )
-                )
         for group, start, delta, count in self.groups:
             first = base_offset + delta if base_offset >= 0 else -1
             group.succeeded(
                 start, count, tp.partition, first, log_append_time if log_append_time >= 0 else group.timestamp
             )
         if not self.done.done():
-            self.done.set_result(None)
+            self.done.set_result((tp.topic, tp.partition, base_offset, log_append_time))
 
     def fail(self, error: KafkaError) -> None:
         for group, start, _, count in self.groups:
             group.failed(start, count, error)
-        for future in self.futures:
-            if future is not None and not future.done():
-                future.set_exception(error)
-                # Retrieved here so an unawaited failure never logs "exception was never
-                # retrieved"; the user still sees it when awaiting the future.
-                future.exception()
         if not self.done.done():
-            self.done.set_result(None)
+            # A result, not an exception: the record futures raise it, and flush() (which
+            # only waits) never leaves an unretrieved exception behind.
+            self.done.set_result(error)

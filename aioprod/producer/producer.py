@@ -23,8 +23,9 @@ from aioprod.errors import (
 from aioprod.net.pool import ConnectionPool
 from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from aioprod.producer.accumulator import RecordAccumulator
-from aioprod.producer.batch import Headers, RecordMetadata, SendGroup, TopicPartition
+from aioprod.producer.batch import Headers, SendGroup, TopicPartition
 from aioprod.producer.partitioner import Partitioner
+from aioprod.producer.record_future import RecordFuture, RecordMetadata
 from aioprod.producer.sender import Sender
 from aioprod.protocol.messages import (
     ListOffsetsRequest,
@@ -151,8 +152,9 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
-        """Queue a record; returns a future of its :class:`RecordMetadata`.
+    ) -> RecordFuture:
+        """Queue a record; returns a future of its :class:`RecordMetadata` (a
+        :class:`RecordFuture`: awaitable, and accepted by asyncio like an asyncio.Future).
 
         Suspends (never blocks the loop) while the topic's metadata is fetched or the
         buffer is full, for at most ``max_block_ms`` in all.
