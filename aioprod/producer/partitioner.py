@@ -50,18 +50,32 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
+class _Sticky:
+    """A topic's sticky partition and the bytes sent to it since it was chosen."""
+
+    __slots__ = ("available", "partition", "produced")
+
+    def __init__(self, partition: int, available: Sequence[int]) -> None:
+        self.partition = partition
+        self.produced = 0
+        #: The available-partitions tuple ``partition`` was last found in: metadata
+        #: snapshots are immutable, so while it is the same object there is nothing to
+        #: check again (a membership test per record would cost O(partitions)).
+        self.available = available
+
+
 class Partitioner:
     """Picks partitions; keeps the per-topic sticky state for keyless records."""
 
-    __slots__ = ("_batch_size", "_mode", "_random", "_round_robin", "_sticky", "_user")
+    __slots__ = ("_batch_size", "_keyless_sticky", "_mode", "_random", "_round_robin", "_sticky", "_user")
 
     def __init__(self, mode: str | PartitionerFn, batch_size: int, rng: random.Random | None = None) -> None:
         self._user: PartitionerFn | None = None if isinstance(mode, str) else mode
         self._mode = mode if isinstance(mode, str) else "user"
+        self._keyless_sticky = self._mode in ("default", "murmur2_random", "sticky")
         self._batch_size = batch_size
         self._random = rng or random.Random()
-        # topic -> [partition, bytes produced to it since it was chosen]
-        self._sticky: dict[str, list[int]] = {}
+        self._sticky: dict[str, _Sticky] = {}
         self._round_robin: dict[str, int] = {}
 
     def partition(self, topic: str, key: bytes | None, partitions: Sequence[int], available: Sequence[int]) -> int:
@@ -77,29 +91,28 @@ class Partitioner:
                 counter = self._random.randrange(len(choices))
             self._round_robin[topic] = counter + 1
             return choices[counter % len(choices)]
-        state = self._sticky.get(topic)
-        if state is None or state[0] not in choices:
-            state = self._sticky[topic] = [self._random.choice(choices), 0]
-        return state[0]
+        return self.sticky(topic, partitions, available)
 
     @property
     def is_sticky(self) -> bool:
         """Keyless records follow the sticky partition (the default)."""
-        return self._mode in ("default", "murmur2_random", "sticky")
+        return self._keyless_sticky
 
     def sticky(self, topic: str, partitions: Sequence[int], available: Sequence[int]) -> int:
         """The topic's current sticky partition (chosen now if there is none)."""
         choices = available or partitions
         state = self._sticky.get(topic)
-        if state is None or state[0] not in choices:
-            state = self._sticky[topic] = [self._random.choice(choices), 0]
-        return state[0]
+        if state is None or (state.available is not choices and state.partition not in choices):
+            state = self._sticky[topic] = _Sticky(self._random.choice(choices), choices)
+        else:
+            state.available = choices
+        return state.partition
 
     def count_sticky(self, topic: str, size: int, available: Sequence[int]) -> None:
         """``size`` more bytes went to the sticky partition; move on after a batch's worth."""
         state = self._sticky[topic]
-        state[1] += size
-        if state[1] >= self._batch_size:
+        state.produced += size
+        if state.produced >= self._batch_size:
             self._switch(state, available)
 
     def keyless(self, topic: str, size: int, partitions: Sequence[int], available: Sequence[int]) -> int:
@@ -108,26 +121,32 @@ class Partitioner:
         The hot path for keyless records under the default partitioner: one call.
         """
         state = self._sticky.get(topic)
-        if self._mode not in ("default", "murmur2_random", "sticky") or state is None or state[0] not in available:
+        if (
+            not self._keyless_sticky
+            or state is None
+            or (state.available is not available and state.partition not in available)
+        ):
             partition = self.partition(topic, None, partitions, available)
             self.on_append(topic, partition, size, available)
             return partition
-        partition = state[0]
-        state[1] += size
-        if state[1] >= self._batch_size:
+        state.available = available
+        partition = state.partition
+        state.produced += size
+        if state.produced >= self._batch_size:
             self._switch(state, available)
         return partition
 
     def on_append(self, topic: str, partition: int, size: int, available: Sequence[int]) -> None:
         """Count bytes sent to the sticky partition; switch once a batch's worth went there."""
         state = self._sticky.get(topic)
-        if state is None or state[0] != partition:
+        if state is None or state.partition != partition:
             return
-        state[1] += size
-        if state[1] >= self._batch_size:
+        state.produced += size
+        if state.produced >= self._batch_size:
             self._switch(state, available)
 
-    def _switch(self, state: list[int], available: Sequence[int]) -> None:
+    def _switch(self, state: _Sticky, available: Sequence[int]) -> None:
         if len(available) > 1:
-            state[0] = self._random.choice([p for p in available if p != state[0]])
-        state[1] = 0
+            state.partition = self._random.choice([p for p in available if p != state.partition])
+            state.available = available
+        state.produced = 0

@@ -44,6 +44,20 @@ def test_keyless_records_avoid_partitions_without_a_leader() -> None:
     assert chosen == {2}
 
 
+def test_keyless_records_leave_a_sticky_partition_that_lost_its_leader() -> None:
+    # Each metadata refresh brings new (immutable) partition tuples: the sticky choice is
+    # checked against every new one, and only then.
+    p = Partitioner("default", batch_size=10_000, rng=random.Random(3))
+    parts = (0, 1, 2, 3)
+    first = p.keyless("t", 10, parts, (0, 1, 2, 3))
+    assert p.keyless("t", 10, parts, (0, 1, 2, 3)) == first  # an equal tuple from a new snapshot
+    without = tuple(x for x in parts if x != first)
+    moved = p.keyless("t", 10, parts, without)
+    assert moved in without
+    assert {p.keyless("t", 10, parts, without) for _ in range(5)} == {moved}
+    assert p.sticky("t", parts, without) == moved
+
+
 def test_round_robin_cycles_through_every_partition() -> None:
     p = Partitioner("round_robin", 16384, rng=random.Random(3))
     chosen = [p.partition("t", b"same-key", [0, 1, 2], [0, 1, 2]) for _ in range(6)]
