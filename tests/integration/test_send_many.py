@@ -73,3 +73,18 @@ async def test_failures_are_reported_per_record(tansu_broker: TansuBroker, topic
         await future
     assert len(info.value.results) == 2
     assert all(not isinstance(r, RecordMetadata) for r in info.value.results)
+
+
+async def test_acks_0_delivers_without_offsets(tansu_broker: TansuBroker, topic: str) -> None:
+    # The broker answers nothing with acks=0: every record's metadata says offset -1, and the
+    # records are in the log all the same.
+    create_topic(tansu_broker.bootstrap, topic, 2)
+    values = [b"a0-%04d" % i for i in range(300)]
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, acks=0) as producer:
+        group = await producer.send_many(topic, values[:200], timestamp_ms=1_700_000_000_000)
+        singles = [await producer.send(topic, value) for value in values[200:]]
+        await producer.flush()
+        mds = await group + [await f for f in singles]
+    assert [md.offset for md in mds] == [-1] * len(values)
+    assert all(md.timestamp == 1_700_000_000_000 for md in mds[:200])
+    assert sorted(c.value for c in read_topic(tansu_broker.bootstrap, topic)) == values
