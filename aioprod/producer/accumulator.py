@@ -138,7 +138,7 @@ class RecordAccumulator:
     ) -> RecordFuture:
         """Add a record whose ``size`` bytes are already reserved from the pool."""
         batch, index = self._add(tp, timestamp, key, value, headers, size, now)
-        return RecordFuture(batch.done, index, timestamp)
+        return RecordFuture(batch.settlement, index, timestamp)
 
     def append_to_group(
         self,

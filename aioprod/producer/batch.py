@@ -8,7 +8,7 @@ from itertools import repeat
 from typing import Any, NamedTuple
 
 from aioprod.errors import KafkaError, SendManyError
-from aioprod.producer.record_future import BatchOutcome, RecordMetadata, _metadata
+from aioprod.producer.record_future import BatchFailure, BatchSettlement, RecordMetadata, _metadata
 from aioprod.protocol.records import RecordBatchBuilder
 
 
@@ -88,7 +88,6 @@ class ProducerBatch:
         "builder",
         "created",
         "deadline",
-        "done",
         "groups",
         "in_flight",
         "payload",
@@ -97,6 +96,7 @@ class ProducerBatch:
         "reserved",
         "retry_at",
         "sent_once",
+        "settlement",
         "tp",
     )
 
@@ -106,7 +106,7 @@ class ProducerBatch:
         #: Ranges of ``send_many`` records: [group, index in group, offset delta in batch, count].
         self.groups: list[list[Any]] = []
         #: The outcome of every record: what each RecordFuture reads, and flush() waits on.
-        self.done: asyncio.Future[BatchOutcome] = asyncio.get_running_loop().create_future()
+        self.settlement = BatchSettlement(asyncio.get_running_loop())
         self.created = now
         self.deadline = now + delivery_timeout
         self.attempts = 0
@@ -175,13 +175,11 @@ class ProducerBatch:
             group.succeeded(
                 start, count, tp.partition, first, log_append_time if log_append_time >= 0 else group.timestamp
             )
-        if not self.done.done():
-            self.done.set_result((tp.topic, tp.partition, base_offset, log_append_time))
+        self.settlement.settle((tp.topic, tp.partition, base_offset, log_append_time))
 
     def fail(self, error: KafkaError) -> None:
         for group, start, _, count in self.groups:
             group.failed(start, count, error)
-        if not self.done.done():
-            # A result, not an exception: the record futures raise it, and flush() (which
-            # only waits) never leaves an unretrieved exception behind.
-            self.done.set_result(error)
+        # A result, not an exception: the record futures raise it, and flush() (which only
+        # waits) never leaves an unretrieved exception behind.
+        self.settlement.settle(BatchFailure(error, error.__traceback__))

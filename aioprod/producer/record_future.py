@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Callable, Generator
+from types import TracebackType
 from typing import Any, NamedTuple, TypeAlias
 
 from aioprod.errors import KafkaError
@@ -19,13 +20,66 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
-#: A batch's outcome: (topic, partition, base offset, log-append time or -1), or its error.
-BatchOutcome: TypeAlias = "tuple[str, int, int, int] | KafkaError"
+class BatchFailure(NamedTuple):
+    """A failed batch's error, with its traceback as it was when the batch failed: every
+    record re-raises it from there (a bare re-raise would grow one shared traceback)."""
+
+    error: KafkaError
+    traceback: TracebackType | None
+
+
+#: A batch's outcome: (topic, partition, base offset, log-append time or -1), or its failure.
+BatchOutcome: TypeAlias = "tuple[str, int, int, int] | BatchFailure"
 
 _Callback: TypeAlias = "Callable[[RecordFuture], object]"
 _NOT_CANCELLED: Any = object()
 #: Builds a RecordMetadata without the namedtuple's argument handling.
 _metadata = tuple.__new__
+
+
+class BatchSettlement:
+    """A batch's outcome as its records see it.
+
+    ``done`` is the future flush() waits on; it resolves with a :data:`BatchOutcome`. The
+    record futures that have callbacks are kept here (a dict: O(1) to add and to drop), so
+    settling a batch touches only them, and dropping one is cheap however big the batch.
+    """
+
+    __slots__ = ("_waiting", "done")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.done: asyncio.Future[BatchOutcome] = loop.create_future()
+        self._waiting: dict[RecordFuture, None] | None = None
+
+    def settle(self, outcome: BatchOutcome) -> None:
+        if not self.done.done():
+            self.done.set_result(outcome)
+
+    def _watch(self, future: RecordFuture) -> None:
+        if self._waiting is None:
+            self._waiting = {}
+            self.done.add_done_callback(self._settled)
+        self._waiting[future] = None
+
+    def _unwatch(self, future: RecordFuture) -> None:
+        if self._waiting is not None:
+            self._waiting.pop(future, None)
+
+    def _settled(self, _done: asyncio.Future[BatchOutcome]) -> None:
+        # One callback on the batch future for all its watched records: each record's
+        # callbacks run here, as they would have from a callback of their own.
+        waiting, self._waiting = self._waiting, None
+        if not waiting:
+            return
+        futures = list(waiting)
+        for position, future in enumerate(futures):
+            try:
+                future._run_callbacks()
+            except BaseException:  # SystemExit or KeyboardInterrupt: the rest still get theirs
+                loop = self.done.get_loop()
+                for later in futures[position + 1 :]:
+                    loop.call_soon(later._run_callbacks)
+                raise
 
 
 class RecordFuture:
@@ -42,12 +96,20 @@ class RecordFuture:
     batch, and the future reports :class:`asyncio.CancelledError`.
     """
 
-    __slots__ = ("_asyncio_future_blocking", "_batch_done", "_callbacks", "_cancel_message", "_index", "_timestamp")
+    __slots__ = (
+        "__weakref__",
+        "_asyncio_future_blocking",
+        "_callbacks",
+        "_cancel_message",
+        "_index",
+        "_settlement",
+        "_timestamp",
+    )
 
-    def __init__(self, batch_done: asyncio.Future[BatchOutcome], index: int, timestamp: int) -> None:
+    def __init__(self, settlement: BatchSettlement, index: int, timestamp: int) -> None:
         #: asyncio's duck-typing marker (see asyncio.isfuture); set while a task awaits this.
         self._asyncio_future_blocking = False
-        self._batch_done = batch_done
+        self._settlement = settlement
         self._index = index  # the record's offset delta in its batch
         self._timestamp = timestamp
         self._callbacks: list[tuple[_Callback, contextvars.Context]] | None = None
@@ -56,7 +118,7 @@ class RecordFuture:
     def __repr__(self) -> str:
         if self._cancel_message is not _NOT_CANCELLED:
             state = "cancelled"
-        elif not self._batch_done.done():
+        elif not self._settlement.done.done():
             state = "pending"
         else:
             outcome = self.exception()
@@ -64,25 +126,31 @@ class RecordFuture:
         return f"<RecordFuture {state}>"
 
     def done(self) -> bool:
-        return self._cancel_message is not _NOT_CANCELLED or self._batch_done.done()
+        return self._cancel_message is not _NOT_CANCELLED or self._settlement.done.done()
 
     def cancelled(self) -> bool:
         return self._cancel_message is not _NOT_CANCELLED
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._batch_done.get_loop()
+        return self._settlement.done.get_loop()
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        """What asyncio (gather, for one) raises for a cancelled child; as asyncio.Future."""
+        message = self._cancel_message
+        return asyncio.CancelledError() if message is None else asyncio.CancelledError(message)
 
     def _outcome(self) -> BatchOutcome:
         if self._cancel_message is not _NOT_CANCELLED:
-            raise asyncio.CancelledError(*(() if self._cancel_message is None else (self._cancel_message,)))
-        if not self._batch_done.done():
+            raise self._make_cancelled_error()
+        done = self._settlement.done
+        if not done.done():
             raise asyncio.InvalidStateError("the record is not acknowledged or failed yet")
-        return self._batch_done.result()
+        return done.result()
 
     def result(self) -> RecordMetadata:
         outcome = self._outcome()
-        if not isinstance(outcome, tuple):
-            raise outcome
+        if isinstance(outcome, BatchFailure):
+            raise outcome.error.with_traceback(outcome.traceback)
         topic, partition, base_offset, log_append_time = outcome
         return _metadata(
             RecordMetadata,
@@ -96,7 +164,7 @@ class RecordFuture:
 
     def exception(self) -> BaseException | None:
         outcome = self._outcome()
-        return None if isinstance(outcome, tuple) else outcome
+        return outcome.error if isinstance(outcome, BatchFailure) else None
 
     def add_done_callback(self, fn: _Callback, /, *, context: contextvars.Context | None = None) -> None:
         if context is None:
@@ -105,19 +173,19 @@ class RecordFuture:
             self.get_loop().call_soon(fn, self, context=context)
         elif self._callbacks is None:
             self._callbacks = [(fn, context)]
-            self._batch_done.add_done_callback(self._settled)
+            self._settlement._watch(self)
         else:
             self._callbacks.append((fn, context))
 
     def remove_done_callback(self, fn: _Callback, /) -> int:
         callbacks = self._callbacks
-        if not callbacks:
+        if not callbacks or self.done():  # once done, its callbacks are as good as scheduled
             return 0
         kept = [entry for entry in callbacks if entry[0] != fn]
         removed = len(callbacks) - len(kept)
         if not kept:
             self._callbacks = None
-            self._batch_done.remove_done_callback(self._settled)
+            self._settlement._unwatch(self)
         elif removed:
             self._callbacks = kept
         return removed
@@ -128,25 +196,26 @@ class RecordFuture:
         self._cancel_message = msg
         callbacks, self._callbacks = self._callbacks, None
         if callbacks:
-            self._batch_done.remove_done_callback(self._settled)
+            self._settlement._unwatch(self)
             loop = self.get_loop()
             for fn, context in callbacks:
                 loop.call_soon(fn, self, context=context)
         return True
 
-    def _settled(self, _batch_done: asyncio.Future[BatchOutcome]) -> None:
-        # Runs from the batch future's own callback: run ours now, each in its context, as
-        # that callback would have if they had been registered on the batch future directly.
+    def _run_callbacks(self) -> None:
         callbacks, self._callbacks = self._callbacks, None
         if not callbacks:
             return
-        for fn, context in callbacks:
+        loop = self.get_loop()
+        for position, (fn, context) in enumerate(callbacks):
             try:
                 context.run(fn, self)
             except (SystemExit, KeyboardInterrupt):
+                for later, later_context in callbacks[position + 1 :]:
+                    loop.call_soon(later, self, context=later_context)
                 raise
             except BaseException as exc:
-                self.get_loop().call_exception_handler(
+                loop.call_exception_handler(
                     {"message": f"Exception in callback {fn!r}", "exception": exc, "future": self}
                 )
 

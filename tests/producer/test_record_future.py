@@ -1,13 +1,15 @@
 """RecordFuture behaves like an asyncio.Future wherever asyncio (or a user) takes one.
 
-Driven with a plain asyncio future standing in for the batch's outcome, so each test decides
-when and how the batch settles.
+Driven with a bare BatchSettlement standing in for a batch, so each test decides when and
+how the batch settles.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -16,17 +18,21 @@ import uvloop
 
 from aioprod import RecordFuture, RecordMetadata
 from aioprod.errors import NotLeaderOrFollowerError
-from aioprod.producer.record_future import BatchOutcome
+from aioprod.producer.record_future import BatchFailure, BatchSettlement
 
 TS = 1_700_000_000_000
 
 
-def batch() -> asyncio.Future[BatchOutcome]:
-    return asyncio.get_running_loop().create_future()
+def batch() -> BatchSettlement:
+    return BatchSettlement(asyncio.get_running_loop())
 
 
-def acked(done: asyncio.Future[BatchOutcome], base_offset: int = 100, log_append_time: int = -1) -> None:
-    done.set_result(("t", 2, base_offset, log_append_time))
+def acked(done: BatchSettlement, base_offset: int = 100, log_append_time: int = -1) -> None:
+    done.settle(("t", 2, base_offset, log_append_time))
+
+
+def failed(done: BatchSettlement, error: BaseException) -> None:
+    done.settle(BatchFailure(error, error.__traceback__))  # type: ignore[arg-type]
 
 
 async def test_await_gives_the_record_metadata_from_the_batch_outcome() -> None:
@@ -52,7 +58,7 @@ async def test_a_failed_batch_raises_its_error_from_every_record() -> None:
     done = batch()
     futures = [RecordFuture(done, i, TS) for i in range(3)]
     error = NotLeaderOrFollowerError("gone")
-    done.set_result(error)
+    failed(done, error)
     for future in futures:
         assert future.exception() is error
         with pytest.raises(NotLeaderOrFollowerError):
@@ -196,9 +202,97 @@ def test_run_until_complete_and_uvloop_tasks_accept_it() -> None:
     assert uvloop.run(scenario()).offset == 104
     loop = asyncio.new_event_loop()
     try:
-        done: asyncio.Future[BatchOutcome] = loop.create_future()
+        done = BatchSettlement(loop)
         future = RecordFuture(done, 1, TS)
         loop.call_soon(acked, done)
         assert loop.run_until_complete(future).offset == 101
     finally:
         loop.close()
+
+
+async def test_cancelling_a_gather_over_pending_records_finishes() -> None:
+    # gather asks a cancelled child for its CancelledError (_make_cancelled_error).
+    futures = [RecordFuture(batch(), i, TS) for i in range(3)]
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0):
+            await asyncio.gather(*futures)
+    assert all(f.cancelled() for f in futures)
+    gathered = asyncio.gather(*[RecordFuture(batch(), 0, TS)], return_exceptions=True)
+    await asyncio.sleep(0)
+    gathered.cancel("enough")
+    with pytest.raises(asyncio.CancelledError):
+        await gathered
+
+
+async def test_a_failed_batch_error_keeps_its_own_traceback() -> None:
+    done = batch()
+    try:
+        raise NotLeaderOrFollowerError("gone")
+    except NotLeaderOrFollowerError as exc:
+        error = exc
+    failed(done, error)
+    original = error.__traceback__
+    for i in range(50):
+        with pytest.raises(NotLeaderOrFollowerError) as info:
+            await RecordFuture(done, i, TS)
+        assert info.value is error
+    # Each raise starts again from the batch's traceback: it does not pile up frames.
+    depth, tb = 0, error.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    assert depth <= 4 and original is not None
+
+
+def test_a_system_exit_in_one_callback_leaves_the_others_to_run() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        done = BatchSettlement(loop)
+        first, second = RecordFuture(done, 0, TS), RecordFuture(done, 1, TS)
+        calls: list[RecordFuture] = []
+
+        def quit_now(_: RecordFuture) -> None:
+            raise SystemExit(3)
+
+        first.add_done_callback(quit_now)
+        first.add_done_callback(calls.append)
+        second.add_done_callback(calls.append)
+        loop.call_soon(acked, done)
+        with pytest.raises(SystemExit):
+            loop.run_forever()
+        loop.run_until_complete(asyncio.sleep(0))
+        assert calls == [first, second]
+    finally:
+        loop.close()
+
+
+async def test_a_batch_future_carries_one_callback_for_all_its_watched_records() -> None:
+    # Removing a record's callback is O(1) however big the batch (asyncio.wait with a
+    # timeout removes one from every future it watched).
+    done = batch()
+    futures = [RecordFuture(done, i, TS) for i in range(2000)]
+    finished, pending = await asyncio.wait(futures, timeout=0)
+    assert not finished and len(pending) == 2000
+    assert len(done.done._callbacks or ()) <= 1  # asyncio's own bookkeeping, read only
+    for future in futures[:10]:
+        future.add_done_callback(lambda f: None)
+    assert len(done.done._callbacks or ()) == 1
+
+
+async def test_removing_a_callback_once_done_is_too_late_as_with_asyncio() -> None:
+    done = batch()
+    future = RecordFuture(done, 0, TS)
+    calls: list[RecordFuture] = []
+    future.add_done_callback(calls.append)
+    acked(done)
+    assert future.remove_done_callback(calls.append) == 0
+    await asyncio.sleep(0)
+    assert calls == [future]
+
+
+async def test_weak_references_work() -> None:
+    future = RecordFuture(batch(), 0, TS)
+    ref = weakref.ref(future)
+    assert ref() is future
+    del future
+    gc.collect()
+    assert ref() is None
