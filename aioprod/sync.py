@@ -151,7 +151,7 @@ class SyncProducer:
         If the calling thread is interrupted (``KeyboardInterrupt``) while this waits, the
         record may or may not have been queued.
         """
-        delivery: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        delivery: concurrent.futures.Future[RecordMetadata] = _Delivery()
         delivery.set_running_or_notify_cancel()
         self._call(
             self._enqueue(delivery, topic, value, key, partition, timestamp_ms, headers), self._max_block + _GRACE
@@ -212,7 +212,7 @@ class SyncProducer:
         validation raises here, after the records before it were queued.
         """
         values = list(values)
-        delivery: concurrent.futures.Future[list[RecordMetadata]] = concurrent.futures.Future()
+        delivery: concurrent.futures.Future[list[RecordMetadata]] = _Delivery()
         delivery.set_running_or_notify_cancel()
 
         async def enqueue() -> None:
@@ -388,6 +388,29 @@ def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> Non
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(loop.stop)
     thread.join(_JOIN_TIMEOUT)
+
+
+class _Delivery(concurrent.futures.Future[T]):
+    """The future of one ``send``/``send_many``.
+
+    The records of a failed batch share one exception object: ``result()`` re-raises it
+    from the traceback it had when it was set, instead of adding frames to the shared one
+    on every call (as concurrent.futures.Future does).
+    """
+
+    _traceback: TracebackType | None = None
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._traceback = None if exception is None else exception.__traceback__
+        super().set_exception(exception)
+
+    def result(self, timeout: float | None = None) -> T:
+        try:
+            return super().result(timeout)
+        except BaseException as exc:
+            if self.done() and not self.cancelled() and exc is self.exception(0):
+                raise exc.with_traceback(self._traceback)  # noqa: B904 - the same exception, re-raised
+            raise
 
 
 def _chain(source: _Settling[T], target: concurrent.futures.Future[T]) -> None:

@@ -23,6 +23,7 @@ from aioprod.errors import (
     RecordTooLargeError,
     SendManyError,
 )
+from aioprod.sync import _Delivery
 from tests.brokers import TansuBroker, free_port, tansu
 from tests.readback import read_topic
 
@@ -261,3 +262,24 @@ def test_an_abandoned_producer_is_closed_in_the_background(tansu_broker: TansuBr
         gc.collect()
     assert any(issubclass(w.category, ResourceWarning) for w in caught)
     assert future.result(30).topic == topic  # the background close still delivered it
+
+
+def test_a_shared_failure_does_not_grow_its_traceback_per_result_call() -> None:
+    # The records of a failed batch share one exception; each future re-raises it from the
+    # traceback it had when the batch failed (as asyncio.Future does).
+    try:
+        raise KafkaError("the batch failed")
+    except KafkaError as exc:
+        error = exc
+    futures: list[concurrent.futures.Future[RecordMetadata]] = [_Delivery() for _ in range(200)]
+    for future in futures:
+        future.set_running_or_notify_cancel()
+        future.set_exception(error)
+    for future in futures:
+        with pytest.raises(KafkaError) as info:
+            future.result(1)
+        assert info.value is error
+    depth, tb = 0, error.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    assert depth <= 4

@@ -209,15 +209,18 @@ class RecordFuture:
         loop = self.get_loop()
         for position, (fn, context) in enumerate(callbacks):
             try:
-                context.run(fn, self)
-            except (SystemExit, KeyboardInterrupt):
+                try:
+                    context.run(fn, self)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    loop.call_exception_handler(
+                        {"message": f"Exception in callback {fn!r}", "exception": exc, "future": self}
+                    )
+            except BaseException:  # SystemExit/KeyboardInterrupt, from fn or the exception handler
                 for later, later_context in callbacks[position + 1 :]:
                     loop.call_soon(later, self, context=later_context)
                 raise
-            except BaseException as exc:
-                loop.call_exception_handler(
-                    {"message": f"Exception in callback {fn!r}", "exception": exc, "future": self}
-                )
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         if not self.done():

@@ -296,3 +296,30 @@ async def test_weak_references_work() -> None:
     del future
     gc.collect()
     assert ref() is None
+
+
+def test_an_exception_handler_that_exits_leaves_the_other_callbacks_to_run() -> None:
+    loop = asyncio.new_event_loop()
+
+    def exit_now(_loop: asyncio.AbstractEventLoop, _context: dict[str, Any]) -> None:
+        raise SystemExit(2)
+
+    loop.set_exception_handler(exit_now)
+    try:
+        done = BatchSettlement(loop)
+        first, second = RecordFuture(done, 0, TS), RecordFuture(done, 1, TS)
+        calls: list[RecordFuture] = []
+
+        def fail(_: RecordFuture) -> None:
+            raise ValueError("a bug in a callback")
+
+        first.add_done_callback(fail)
+        first.add_done_callback(calls.append)
+        second.add_done_callback(calls.append)
+        loop.call_soon(acked, done)
+        with pytest.raises(SystemExit):
+            loop.run_forever()
+        loop.run_until_complete(asyncio.sleep(0))
+        assert sorted(calls, key=id) == sorted([first, second], key=id)
+    finally:
+        loop.close()
