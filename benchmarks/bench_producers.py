@@ -58,7 +58,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +157,7 @@ class Timer:
         }
 
 
-async def settle(futures: list[asyncio.Future[Any]]) -> tuple[int, str | None]:
+async def settle(futures: list[Any]) -> tuple[int, str | None]:
     """Wait until every future has its outcome; count the failures.
 
     Called after ``flush()``, when (nearly) all are done already. Cheaper than
@@ -185,6 +185,24 @@ def librdkafka_config(spec: Spec, **extra: Any) -> dict[str, Any]:
     return config
 
 
+async def timed(
+    spec: Spec, queue_all: Callable[[Callable[[Any], None]], Awaitable[None]], flush: Callable[[], Awaitable[Any]]
+) -> Result:
+    """Time one async path: queue every record (``queue_all`` hands each future it gets to
+    the append it is given), flush, and collect every record's outcome."""
+    futures: list[Any] = []
+    with Timer(spec.get("broker_pid")) as timer:
+        await queue_all(futures.append)
+        await flush()
+        errors, first = await settle(futures)
+    return timer.result(errors=errors, first_error=first)
+
+
+def each(send: Callable[..., Awaitable[Any]], topic: str, values: list[bytes]) -> Callable[..., Awaitable[None]]:
+    """The await-each path for ``timed``: one ``await send(topic, value)`` per record."""
+    return lambda append: _queue_all(send, append, topic, values)
+
+
 async def run_aioprod(spec: Spec, values: list[bytes]) -> Result:
     from aioprod import Producer
 
@@ -198,23 +216,15 @@ async def run_aioprod(spec: Spec, values: list[bytes]) -> Result:
         enable_idempotence=spec["idempotence"],
     ) as producer:
         await (await producer.send(topic, b"warm-up"))
-        futures: list[asyncio.Future[Any]] = []
         if spec["mode"] == "each":
-            append = futures.append
-            send = producer.send
-            with Timer(spec.get("broker_pid")) as timer:
-                for value in values:
-                    append(await send(topic, value))
-                await producer.flush()
-                errors, first = await settle(futures)
-        else:
-            parts = chunks(values, CHUNK)
-            with Timer(spec.get("broker_pid")) as timer:
-                for part in parts:
-                    futures.append(await producer.send_many(topic, part))
-                await producer.flush()
-                errors, first = await settle(futures)
-    return timer.result(errors=errors, first_error=first)
+            return await timed(spec, each(producer.send, topic, values), producer.flush)
+        parts = chunks(values, CHUNK)
+
+        async def queue_parts(append: Callable[[Any], None]) -> None:
+            for part in parts:
+                append(await producer.send_many(topic, part))
+
+        return await timed(spec, queue_parts, producer.flush)
 
 
 async def run_aiokafka(spec: Spec, values: list[bytes]) -> Result:
@@ -232,32 +242,22 @@ async def run_aiokafka(spec: Spec, values: list[bytes]) -> Result:
     await producer.start()
     try:
         await (await producer.send(topic, b"warm-up"))
-        futures: list[asyncio.Future[Any]] = []
         if spec["mode"] == "each":
-            append = futures.append
-            send = producer.send
-            with Timer(spec.get("broker_pid")) as timer:
-                for value in values:
-                    append(await send(topic, value))
-                await producer.flush()
-                errors, first = await settle(futures)
-        else:
-            partitions = sorted(await producer.partitions_for(topic))
-            with Timer(spec.get("broker_pid")) as timer:
-                index, total, turn = 0, len(values), 0
-                while index < total:
-                    batch = producer.create_batch()
-                    while index < total and batch.append(key=None, value=values[index], timestamp=None) is not None:
-                        index += 1
-                    futures.append(
-                        await producer.send_batch(batch, topic, partition=partitions[turn % len(partitions)])
-                    )
-                    turn += 1
-                await producer.flush()
-                errors, first = await settle(futures)
+            return await timed(spec, each(producer.send, topic, values), producer.flush)
+        partitions = sorted(await producer.partitions_for(topic))
+
+        async def queue_batches(append: Callable[[Any], None]) -> None:
+            index, total, turn = 0, len(values), 0
+            while index < total:
+                batch = producer.create_batch()
+                while index < total and batch.append(key=None, value=values[index], timestamp=None) is not None:
+                    index += 1
+                append(await producer.send_batch(batch, topic, partition=partitions[turn % len(partitions)]))
+                turn += 1
+
+        return await timed(spec, queue_batches, producer.flush)
     finally:
         await producer.stop()
-    return timer.result(errors=errors, first_error=first)
 
 
 async def run_aioproducer(spec: Spec, values: list[bytes]) -> Result:
@@ -271,17 +271,9 @@ async def run_aioproducer(spec: Spec, values: list[bytes]) -> Result:
         warm = await producer.produce(topic, b"warm-up")
         await producer.flush()
         await warm
-        futures: list[asyncio.Future[Any]] = []
-        append = futures.append
-        produce = producer.produce
-        with Timer(spec.get("broker_pid")) as timer:
-            for value in values:
-                append(await produce(topic, value))
-            await producer.flush()
-            errors, first = await settle(futures)
+        return await timed(spec, each(producer.produce, topic, values), producer.flush)
     finally:
         await producer.close()
-    return timer.result(errors=errors, first_error=first)
 
 
 def run_producer(spec: Spec, values: list[bytes]) -> Result:
@@ -329,12 +321,7 @@ async def memory_aioprod(spec: Spec, values: list[bytes]) -> Result:
         enable_idempotence=spec["idempotence"],
         buffer_memory=4 << 30,
     )
-    await producer.start()
-    await (await producer.send(topic, b"warm-up"))
-    futures: list[asyncio.Future[Any]] = []
-    append = futures.append
-    send = producer.send
-    return await measure_queue(spec, lambda: _queue_all(send, append, topic, values), futures)
+    return await measure_send_queue(spec, producer, topic, values)
 
 
 async def memory_aiokafka(spec: Spec, values: list[bytes]) -> Result:
@@ -351,16 +338,19 @@ async def memory_aiokafka(spec: Spec, values: list[bytes]) -> Result:
         max_batch_size=1 << 30,
         enable_idempotence=spec["idempotence"],
     )
+    return await measure_send_queue(spec, producer, topic, values)
+
+
+async def measure_send_queue(spec: Spec, producer: Any, topic: str, values: list[bytes]) -> Result:
+    """Start an aioprod or aiokafka producer, warm it up, then measure queuing ``values``."""
     await producer.start()
     await (await producer.send(topic, b"warm-up"))
-    futures: list[asyncio.Future[Any]] = []
-    append = futures.append
-    send = producer.send
-    return await measure_queue(spec, lambda: _queue_all(send, append, topic, values), futures)
+    futures: list[Any] = []
+    return await measure_queue(spec, lambda: _queue_all(producer.send, futures.append, topic, values), futures)
 
 
 async def _queue_all(
-    send: Callable[..., Coroutine[Any, Any, Any]], append: Callable[[Any], None], topic: str, values: list[bytes]
+    send: Callable[..., Awaitable[Any]], append: Callable[[Any], None], topic: str, values: list[bytes]
 ) -> None:
     for value in values:
         append(await send(topic, value))
