@@ -243,26 +243,35 @@ async def test_a_failed_batch_error_keeps_its_own_traceback() -> None:
     assert depth <= 4 and original is not None
 
 
-def test_a_system_exit_in_one_callback_leaves_the_others_to_run() -> None:
+def _settle_through_an_exit(
+    first_callback: Callable[[RecordFuture], None], exception_handler: Callable[..., None] | None = None
+) -> tuple[list[RecordFuture], RecordFuture, RecordFuture]:
+    """Settle a batch of two watched records whose first callback ends in SystemExit; what
+    the other callbacks (the first record's second one, the second record's) saw after."""
     loop = asyncio.new_event_loop()
+    loop.set_exception_handler(exception_handler)
     try:
         done = BatchSettlement(loop)
         first, second = RecordFuture(done, 0, TS), RecordFuture(done, 1, TS)
         calls: list[RecordFuture] = []
-
-        def quit_now(_: RecordFuture) -> None:
-            raise SystemExit(3)
-
-        first.add_done_callback(quit_now)
+        first.add_done_callback(first_callback)
         first.add_done_callback(calls.append)
         second.add_done_callback(calls.append)
         loop.call_soon(acked, done)
         with pytest.raises(SystemExit):
             loop.run_forever()
         loop.run_until_complete(asyncio.sleep(0))
-        assert calls == [first, second]
+        return calls, first, second
     finally:
         loop.close()
+
+
+def test_a_system_exit_in_one_callback_leaves_the_others_to_run() -> None:
+    def quit_now(_: RecordFuture) -> None:
+        raise SystemExit(3)
+
+    calls, first, second = _settle_through_an_exit(quit_now)
+    assert calls == [first, second]
 
 
 async def test_a_batch_future_carries_one_callback_for_all_its_watched_records() -> None:
@@ -299,27 +308,11 @@ async def test_weak_references_work() -> None:
 
 
 def test_an_exception_handler_that_exits_leaves_the_other_callbacks_to_run() -> None:
-    loop = asyncio.new_event_loop()
-
     def exit_now(_loop: asyncio.AbstractEventLoop, _context: dict[str, Any]) -> None:
         raise SystemExit(2)
 
-    loop.set_exception_handler(exit_now)
-    try:
-        done = BatchSettlement(loop)
-        first, second = RecordFuture(done, 0, TS), RecordFuture(done, 1, TS)
-        calls: list[RecordFuture] = []
+    def fail(_: RecordFuture) -> None:
+        raise ValueError("a bug in a callback")
 
-        def fail(_: RecordFuture) -> None:
-            raise ValueError("a bug in a callback")
-
-        first.add_done_callback(fail)
-        first.add_done_callback(calls.append)
-        second.add_done_callback(calls.append)
-        loop.call_soon(acked, done)
-        with pytest.raises(SystemExit):
-            loop.run_forever()
-        loop.run_until_complete(asyncio.sleep(0))
-        assert sorted(calls, key=id) == sorted([first, second], key=id)
-    finally:
-        loop.close()
+    calls, first, second = _settle_through_an_exit(fail, exit_now)
+    assert sorted(calls, key=id) == sorted([first, second], key=id)
