@@ -185,6 +185,32 @@ def librdkafka_config(spec: Spec, **extra: Any) -> dict[str, Any]:
     return config
 
 
+def aioprod_options(spec: Spec, **extra: Any) -> dict[str, Any]:
+    """aioprod's Producer options for a run (as librdkafka_config is confluent's)."""
+    return {
+        "bootstrap_servers": spec["bootstrap"],
+        "acks": "all",
+        "compression_type": "lz4",
+        "linger_ms": LINGER_MS,
+        "batch_size": BATCH_BYTES,
+        "enable_idempotence": spec["idempotence"],
+        **extra,
+    }
+
+
+def aiokafka_options(spec: Spec, **extra: Any) -> dict[str, Any]:
+    """AIOKafkaProducer's options for a run."""
+    return {
+        "bootstrap_servers": spec["bootstrap"],
+        "acks": "all",
+        "compression_type": "lz4",
+        "linger_ms": LINGER_MS,
+        "max_batch_size": BATCH_BYTES,
+        "enable_idempotence": spec["idempotence"],
+        **extra,
+    }
+
+
 async def timed(
     spec: Spec, queue_all: Callable[[Callable[[Any], None]], Awaitable[None]], flush: Callable[[], Awaitable[Any]]
 ) -> Result:
@@ -207,14 +233,7 @@ async def run_aioprod(spec: Spec, values: list[bytes]) -> Result:
     from aioprod import Producer
 
     topic = spec["topic"]
-    async with Producer(
-        bootstrap_servers=spec["bootstrap"],
-        acks="all",
-        compression_type="lz4",
-        linger_ms=LINGER_MS,
-        batch_size=BATCH_BYTES,
-        enable_idempotence=spec["idempotence"],
-    ) as producer:
+    async with Producer(**aioprod_options(spec)) as producer:
         await (await producer.send(topic, b"warm-up"))
         if spec["mode"] == "each":
             return await timed(spec, each(producer.send, topic, values), producer.flush)
@@ -231,14 +250,7 @@ async def run_aiokafka(spec: Spec, values: list[bytes]) -> Result:
     from aiokafka import AIOKafkaProducer
 
     topic = spec["topic"]
-    producer = AIOKafkaProducer(
-        bootstrap_servers=spec["bootstrap"],
-        acks="all",
-        compression_type="lz4",
-        linger_ms=LINGER_MS,
-        max_batch_size=BATCH_BYTES,
-        enable_idempotence=spec["idempotence"],
-    )
+    producer = AIOKafkaProducer(**aiokafka_options(spec))
     await producer.start()
     try:
         await (await producer.send(topic, b"warm-up"))
@@ -312,15 +324,7 @@ async def memory_aioprod(spec: Spec, values: list[bytes]) -> Result:
     from aioprod import Producer
 
     topic = spec["topic"]
-    producer = Producer(
-        bootstrap_servers=spec["bootstrap"],
-        acks="all",
-        compression_type="lz4",
-        linger_ms=LINGER_MS,
-        batch_size=BATCH_BYTES,
-        enable_idempotence=spec["idempotence"],
-        buffer_memory=4 << 30,
-    )
+    producer = Producer(**aioprod_options(spec, buffer_memory=4 << 30))
     return await measure_send_queue(spec, producer, topic, values)
 
 
@@ -328,16 +332,9 @@ async def memory_aiokafka(spec: Spec, values: list[bytes]) -> Result:
     from aiokafka import AIOKafkaProducer
 
     topic = spec["topic"]
-    producer = AIOKafkaProducer(
-        bootstrap_servers=spec["bootstrap"],
-        acks="all",
-        compression_type="lz4",
-        linger_ms=LINGER_MS,
-        # aiokafka queues one open batch per partition and waits for it to drain when it is
-        # full; a huge batch lets the whole run queue without waiting on the broker.
-        max_batch_size=1 << 30,
-        enable_idempotence=spec["idempotence"],
-    )
+    # aiokafka queues one open batch per partition and waits for it to drain when it is
+    # full; a huge batch lets the whole run queue without waiting on the broker.
+    producer = AIOKafkaProducer(**aiokafka_options(spec, max_batch_size=1 << 30))
     return await measure_send_queue(spec, producer, topic, values)
 
 
