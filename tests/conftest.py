@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from tests.brokers import MockCluster, TansuBroker, docker_available, kafka_container, mock_cluster, tansu
+from tests.fakes.clock import VirtualClock
+from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.network import MemoryNetwork
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +51,28 @@ def mock3() -> Iterator[MockCluster]:
 @pytest.fixture
 def topic() -> str:
     return f"aioprod-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class Scripted:
+    """A scripted fake cluster on an in-memory network, in virtual time."""
+
+    clock: VirtualClock
+    network: MemoryNetwork
+    cluster: ScriptedCluster
+
+
+@pytest.fixture
+async def scripted(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> AsyncIterator[Scripted]:
+    """Virtual time, an in-memory network in place of TCP, and a one-node ScriptedCluster
+    (add nodes with ``cluster.add_node``)."""
+    clock = VirtualClock(asyncio.get_running_loop()).install()
+    network = MemoryNetwork()
+    monkeypatch.setattr(asyncio, "open_connection", network.open_connection)
+    state = random.getstate()
+    random.seed(request.param if hasattr(request, "param") else 0)  # jitter and node choices repeat
+    try:
+        yield Scripted(clock, network, ScriptedCluster(network))
+    finally:
+        random.setstate(state)
+        clock.uninstall()

@@ -1,0 +1,382 @@
+"""A FAKE Kafka cluster for injecting precise faults: not a Kafka implementation.
+
+It speaks just enough ApiVersions, Metadata, Produce, InitProducerId and ListOffsets for
+the producer, over :mod:`tests.fakes.network`, with the behaviour a fault needs under
+the test's control: which node leads a partition and at what epoch, what a lagging node
+reports, answers scripted per partition, responses held back or delayed, throttling, a
+node that stops reading or goes down, and Kafka's idempotence checks (duplicates answered
+with the original offset, or DUPLICATE_SEQUENCE_NUMBER as Tansu does; sequence gaps;
+unknown producers; fenced epochs). Like a real broker it handles one request at a time
+per connection, in order, so a held produce holds everything behind it on that
+connection. Everything accepted is kept per partition in ``log``, across leaders, so
+tests check order, duplicates and sequences; requests are recorded in ``requests``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aioprod.protocol import messages as m
+from aioprod.protocol.framing import FrameDecoder, decode_request_body, decode_request_header, encode_response
+from aioprod.protocol.records import read_batch
+from tests.fakes.network import MemoryNetwork, ServerSide
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+MESSAGE_TOO_LARGE = 10
+DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_PRODUCER_EPOCH = 47
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+UNKNOWN_PRODUCER_ID = 59
+
+REQUESTS: dict[int, type] = {
+    cls.API_KEY: cls
+    for cls in (
+        m.ApiVersionsRequest,
+        m.MetadataRequest,
+        m.ProduceRequest,
+        m.InitProducerIdRequest,
+        m.ListOffsetsRequest,
+    )
+}
+
+
+def default_versions() -> dict[int, tuple[int, int]]:
+    return {
+        m.ApiVersionsRequest.API_KEY: (0, 4),
+        m.MetadataRequest.API_KEY: (1, 12),
+        m.ProduceRequest.API_KEY: (3, 11),
+        m.InitProducerIdRequest.API_KEY: (0, 5),
+        m.ListOffsetsRequest.API_KEY: (1, 8),
+    }
+
+
+@dataclass(frozen=True)
+class Appended:
+    """One batch a leader accepted."""
+
+    node: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    values: tuple[bytes | None, ...]
+    base_offset: int
+
+
+@dataclass
+class _ProducerState:
+    epoch: int
+    #: The last five batches: (first sequence, last sequence, base offset).
+    recent: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=5))
+
+
+@dataclass
+class Partition:
+    leader: int
+    epoch: int = 0
+    log: list[Appended] = field(default_factory=list)
+    #: Reject batches larger than this with MESSAGE_TOO_LARGE (None: no limit).
+    max_batch_bytes: int | None = None
+    producers: dict[int, _ProducerState] = field(default_factory=dict)
+
+    @property
+    def values(self) -> list[bytes | None]:
+        return [v for batch in self.log for v in batch.values]
+
+    @property
+    def end_offset(self) -> int:
+        return sum(len(batch.values) for batch in self.log)
+
+
+@dataclass(frozen=True)
+class Request:
+    node: int
+    api_key: int
+    version: int
+    at: float
+    body: object
+
+
+class Hold:
+    """A scripted answer: write the batch, then hold the response until released."""
+
+
+@dataclass
+class FakeNode:
+    cluster: ScriptedCluster
+    node_id: int
+    host: str
+    port: int
+    #: Answers for produce partitions, in arrival order: an error code (the batch is not
+    #: written), ``0`` (normal handling) or :class:`Hold`.
+    script: deque[int | type[Hold]] = field(default_factory=deque)
+    #: Hold every produce response (the batches are written) until :meth:`release`.
+    holding: bool = False
+    #: Leave produce requests unprocessed (nothing written) until :meth:`release`: a
+    #: broker too slow to look at them yet.
+    stalling: bool = False
+    #: Delay every produce response by this many seconds.
+    delay: float = 0.0
+    #: Put this throttle_time_ms in every produce response.
+    throttle_ms: int = 0
+    #: What this node says in Metadata, where it differs from the truth: (topic, partition)
+    #: -> (leader, leader epoch). A lagging broker.
+    stale: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    connections: list[_Connection] = field(default_factory=list)
+    _released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def accept(self, side: ServerSide) -> None:
+        self.connections.append(_Connection(self, side))
+
+    def release(self) -> None:
+        """Answer every held produce request, and process every stalled one."""
+        self.holding = self.stalling = False
+        self._released.set()
+        self._released = asyncio.Event()
+
+    def stop_reading(self) -> None:
+        for conn in self.connections:
+            conn.side.reading = False
+
+    @property
+    def open_connections(self) -> int:
+        return sum(not conn.side.closed for conn in self.connections)
+
+
+class _Connection:
+    """One client connection: frames handled one at a time, answers in order."""
+
+    def __init__(self, node: FakeNode, side: ServerSide) -> None:
+        self.node = node
+        self.side = side
+        self._decoder = FrameDecoder()
+        self._frames: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._closed = asyncio.Event()
+        side.on_data = self._received
+        side.on_close = self._on_close
+        self._task = asyncio.ensure_future(self._serve())
+
+    def _on_close(self) -> None:
+        self._closed.set()
+        self._frames.put_nowait(None)
+
+    def _received(self, data: bytes) -> None:
+        for frame in self._decoder.feed(data):
+            self._frames.put_nowait(frame)
+
+    async def _serve(self) -> None:
+        while (frame := await self._frames.get()) is not None:
+            answer = await self.node.cluster.handle(self, frame)
+            if answer is not None:
+                self.side.send(answer)
+
+    async def closed_or(self, event: asyncio.Event) -> None:
+        """Wait for ``event`` or for this connection to close, whichever comes first."""
+        waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._closed.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+
+
+class ScriptedCluster:
+    """Nodes 1..n at ``127.0.0.1:9091..``; topics are created with :meth:`create_topic`."""
+
+    def __init__(self, network: MemoryNetwork, nodes: int = 1) -> None:
+        self.network = network
+        self.nodes: dict[int, FakeNode] = {}
+        self.topics: dict[str, list[Partition]] = {}
+        self.versions = default_versions()
+        self.requests: list[Request] = []
+        #: Error codes InitProducerId answers with, in order, before it succeeds.
+        self.init_script: deque[int] = deque()
+        #: Answer a repeated batch as Tansu does (DUPLICATE_SEQUENCE_NUMBER) instead of
+        #: as Apache Kafka does (success with the original offset).
+        self.duplicate_error = False
+        #: Put CurrentLeader/NodeEndpoints in NOT_LEADER answers (KIP-951, Produce v10+).
+        self.kip951 = True
+        self._producer_ids = itertools.count(1000)
+        self.clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
+        for node_id in range(1, nodes + 1):
+            self.add_node(node_id)
+
+    # -- set-up and faults -------------------------------------------------------------------
+
+    def add_node(self, node_id: int) -> FakeNode:
+        node = FakeNode(self, node_id, "127.0.0.1", 9090 + node_id)
+        self.nodes[node_id] = node
+        self.network.listen(node.host, node.port, node)
+        return node
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{n.host}:{n.port}" for n in self.nodes.values())
+
+    def create_topic(self, name: str, leaders: list[int] | int = 1) -> list[Partition]:
+        """``leaders``: one leader per partition, or a partition count (all led by node 1)."""
+        leader_list = [1] * leaders if isinstance(leaders, int) else leaders
+        self.topics[name] = [Partition(leader) for leader in leader_list]
+        return self.topics[name]
+
+    def partition(self, topic: str, index: int = 0) -> Partition:
+        return self.topics[topic][index]
+
+    def move_leader(self, topic: str, index: int, leader: int) -> None:
+        part = self.topics[topic][index]
+        part.leader = leader
+        part.epoch += 1
+
+    def stop(self, node_id: int) -> None:
+        """The broker process dies: new connections are refused, open ones are cut."""
+        node = self.nodes[node_id]
+        self.network.stop_listening(node.host, node.port)
+        self.disconnect(node_id)
+
+    def disconnect(self, node_id: int) -> None:
+        """The broker closes its client connections (e.g. connections.max.idle.ms) and stays up."""
+        for conn in self.nodes[node_id].connections:
+            conn.side.close()
+
+    def start(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        self.network.listen(node.host, node.port, node)
+
+    def requests_of(self, request_cls: type, node: int | None = None) -> list[Request]:
+        return [r for r in self.requests if r.api_key == request_cls.API_KEY and (node is None or r.node == node)]
+
+    # -- request handling ---------------------------------------------------------------------
+
+    async def handle(self, conn: _Connection, frame: bytes) -> bytes | None:
+        header, reader = decode_request_header(frame)
+        request = decode_request_body(reader, header, REQUESTS[header.api_key])
+        node = conn.node
+        self.requests.append(Request(node.node_id, header.api_key, header.api_version, self.clock(), request))
+        version, cid = header.api_version, header.correlation_id
+        if isinstance(request, m.ApiVersionsRequest):
+            keys = [m.ApiVersionsResponseApiKey(k, lo, hi) for k, (lo, hi) in self.versions.items()]
+            return encode_response(m.ApiVersionsResponse(api_keys=keys), version, cid)
+        if isinstance(request, m.MetadataRequest):
+            return encode_response(self._metadata(node, request), version, cid)
+        if isinstance(request, m.InitProducerIdRequest):
+            return encode_response(self._init_producer_id(request), version, cid)
+        if isinstance(request, m.ListOffsetsRequest):
+            return encode_response(self._list_offsets(request), version, cid)
+        assert isinstance(request, m.ProduceRequest)
+        if node.stalling:
+            await conn.closed_or(node._released)
+        response, hold = self._produce(node, request, version)
+        if hold or node.holding:
+            await conn.closed_or(node._released)
+        if node.delay:
+            await asyncio.sleep(node.delay)
+        if request.acks == 0 or conn.side.closed:
+            return None
+        return encode_response(response, version, cid)
+
+    def _metadata(self, node: FakeNode, request: m.MetadataRequest) -> m.MetadataResponse:
+        names = list(self.topics) if request.topics is None else [t.name for t in request.topics]
+        topics = []
+        for name in names:
+            parts = self.topics.get(name)
+            if parts is None:
+                topics.append(m.MetadataResponseTopic(UNKNOWN_TOPIC_OR_PARTITION, name, partitions=[]))
+                continue
+            described = []
+            for index, part in enumerate(parts):
+                leader, epoch = node.stale.get((name, index), (part.leader, part.epoch))
+                code = 5 if leader < 0 else NONE  # LEADER_NOT_AVAILABLE
+                described.append(m.MetadataResponsePartition(code, index, leader, epoch, [leader], [leader], []))
+            topics.append(m.MetadataResponseTopic(NONE, name, partitions=described))
+        brokers = [m.MetadataResponseBroker(n.node_id, n.host, n.port) for n in self.nodes.values()]
+        return m.MetadataResponse(brokers=brokers, cluster_id="scripted", controller_id=1, topics=topics)
+
+    def _init_producer_id(self, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
+        if self.init_script:
+            return m.InitProducerIdResponse(error_code=self.init_script.popleft(), producer_epoch=-1)
+        return m.InitProducerIdResponse(producer_id=next(self._producer_ids), producer_epoch=0)
+
+    def _list_offsets(self, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+        topics = []
+        for t in request.topics:
+            parts = self.topics[t.name]
+            answers = [
+                m.ListOffsetsResponsePartition(p.partition_index, NONE, offset=parts[p.partition_index].end_offset)
+                for p in t.partitions
+            ]
+            topics.append(m.ListOffsetsResponseTopic(t.name, answers))
+        return m.ListOffsetsResponse(topics=topics)
+
+    def _produce(self, node: FakeNode, request: m.ProduceRequest, version: int) -> tuple[m.ProduceResponse, bool]:
+        hold = False
+        endpoints: dict[int, m.ProduceResponseNodeEndpoint] = {}
+        topics = []
+        for t in request.topic_data:
+            answers = []
+            for p in t.partition_data:
+                assert p.records is not None
+                scripted = node.script.popleft() if node.script else NONE
+                if scripted is Hold:
+                    hold = True
+                    scripted = NONE
+                assert isinstance(scripted, int)
+                code, offset = scripted, -1
+                if code == NONE:
+                    code, offset = self._append(node, t.name, p.index, p.records)
+                answer = m.ProduceResponsePartition(index=p.index, error_code=code, base_offset=offset)
+                part = self.topics.get(t.name, [None] * (p.index + 1))[p.index]
+                if code == NOT_LEADER_OR_FOLLOWER and self.kip951 and version >= 10 and part is not None:
+                    leader = self.nodes[part.leader]
+                    answer.current_leader = m.ProduceResponseLeaderIdAndEpoch(part.leader, part.epoch)
+                    endpoints[leader.node_id] = m.ProduceResponseNodeEndpoint(leader.node_id, leader.host, leader.port)
+                answers.append(answer)
+            topics.append(m.ProduceResponseTopic(name=t.name, partition_responses=answers))
+        response = m.ProduceResponse(
+            responses=topics, throttle_time_ms=node.throttle_ms, node_endpoints=list(endpoints.values())
+        )
+        return response, hold
+
+    def _append(self, node: FakeNode, topic: str, index: int, records: bytes) -> tuple[int, int]:
+        parts = self.topics.get(topic)
+        if parts is None or index >= len(parts):
+            return UNKNOWN_TOPIC_OR_PARTITION, -1
+        part = parts[index]
+        if part.leader != node.node_id:
+            return NOT_LEADER_OR_FOLLOWER, -1
+        if part.max_batch_bytes is not None and len(records) > part.max_batch_bytes:
+            return MESSAGE_TOO_LARGE, -1
+        batch = read_batch(records)
+        pid, epoch, first = batch.producer_id, batch.producer_epoch, batch.base_sequence
+        if pid >= 0:
+            last = first + batch.record_count - 1
+            state = part.producers.get(pid)
+            if state is None:
+                if first != 0:
+                    return UNKNOWN_PRODUCER_ID, -1
+                state = part.producers[pid] = _ProducerState(epoch)
+            elif epoch < state.epoch:
+                return INVALID_PRODUCER_EPOCH, -1
+            elif epoch > state.epoch:
+                if first != 0:
+                    return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+                state.epoch = epoch
+                state.recent.clear()
+            else:
+                for seen_first, seen_last, seen_offset in state.recent:
+                    if (seen_first, seen_last) == (first, last):
+                        return (DUPLICATE_SEQUENCE_NUMBER, -1) if self.duplicate_error else (NONE, seen_offset)
+                expected = (state.recent[-1][1] + 1) % 2**31 if state.recent else 0
+                if first != expected:
+                    return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+        offset = part.end_offset
+        part.log.append(Appended(node.node_id, pid, epoch, first, tuple(r.value for r in batch.records), offset))
+        if pid >= 0:
+            part.producers[pid].recent.append((first, first + batch.record_count - 1, offset))
+        return NONE, offset
