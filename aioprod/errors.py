@@ -55,7 +55,16 @@ class KafkaTimeoutError(KafkaError, TimeoutError):
 
 
 class ProducerClosedError(KafkaError):
-    """The producer is not started, or is closed or closing."""
+    """The producer is not started, or is closed or closing.
+
+    For a record that close() failed, ``possibly_persisted`` says whether its batch may
+    have reached the broker (it was on the wire, or an earlier attempt's outcome is
+    unknown) or certainly did not.
+    """
+
+    def __init__(self, message: str, *, possibly_persisted: bool = False) -> None:
+        super().__init__(message)
+        self.possibly_persisted = possibly_persisted
 
 
 class RecordTooLargeError(KafkaError, ValueError):
@@ -113,138 +122,140 @@ class ProducerFatalError(KafkaError):
 # RecordTooLargeError. Their direct base is always BrokerResponseError.
 # ---------------------------------------------------------------------------------------------
 
-#: (code, protocol name, retriable, short description) for every protocol error code except
-#: 0 (NONE), sorted by code. ``retriable`` follows the Java client: True when its exception
-#: for the code is a RetriableException.
-_BROKER_ERROR_TABLE: Final[tuple[tuple[int, str, bool, str], ...]] = (
-    (-1, "UNKNOWN_SERVER_ERROR", False, "Unexpected failure on the broker while handling the request."),
-    (1, "OFFSET_OUT_OF_RANGE", False, "Requested offset lies outside the partition's retained log."),
-    (2, "CORRUPT_MESSAGE", True, "The broker found a record batch corrupt or invalid."),
-    (3, "UNKNOWN_TOPIC_OR_PARTITION", True, "The broker does not host this topic or partition."),
-    (4, "INVALID_FETCH_SIZE", False, "The fetch size in the request is not valid."),
-    (5, "LEADER_NOT_AVAILABLE", True, "The partition has no leader right now (e.g. during an election)."),
-    (6, "NOT_LEADER_OR_FOLLOWER", True, "This broker is not the leader (or a replica) of the partition."),
-    (7, "REQUEST_TIMED_OUT", True, "The broker did not complete the request within its timeout."),
-    (8, "BROKER_NOT_AVAILABLE", False, "The addressed broker is not available."),
-    (9, "REPLICA_NOT_AVAILABLE", True, "A replica the request needs is not available."),
-    (10, "MESSAGE_TOO_LARGE", False, "The request holds a batch larger than the broker accepts."),
-    (11, "STALE_CONTROLLER_EPOCH", False, "The request came from a controller with an outdated epoch."),
-    (12, "OFFSET_METADATA_TOO_LARGE", False, "The offset commit metadata string is too long."),
-    (13, "NETWORK_EXCEPTION", True, "A network failure interrupted the request."),
-    (14, "COORDINATOR_LOAD_IN_PROGRESS", True, "The coordinator is still loading its state."),
-    (15, "COORDINATOR_NOT_AVAILABLE", True, "The group or transaction coordinator is not available."),
-    (16, "NOT_COORDINATOR", True, "This broker is not the coordinator for the group or transaction."),
-    (17, "INVALID_TOPIC_EXCEPTION", False, "The topic name is not valid for this operation."),
-    (18, "RECORD_LIST_TOO_LARGE", False, "A record batch is larger than a log segment allows."),
-    (19, "NOT_ENOUGH_REPLICAS", True, "Too few in-sync replicas to accept the write."),
-    (20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", True, "Appended, but in-sync replicas fell below the minimum."),
-    (21, "INVALID_REQUIRED_ACKS", False, "The acks value in the produce request is not valid."),
-    (22, "ILLEGAL_GENERATION", False, "The group generation id is not the current one."),
-    (23, "INCONSISTENT_GROUP_PROTOCOL", False, "The member's protocols do not match the group's."),
-    (24, "INVALID_GROUP_ID", False, "The group id is empty or otherwise invalid."),
-    (25, "UNKNOWN_MEMBER_ID", False, "The coordinator does not know this group member id."),
-    (26, "INVALID_SESSION_TIMEOUT", False, "The session timeout is outside the broker's allowed range."),
-    (27, "REBALANCE_IN_PROGRESS", False, "The consumer group is rebalancing."),
-    (28, "INVALID_COMMIT_OFFSET_SIZE", False, "The size of the committed offset data is not valid."),
-    (29, "TOPIC_AUTHORIZATION_FAILED", False, "Not authorized to access the topic."),
-    (30, "GROUP_AUTHORIZATION_FAILED", False, "Not authorized to access the group."),
-    (31, "CLUSTER_AUTHORIZATION_FAILED", False, "Not authorized for this cluster-level operation."),
-    (32, "INVALID_TIMESTAMP", False, "A record timestamp is outside the accepted range."),
-    (33, "UNSUPPORTED_SASL_MECHANISM", False, "The SASL mechanism asked for is not enabled on the broker."),
-    (34, "ILLEGAL_SASL_STATE", False, "The request is out of order for the SASL handshake."),
-    (35, "UNSUPPORTED_VERSION", False, "The broker does not support this API version."),
-    (36, "TOPIC_ALREADY_EXISTS", False, "The topic to be created exists already."),
-    (37, "INVALID_PARTITIONS", False, "The partition count is not valid."),
-    (38, "INVALID_REPLICATION_FACTOR", False, "The replication factor is not valid."),
-    (39, "INVALID_REPLICA_ASSIGNMENT", False, "The requested placement of replicas is not valid."),
-    (40, "INVALID_CONFIG", False, "A configuration value is not valid."),
-    (41, "NOT_CONTROLLER", True, "This broker is not the active controller."),
-    (42, "INVALID_REQUEST", False, "The request is malformed or not valid for this broker."),
-    (43, "UNSUPPORTED_FOR_MESSAGE_FORMAT", False, "The topic's message format cannot carry this request."),
-    (44, "POLICY_VIOLATION", False, "A broker-side policy rejected the request."),
-    (45, "OUT_OF_ORDER_SEQUENCE_NUMBER", False, "The producer sequence number is not the expected one."),
-    (46, "DUPLICATE_SEQUENCE_NUMBER", False, "The broker already has a batch with this sequence number."),
-    (47, "INVALID_PRODUCER_EPOCH", False, "The producer epoch is older than the one the broker knows."),
-    (48, "INVALID_TXN_STATE", False, "The operation is not allowed in the transaction's current state."),
-    (49, "INVALID_PRODUCER_ID_MAPPING", False, "The producer id is not assigned to this transactional id."),
-    (50, "INVALID_TRANSACTION_TIMEOUT", False, "The transaction timeout exceeds the broker's maximum."),
-    (51, "CONCURRENT_TRANSACTIONS", True, "Another transaction operation is still running."),
-    (52, "TRANSACTION_COORDINATOR_FENCED", False, "A newer transaction coordinator has taken over."),
-    (53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", False, "Not authorized to use this transactional id."),
-    (54, "SECURITY_DISABLED", False, "Security features are disabled on the broker."),
-    (55, "OPERATION_NOT_ATTEMPTED", False, "Skipped because a related operation in the request failed."),
-    (56, "KAFKA_STORAGE_ERROR", True, "A disk or log directory error on the broker."),
-    (57, "LOG_DIR_NOT_FOUND", False, "The named log directory does not exist on the broker."),
-    (58, "SASL_AUTHENTICATION_FAILED", False, "The broker rejected the SASL credentials."),
-    (59, "UNKNOWN_PRODUCER_ID", False, "The broker has no state for this producer id."),
-    (60, "REASSIGNMENT_IN_PROGRESS", False, "The partition is being reassigned at the moment."),
-    (61, "DELEGATION_TOKEN_AUTH_DISABLED", False, "Delegation token authentication is disabled."),
-    (62, "DELEGATION_TOKEN_NOT_FOUND", False, "The delegation token does not exist."),
-    (63, "DELEGATION_TOKEN_OWNER_MISMATCH", False, "The principal is not an owner or renewer of the token."),
-    (64, "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED", False, "Token requests are not allowed on this connection."),
-    (65, "DELEGATION_TOKEN_AUTHORIZATION_FAILED", False, "Not authorized for this delegation token action."),
-    (66, "DELEGATION_TOKEN_EXPIRED", False, "The delegation token is past its expiry time."),
-    (67, "INVALID_PRINCIPAL_TYPE", False, "The principal type is not supported."),
-    (68, "NON_EMPTY_GROUP", False, "The group still has members."),
-    (69, "GROUP_ID_NOT_FOUND", False, "No group with this id is known to the coordinator."),
-    (70, "FETCH_SESSION_ID_NOT_FOUND", True, "The fetch session id is unknown to the broker."),
-    (71, "INVALID_FETCH_SESSION_EPOCH", True, "The fetch session epoch is not the expected one."),
-    (72, "LISTENER_NOT_FOUND", True, "The leader has no listener matching the one this request used."),
-    (73, "TOPIC_DELETION_DISABLED", False, "Topic deletion is disabled on the broker."),
-    (74, "FENCED_LEADER_EPOCH", True, "The request's leader epoch is older than the broker's."),
-    (75, "UNKNOWN_LEADER_EPOCH", True, "The request's leader epoch is newer than the broker's."),
-    (76, "UNSUPPORTED_COMPRESSION_TYPE", False, "The request version cannot read the partition's codec."),
-    (77, "STALE_BROKER_EPOCH", False, "The broker epoch in the request is outdated."),
-    (78, "OFFSET_NOT_AVAILABLE", True, "The offset is not available yet, e.g. right after a leader change."),
-    (79, "MEMBER_ID_REQUIRED", False, "The member must rejoin with the member id the coordinator assigned."),
-    (80, "PREFERRED_LEADER_NOT_AVAILABLE", True, "The preferred replica cannot become leader at the moment."),
-    (81, "GROUP_MAX_SIZE_REACHED", False, "The group has reached its maximum size."),
-    (82, "FENCED_INSTANCE_ID", False, "Another member with the same group instance id fenced this one."),
-    (83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", True, "No eligible replica can be elected leader."),
-    (84, "ELECTION_NOT_NEEDED", True, "The leader election is not needed."),
-    (85, "NO_REASSIGNMENT_IN_PROGRESS", False, "There is no ongoing partition reassignment to act on."),
-    (86, "GROUP_SUBSCRIBED_TO_TOPIC", False, "The group is still subscribed to the topic."),
-    (87, "INVALID_RECORD", False, "The broker rejected a record as invalid."),
-    (88, "UNSTABLE_OFFSET_COMMIT", True, "Pending transactional offset commits make the offset unstable."),
-    (89, "THROTTLING_QUOTA_EXCEEDED", True, "The request exceeded a throttling quota."),
-    (90, "PRODUCER_FENCED", False, "A newer producer with the same transactional id fenced this one."),
-    (91, "RESOURCE_NOT_FOUND", False, "The requested resource does not exist."),
-    (92, "DUPLICATE_RESOURCE", False, "The request names the same resource more than once."),
-    (93, "UNACCEPTABLE_CREDENTIAL", False, "The credential does not meet the broker's requirements."),
-    (94, "INCONSISTENT_VOTER_SET", False, "The voter is not part of the expected quorum voter set."),
-    (95, "INVALID_UPDATE_VERSION", False, "The update version is not valid."),
-    (96, "FEATURE_UPDATE_FAILED", False, "Applying a feature update failed."),
-    (97, "PRINCIPAL_DESERIALIZATION_FAILURE", False, "A forwarded request's principal could not be decoded."),
-    (98, "SNAPSHOT_NOT_FOUND", False, "The requested snapshot does not exist."),
-    (100, "UNKNOWN_TOPIC_ID", True, "The broker does not know this topic id."),
-    (101, "DUPLICATE_BROKER_REGISTRATION", False, "Another broker already registered with this id."),
-    (102, "BROKER_ID_NOT_REGISTERED", False, "This broker id is not registered."),
-    (103, "INCONSISTENT_TOPIC_ID", True, "The topic id does not match the one in the broker's log."),
-    (104, "INCONSISTENT_CLUSTER_ID", False, "The cluster id does not match the quorum's."),
-    (105, "TRANSACTIONAL_ID_NOT_FOUND", False, "The transactional id does not exist."),
-    (106, "FETCH_SESSION_TOPIC_ID_ERROR", True, "The fetch session's topic ids are inconsistent."),
-    (107, "INELIGIBLE_REPLICA", False, "A proposed in-sync replica is not eligible."),
-    (108, "NEW_LEADER_ELECTED", False, "The partition state changed, but leadership moved meanwhile."),
-    (109, "OFFSET_MOVED_TO_TIERED_STORAGE", False, "The offset is only in tiered (remote) storage."),
-    (110, "FENCED_MEMBER_EPOCH", False, "The coordinator fenced the member epoch."),
-    (111, "UNRELEASED_INSTANCE_ID", False, "The group instance id is still held by another member."),
-    (112, "UNSUPPORTED_ASSIGNOR", False, "The group does not support the requested assignor."),
-    (113, "STALE_MEMBER_EPOCH", False, "The member epoch is outdated."),
-    (114, "MISMATCHED_ENDPOINT_TYPE", False, "The request was sent to the wrong endpoint type."),
-    (115, "UNSUPPORTED_ENDPOINT_TYPE", False, "The endpoint does not support this request."),
-    (116, "UNKNOWN_CONTROLLER_ID", False, "No controller with this id is known."),
-    (117, "UNKNOWN_SUBSCRIPTION_ID", False, "The client telemetry subscription id is unknown."),
-    (118, "TELEMETRY_TOO_LARGE", False, "The client telemetry payload is too large."),
-    (119, "INVALID_REGISTRATION", False, "The controller rejected the broker registration."),
-    (120, "TRANSACTION_ABORTABLE", False, "The transaction must be aborted; the producer may then go on."),
-    (121, "INVALID_RECORD_STATE", False, "The share-group record's state forbids this operation."),
-    (122, "SHARE_SESSION_NOT_FOUND", True, "The share session is unknown to the broker."),
-    (123, "INVALID_SHARE_SESSION_EPOCH", True, "The share session epoch is not the expected one."),
-    (124, "FENCED_STATE_EPOCH", False, "The share-group state epoch is outdated."),
-    (125, "INVALID_VOTER_KEY", False, "The voter's directory id differs from the receiving replica's."),
-    (126, "DUPLICATE_VOTER", False, "The voter to add is already in the quorum."),
-    (127, "VOTER_NOT_FOUND", False, "The voter to remove is not in the quorum."),
-    (128, "INVALID_REGULAR_EXPRESSION", False, "A topic regular expression in the request cannot be parsed."),
+#: (code, protocol name, retriable, invalid metadata, short description) for every protocol
+#: error code except 0 (NONE), sorted by code. ``retriable`` follows the Java client: True
+#: when its exception for the code is a RetriableException. ``invalid metadata`` is True
+#: when the Java client's exception is an InvalidMetadataException: the answer means the
+#: client's view of leaders is stale, so a metadata refresh is due before the retry.
+_BROKER_ERROR_TABLE: Final[tuple[tuple[int, str, bool, bool, str], ...]] = (
+    (-1, "UNKNOWN_SERVER_ERROR", False, False, "Unexpected failure on the broker while handling the request."),
+    (1, "OFFSET_OUT_OF_RANGE", False, False, "Requested offset lies outside the partition's retained log."),
+    (2, "CORRUPT_MESSAGE", True, False, "The broker found a record batch corrupt or invalid."),
+    (3, "UNKNOWN_TOPIC_OR_PARTITION", True, True, "The broker does not host this topic or partition."),
+    (4, "INVALID_FETCH_SIZE", False, False, "The fetch size in the request is not valid."),
+    (5, "LEADER_NOT_AVAILABLE", True, True, "The partition has no leader right now (e.g. during an election)."),
+    (6, "NOT_LEADER_OR_FOLLOWER", True, True, "This broker is not the leader (or a replica) of the partition."),
+    (7, "REQUEST_TIMED_OUT", True, False, "The broker did not complete the request within its timeout."),
+    (8, "BROKER_NOT_AVAILABLE", False, False, "The addressed broker is not available."),
+    (9, "REPLICA_NOT_AVAILABLE", True, True, "A replica the request needs is not available."),
+    (10, "MESSAGE_TOO_LARGE", False, False, "The request holds a batch larger than the broker accepts."),
+    (11, "STALE_CONTROLLER_EPOCH", False, False, "The request came from a controller with an outdated epoch."),
+    (12, "OFFSET_METADATA_TOO_LARGE", False, False, "The offset commit metadata string is too long."),
+    (13, "NETWORK_EXCEPTION", True, True, "A network failure interrupted the request."),
+    (14, "COORDINATOR_LOAD_IN_PROGRESS", True, False, "The coordinator is still loading its state."),
+    (15, "COORDINATOR_NOT_AVAILABLE", True, False, "The group or transaction coordinator is not available."),
+    (16, "NOT_COORDINATOR", True, False, "This broker is not the coordinator for the group or transaction."),
+    (17, "INVALID_TOPIC_EXCEPTION", False, False, "The topic name is not valid for this operation."),
+    (18, "RECORD_LIST_TOO_LARGE", False, False, "A record batch is larger than a log segment allows."),
+    (19, "NOT_ENOUGH_REPLICAS", True, False, "Too few in-sync replicas to accept the write."),
+    (20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", True, False, "Appended, but in-sync replicas fell below the minimum."),
+    (21, "INVALID_REQUIRED_ACKS", False, False, "The acks value in the produce request is not valid."),
+    (22, "ILLEGAL_GENERATION", False, False, "The group generation id is not the current one."),
+    (23, "INCONSISTENT_GROUP_PROTOCOL", False, False, "The member's protocols do not match the group's."),
+    (24, "INVALID_GROUP_ID", False, False, "The group id is empty or otherwise invalid."),
+    (25, "UNKNOWN_MEMBER_ID", False, False, "The coordinator does not know this group member id."),
+    (26, "INVALID_SESSION_TIMEOUT", False, False, "The session timeout is outside the broker's allowed range."),
+    (27, "REBALANCE_IN_PROGRESS", False, False, "The consumer group is rebalancing."),
+    (28, "INVALID_COMMIT_OFFSET_SIZE", False, False, "The size of the committed offset data is not valid."),
+    (29, "TOPIC_AUTHORIZATION_FAILED", False, False, "Not authorized to access the topic."),
+    (30, "GROUP_AUTHORIZATION_FAILED", False, False, "Not authorized to access the group."),
+    (31, "CLUSTER_AUTHORIZATION_FAILED", False, False, "Not authorized for this cluster-level operation."),
+    (32, "INVALID_TIMESTAMP", False, False, "A record timestamp is outside the accepted range."),
+    (33, "UNSUPPORTED_SASL_MECHANISM", False, False, "The SASL mechanism asked for is not enabled on the broker."),
+    (34, "ILLEGAL_SASL_STATE", False, False, "The request is out of order for the SASL handshake."),
+    (35, "UNSUPPORTED_VERSION", False, False, "The broker does not support this API version."),
+    (36, "TOPIC_ALREADY_EXISTS", False, False, "The topic to be created exists already."),
+    (37, "INVALID_PARTITIONS", False, False, "The partition count is not valid."),
+    (38, "INVALID_REPLICATION_FACTOR", False, False, "The replication factor is not valid."),
+    (39, "INVALID_REPLICA_ASSIGNMENT", False, False, "The requested placement of replicas is not valid."),
+    (40, "INVALID_CONFIG", False, False, "A configuration value is not valid."),
+    (41, "NOT_CONTROLLER", True, False, "This broker is not the active controller."),
+    (42, "INVALID_REQUEST", False, False, "The request is malformed or not valid for this broker."),
+    (43, "UNSUPPORTED_FOR_MESSAGE_FORMAT", False, False, "The topic's message format cannot carry this request."),
+    (44, "POLICY_VIOLATION", False, False, "A broker-side policy rejected the request."),
+    (45, "OUT_OF_ORDER_SEQUENCE_NUMBER", False, False, "The producer sequence number is not the expected one."),
+    (46, "DUPLICATE_SEQUENCE_NUMBER", False, False, "The broker already has a batch with this sequence number."),
+    (47, "INVALID_PRODUCER_EPOCH", False, False, "The producer epoch is older than the one the broker knows."),
+    (48, "INVALID_TXN_STATE", False, False, "The operation is not allowed in the transaction's current state."),
+    (49, "INVALID_PRODUCER_ID_MAPPING", False, False, "The producer id is not assigned to this transactional id."),
+    (50, "INVALID_TRANSACTION_TIMEOUT", False, False, "The transaction timeout exceeds the broker's maximum."),
+    (51, "CONCURRENT_TRANSACTIONS", True, False, "Another transaction operation is still running."),
+    (52, "TRANSACTION_COORDINATOR_FENCED", False, False, "A newer transaction coordinator has taken over."),
+    (53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", False, False, "Not authorized to use this transactional id."),
+    (54, "SECURITY_DISABLED", False, False, "Security features are disabled on the broker."),
+    (55, "OPERATION_NOT_ATTEMPTED", False, False, "Skipped because a related operation in the request failed."),
+    (56, "KAFKA_STORAGE_ERROR", True, True, "A disk or log directory error on the broker."),
+    (57, "LOG_DIR_NOT_FOUND", False, False, "The named log directory does not exist on the broker."),
+    (58, "SASL_AUTHENTICATION_FAILED", False, False, "The broker rejected the SASL credentials."),
+    (59, "UNKNOWN_PRODUCER_ID", False, False, "The broker has no state for this producer id."),
+    (60, "REASSIGNMENT_IN_PROGRESS", False, False, "The partition is being reassigned at the moment."),
+    (61, "DELEGATION_TOKEN_AUTH_DISABLED", False, False, "Delegation token authentication is disabled."),
+    (62, "DELEGATION_TOKEN_NOT_FOUND", False, False, "The delegation token does not exist."),
+    (63, "DELEGATION_TOKEN_OWNER_MISMATCH", False, False, "The principal is not an owner or renewer of the token."),
+    (64, "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED", False, False, "Token requests are not allowed on this connection."),
+    (65, "DELEGATION_TOKEN_AUTHORIZATION_FAILED", False, False, "Not authorized for this delegation token action."),
+    (66, "DELEGATION_TOKEN_EXPIRED", False, False, "The delegation token is past its expiry time."),
+    (67, "INVALID_PRINCIPAL_TYPE", False, False, "The principal type is not supported."),
+    (68, "NON_EMPTY_GROUP", False, False, "The group still has members."),
+    (69, "GROUP_ID_NOT_FOUND", False, False, "No group with this id is known to the coordinator."),
+    (70, "FETCH_SESSION_ID_NOT_FOUND", True, False, "The fetch session id is unknown to the broker."),
+    (71, "INVALID_FETCH_SESSION_EPOCH", True, False, "The fetch session epoch is not the expected one."),
+    (72, "LISTENER_NOT_FOUND", True, True, "The leader has no listener matching the one this request used."),
+    (73, "TOPIC_DELETION_DISABLED", False, False, "Topic deletion is disabled on the broker."),
+    (74, "FENCED_LEADER_EPOCH", True, True, "The request's leader epoch is older than the broker's."),
+    (75, "UNKNOWN_LEADER_EPOCH", True, True, "The request's leader epoch is newer than the broker's."),
+    (76, "UNSUPPORTED_COMPRESSION_TYPE", False, False, "The request version cannot read the partition's codec."),
+    (77, "STALE_BROKER_EPOCH", False, False, "The broker epoch in the request is outdated."),
+    (78, "OFFSET_NOT_AVAILABLE", True, False, "The offset is not available yet, e.g. right after a leader change."),
+    (79, "MEMBER_ID_REQUIRED", False, False, "The member must rejoin with the member id the coordinator assigned."),
+    (80, "PREFERRED_LEADER_NOT_AVAILABLE", True, False, "The preferred replica cannot become leader at the moment."),
+    (81, "GROUP_MAX_SIZE_REACHED", False, False, "The group has reached its maximum size."),
+    (82, "FENCED_INSTANCE_ID", False, False, "Another member with the same group instance id fenced this one."),
+    (83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", True, False, "No eligible replica can be elected leader."),
+    (84, "ELECTION_NOT_NEEDED", True, False, "The leader election is not needed."),
+    (85, "NO_REASSIGNMENT_IN_PROGRESS", False, False, "There is no ongoing partition reassignment to act on."),
+    (86, "GROUP_SUBSCRIBED_TO_TOPIC", False, False, "The group is still subscribed to the topic."),
+    (87, "INVALID_RECORD", False, False, "The broker rejected a record as invalid."),
+    (88, "UNSTABLE_OFFSET_COMMIT", True, False, "Pending transactional offset commits make the offset unstable."),
+    (89, "THROTTLING_QUOTA_EXCEEDED", True, False, "The request exceeded a throttling quota."),
+    (90, "PRODUCER_FENCED", False, False, "A newer producer with the same transactional id fenced this one."),
+    (91, "RESOURCE_NOT_FOUND", False, False, "The requested resource does not exist."),
+    (92, "DUPLICATE_RESOURCE", False, False, "The request names the same resource more than once."),
+    (93, "UNACCEPTABLE_CREDENTIAL", False, False, "The credential does not meet the broker's requirements."),
+    (94, "INCONSISTENT_VOTER_SET", False, False, "The voter is not part of the expected quorum voter set."),
+    (95, "INVALID_UPDATE_VERSION", False, False, "The update version is not valid."),
+    (96, "FEATURE_UPDATE_FAILED", False, False, "Applying a feature update failed."),
+    (97, "PRINCIPAL_DESERIALIZATION_FAILURE", False, False, "A forwarded request's principal could not be decoded."),
+    (98, "SNAPSHOT_NOT_FOUND", False, False, "The requested snapshot does not exist."),
+    (100, "UNKNOWN_TOPIC_ID", True, True, "The broker does not know this topic id."),
+    (101, "DUPLICATE_BROKER_REGISTRATION", False, False, "Another broker already registered with this id."),
+    (102, "BROKER_ID_NOT_REGISTERED", False, False, "This broker id is not registered."),
+    (103, "INCONSISTENT_TOPIC_ID", True, True, "The topic id does not match the one in the broker's log."),
+    (104, "INCONSISTENT_CLUSTER_ID", False, False, "The cluster id does not match the quorum's."),
+    (105, "TRANSACTIONAL_ID_NOT_FOUND", False, False, "The transactional id does not exist."),
+    (106, "FETCH_SESSION_TOPIC_ID_ERROR", True, False, "The fetch session's topic ids are inconsistent."),
+    (107, "INELIGIBLE_REPLICA", False, False, "A proposed in-sync replica is not eligible."),
+    (108, "NEW_LEADER_ELECTED", False, False, "The partition state changed, but leadership moved meanwhile."),
+    (109, "OFFSET_MOVED_TO_TIERED_STORAGE", False, False, "The offset is only in tiered (remote) storage."),
+    (110, "FENCED_MEMBER_EPOCH", False, False, "The coordinator fenced the member epoch."),
+    (111, "UNRELEASED_INSTANCE_ID", False, False, "The group instance id is still held by another member."),
+    (112, "UNSUPPORTED_ASSIGNOR", False, False, "The group does not support the requested assignor."),
+    (113, "STALE_MEMBER_EPOCH", False, False, "The member epoch is outdated."),
+    (114, "MISMATCHED_ENDPOINT_TYPE", False, False, "The request was sent to the wrong endpoint type."),
+    (115, "UNSUPPORTED_ENDPOINT_TYPE", False, False, "The endpoint does not support this request."),
+    (116, "UNKNOWN_CONTROLLER_ID", False, False, "No controller with this id is known."),
+    (117, "UNKNOWN_SUBSCRIPTION_ID", False, False, "The client telemetry subscription id is unknown."),
+    (118, "TELEMETRY_TOO_LARGE", False, False, "The client telemetry payload is too large."),
+    (119, "INVALID_REGISTRATION", False, False, "The controller rejected the broker registration."),
+    (120, "TRANSACTION_ABORTABLE", False, False, "The transaction must be aborted; the producer may then go on."),
+    (121, "INVALID_RECORD_STATE", False, False, "The share-group record's state forbids this operation."),
+    (122, "SHARE_SESSION_NOT_FOUND", True, False, "The share session is unknown to the broker."),
+    (123, "INVALID_SHARE_SESSION_EPOCH", True, False, "The share session epoch is not the expected one."),
+    (124, "FENCED_STATE_EPOCH", False, False, "The share-group state epoch is outdated."),
+    (125, "INVALID_VOTER_KEY", False, False, "The voter's directory id differs from the receiving replica's."),
+    (126, "DUPLICATE_VOTER", False, False, "The voter to add is already in the quorum."),
+    (127, "VOTER_NOT_FOUND", False, False, "The voter to remove is not in the quorum."),
+    (128, "INVALID_REGULAR_EXPRESSION", False, False, "A topic regular expression in the request cannot be parsed."),
 )
 
 
@@ -253,8 +264,8 @@ class BrokerResponseError(KafkaError):
 
     Subclasses (one per protocol error code, see :data:`ERRORS_BY_CODE`) set the class
     attributes ``code``, ``name`` (the protocol name, e.g. ``"NOT_LEADER_OR_FOLLOWER"``),
-    ``retriable`` and ``description``. Instances carry the optional message the broker sent
-    along with the code. Build them with :func:`error_for_code`.
+    ``retriable``, ``invalid_metadata`` and ``description``. Instances carry the optional
+    message the broker sent along with the code. Build them with :func:`error_for_code`.
     """
 
     #: The protocol error code.
@@ -262,6 +273,9 @@ class BrokerResponseError(KafkaError):
     #: The protocol name of the error code, e.g. ``"NOT_LEADER_OR_FOLLOWER"``.
     name: str
     retriable: bool
+    #: The answer means the client's metadata is stale (the leader moved, the topic
+    #: changed): refresh it before retrying. Java's InvalidMetadataException family.
+    invalid_metadata: bool = False
     #: A short description, shown by ``str()`` when the broker sent no message.
     description: str
 
@@ -328,6 +342,7 @@ class UnknownTopicOrPartitionError(BrokerResponseError):
     code = 3
     name = "UNKNOWN_TOPIC_OR_PARTITION"
     retriable = True
+    invalid_metadata = True
     description = "The broker does not host this topic or partition."
 
 
@@ -346,6 +361,7 @@ class LeaderNotAvailableError(BrokerResponseError):
     code = 5
     name = "LEADER_NOT_AVAILABLE"
     retriable = True
+    invalid_metadata = True
     description = "The partition has no leader right now (e.g. during an election)."
 
 
@@ -355,6 +371,7 @@ class NotLeaderOrFollowerError(BrokerResponseError):
     code = 6
     name = "NOT_LEADER_OR_FOLLOWER"
     retriable = True
+    invalid_metadata = True
     description = "This broker is not the leader (or a replica) of the partition."
 
 
@@ -382,6 +399,7 @@ class ReplicaNotAvailableError(BrokerResponseError):
     code = 9
     name = "REPLICA_NOT_AVAILABLE"
     retriable = True
+    invalid_metadata = True
     description = "A replica the request needs is not available."
 
 
@@ -418,6 +436,7 @@ class NetworkError(BrokerResponseError):
     code = 13
     name = "NETWORK_EXCEPTION"
     retriable = True
+    invalid_metadata = True
     description = "A network failure interrupted the request."
 
 
@@ -805,6 +824,7 @@ class KafkaStorageError(BrokerResponseError):
     code = 56
     name = "KAFKA_STORAGE_ERROR"
     retriable = True
+    invalid_metadata = True
     description = "A disk or log directory error on the broker."
 
 
@@ -949,6 +969,7 @@ class ListenerNotFoundError(BrokerResponseError):
     code = 72
     name = "LISTENER_NOT_FOUND"
     retriable = True
+    invalid_metadata = True
     description = "The leader has no listener matching the one this request used."
 
 
@@ -967,6 +988,7 @@ class FencedLeaderEpochError(BrokerResponseError):
     code = 74
     name = "FENCED_LEADER_EPOCH"
     retriable = True
+    invalid_metadata = True
     description = "The request's leader epoch is older than the broker's."
 
 
@@ -976,6 +998,7 @@ class UnknownLeaderEpochError(BrokerResponseError):
     code = 75
     name = "UNKNOWN_LEADER_EPOCH"
     retriable = True
+    invalid_metadata = True
     description = "The request's leader epoch is newer than the broker's."
 
 
@@ -1192,6 +1215,7 @@ class UnknownTopicIdError(BrokerResponseError):
     code = 100
     name = "UNKNOWN_TOPIC_ID"
     retriable = True
+    invalid_metadata = True
     description = "The broker does not know this topic id."
 
 
@@ -1219,6 +1243,7 @@ class InconsistentTopicIdError(BrokerResponseError):
     code = 103
     name = "INCONSISTENT_TOPIC_ID"
     retriable = True
+    invalid_metadata = True
     description = "The topic id does not match the one in the broker's log."
 
 

@@ -127,7 +127,7 @@ def test_reference_has_none_and_is_sane() -> None:
 
 
 def test_module_table_matches_reference() -> None:
-    table = [(code, name, retriable) for code, name, retriable, _ in errors._BROKER_ERROR_TABLE]
+    table = [(code, name, retriable) for code, name, retriable, _, _ in errors._BROKER_ERROR_TABLE]
     expected = sorted((row.code, row.name, row.retriable) for row in error_rows())
     assert table == expected
 
@@ -277,3 +277,11 @@ def test_catchable_as_kafka_error() -> None:
         raise error_for_code(3, "no such topic")
     assert isinstance(info.value, errors.UnknownTopicOrPartitionError)
     assert info.value.retriable is True
+
+
+def test_stale_metadata_errors_are_marked_in_the_table() -> None:
+    # Java's InvalidMetadataException family: the answer means the leader view is stale.
+    stale = {code for code, cls in errors.ERRORS_BY_CODE.items() if cls.invalid_metadata}
+    assert {3, 5, 6, 13, 74} <= stale
+    assert errors.RequestTimedOutError.code not in stale  # retriable, but the leader may be right
+    assert errors.MessageTooLargeError.code not in stale

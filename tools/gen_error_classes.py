@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the broker error classes of ``aioprod/errors.py`` from its ``_BROKER_ERROR_TABLE``.
 
-The table of (code, name, retriable, description) rows in ``aioprod/errors.py`` is the source
+The table of (code, name, retriable, invalid_metadata, description) rows in ``aioprod/errors.py`` is the source
 of truth. This script rewrites the part of that file between the ``# BEGIN GENERATED`` and
 ``# END GENERATED`` marker lines: one explicit class per row (so mypy and IDEs see real
 module attributes) and the ``ERRORS_BY_CODE`` mapping.
@@ -32,7 +32,7 @@ BEGIN_PREFIX = "# BEGIN GENERATED"
 END_LINE = "# END GENERATED"
 _NAME_RE = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*")
 
-Row = tuple[int, str, bool, str]
+Row = tuple[int, str, bool, bool, str]
 
 
 def class_name(protocol_name: str, taken: frozenset[str] = frozenset()) -> str:
@@ -73,15 +73,16 @@ def _read_table(tree: ast.Module) -> list[Row]:
     for row in value:
         ok = (
             isinstance(row, tuple)
-            and len(row) == 4
+            and len(row) == 5
             and type(row[0]) is int
             and isinstance(row[1], str)
             and _NAME_RE.fullmatch(row[1]) is not None
             and type(row[2]) is bool
-            and isinstance(row[3], str)
-            and row[3].strip() == row[3] != ""
-            and '"""' not in row[3]
-            and "\\" not in row[3]
+            and type(row[3]) is bool
+            and isinstance(row[4], str)
+            and row[4].strip() == row[4] != ""
+            and '"""' not in row[4]
+            and "\\" not in row[4]
         )
         if not ok:
             raise SystemExit(f"{TABLE_NAME}: malformed row {row!r}")
@@ -102,7 +103,7 @@ def render(rows: list[Row], taken: frozenset[str]) -> str:
     if len(set(names)) != len(names):
         raise SystemExit("two protocol names give the same class name; extend the naming rule")
     out: list[str] = []
-    for (code, name, retriable, description), cls in zip(rows, names, strict=True):
+    for (code, name, retriable, invalid_metadata, description), cls in zip(rows, names, strict=True):
         out += [
             "",
             "",
@@ -112,6 +113,7 @@ def render(rows: list[Row], taken: frozenset[str]) -> str:
             f"    code = {code}",
             f"    name = {json.dumps(name)}",
             f"    retriable = {retriable}",
+            *([f"    invalid_metadata = {invalid_metadata}"] if invalid_metadata else []),
             f"    description = {json.dumps(description)}",
         ]
     out += [
