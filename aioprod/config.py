@@ -57,7 +57,10 @@ class ProducerConfig:
     retry_backoff_max_ms: int = 1000
     reconnect_backoff_ms: int = 50
     reconnect_backoff_max_ms: int = 1000
+    socket_connection_setup_timeout_ms: int = 10_000
+    socket_connection_setup_timeout_max_ms: int = 30_000
     metadata_max_age_ms: int = 300_000
+    metadata_max_idle_ms: int = 300_000
     max_in_flight_requests_per_connection: int = 5
     max_request_size: int = 1024 * 1024
     allow_auto_create_topics: bool = True
@@ -108,8 +111,11 @@ class ProducerConfig:
             "delivery_timeout_ms",
             "max_in_flight_requests_per_connection",
             "max_request_size",
+            "socket_connection_setup_timeout_ms",
         ):
             positive(name, 1)
+        if self.metadata_max_idle_ms < 5000:
+            raise ConfigError(f"metadata_max_idle_ms must be >= 5000, got {self.metadata_max_idle_ms}")
         if self.acks not in (-1, 0, 1):
             raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {self.acks}")
         if self.compression_type not in COMPRESSION_TYPES:
@@ -124,6 +130,11 @@ class ProducerConfig:
             raise ConfigError(
                 f"retry_backoff_max_ms ({self.retry_backoff_max_ms}) is below "
                 f"retry_backoff_ms ({self.retry_backoff_ms})"
+            )
+        if self.socket_connection_setup_timeout_max_ms < self.socket_connection_setup_timeout_ms:
+            raise ConfigError(
+                f"socket_connection_setup_timeout_max_ms ({self.socket_connection_setup_timeout_max_ms}) is below "
+                f"socket_connection_setup_timeout_ms ({self.socket_connection_setup_timeout_ms})"
             )
         if self.reconnect_backoff_max_ms < self.reconnect_backoff_ms:
             raise ConfigError(

@@ -1,9 +1,17 @@
 """The cluster snapshot and the metadata refresher.
 
 One task owns refreshing: periodically (``metadata_max_age_ms``), and on demand when the
-producer meets an unknown topic or a stale leader. Requests are single-flight and always
-go to the least-loaded node; when no known broker can be reached, the bootstrap list is
-tried again (its names re-resolved), so a cluster that moved is found again.
+producer meets an unknown topic or a stale leader. Requests are single-flight and go to
+the least-loaded node that can take a request now (never behind a connection's stuck
+requests), else to a node worth connecting to; when no known broker can be reached, the
+bootstrap list is tried again (its names re-resolved), so a cluster that moved is found
+again. Demanded refreshes that bring nothing new back off exponentially, so a partition
+that stays leaderless does not make a refresh every ``retry_backoff_ms``.
+
+What an answer says is kept only if it is not older than what the producer already knows:
+a partition's leader epoch never goes back (a lagging broker cannot undo a leader change
+learned from a newer answer, Java's ``Metadata.updateLatestMetadata``), and a produce
+response that names a newer leader (KIP-951) updates that partition at once.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from aioprod.errors import (
     InvalidTopicError,
     KafkaError,
     KafkaTimeoutError,
+    ProducerClosedError,
     TopicAuthorizationFailedError,
     error_for_code,
 )
@@ -93,13 +102,21 @@ class Metadata:
         self._config = config
         self._pool = pool
         self.snapshot = EMPTY_CLUSTER
-        self._topics: set[str] = set()
+        #: Topics to describe in refreshes, with when each was last used (loop time).
+        self._topics: dict[str, float] = {}
         self._topic_errors: dict[str, KafkaError] = {}
+        #: The newest leader epoch seen per partition; answers older than it are ignored.
+        self._leader_epochs: dict[tuple[str, int], int] = {}
         self._need_update = asyncio.Event()
         self._updated: asyncio.Future[None] | None = None
+        self._pool_changed: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[ClusterSnapshot], None]] = []
+        self._closed = False
         self._failures = 0
+        #: Demanded refreshes in a row that found nothing new (their backoff grows).
+        self._fruitless = 0
+        self._last_refresh = float("-inf")
         self._bootstrap_ids = []
         for index, (host, port) in enumerate(config.bootstrap_servers):
             node_id = -1 - index
@@ -112,16 +129,31 @@ class Metadata:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="aioprod-metadata")
 
-    async def close(self) -> None:
+    def stop(self) -> None:
+        """Stop refreshing now; whoever waits for a topic gets ProducerClosedError."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
+        self._notify()
+
+    async def close(self) -> None:
+        self.stop()
+        if self._task is not None:
             await asyncio.wait([self._task])
             self._task = None
-        if self._updated is not None and not self._updated.done():
-            self._updated.cancel()
 
     def request_update(self) -> None:
         self._need_update.set()
+
+    def pool_changed(self) -> None:
+        """A connection came up, went down or freed room: a refresh waiting for a node may go."""
+        waiter = self._pool_changed
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def touch(self, topic: str) -> None:
+        """``topic`` is in use: keep describing it (see ``metadata_max_idle_ms``)."""
+        self._topics[topic] = asyncio.get_running_loop().time()
 
     async def topic(self, topic: str, timeout: float) -> TopicInfo:
         """The topic's metadata, fetching it first if needed (up to ``timeout`` seconds)."""
@@ -130,8 +162,9 @@ class Metadata:
             return info
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        self._topics.add(topic)
         while True:
+            if self._closed:
+                raise ProducerClosedError(f"the producer closed while waiting for metadata of topic {topic!r}")
             error = self._topic_errors.get(topic)
             if error is not None:
                 raise error
@@ -143,6 +176,7 @@ class Metadata:
                 raise KafkaTimeoutError(
                     f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms" + self._reachability_hint()
                 )
+            self.touch(topic)
             self.request_update()
             if self._updated is None or self._updated.done():
                 self._updated = loop.create_future()
@@ -160,71 +194,114 @@ class Metadata:
         return ""
 
     def least_loaded_node(self) -> int | None:
-        """The connected node with fewest requests in flight, else one to connect to."""
+        """Where to send a request that any broker can answer (Java's ``leastLoadedNode``).
+
+        A connected node that can take a request now, fewest in flight first (an idle one
+        at once); else one being connected to; else one worth connecting to, the one tried
+        longest ago first; else None. A connection at its in-flight limit is never chosen:
+        Kafka answers a connection's requests in order, so a request queued behind stuck
+        produce requests would wait for them.
+        """
         now = asyncio.get_running_loop().time()
+        pool = self._pool
         candidates = list(self.snapshot.brokers) or list(self._bootstrap_ids)
-        if all(self._pool.backing_off(n, now) for n in candidates):
+        if all(pool.backing_off(n, now) for n in candidates):
             # Everyone known is failing: go back to the bootstrap list (KIP-899).
             candidates = candidates + [n for n in self._bootstrap_ids if n not in candidates]
         random.shuffle(candidates)
-        best, best_load = None, None
+        ready, ready_load, connecting, connectable = None, 0, None, None
         for node in candidates:
-            load = self._pool.in_flight(node)
-            if load >= 0 and (best_load is None or load < best_load):
-                best, best_load = node, load
-        if best is not None:
-            return best
-        idle = [n for n in candidates if not self._pool.backing_off(n, now)]
-        return idle[0] if idle else (candidates[0] if candidates else None)
+            load = pool.ready_load(node)
+            if load is not None:
+                if load == 0:
+                    return node
+                if ready is None or load < ready_load:
+                    ready, ready_load = node, load
+            elif pool.connecting(node):
+                connecting = node
+            elif pool.can_connect(node, now) and (
+                connectable is None or pool.last_attempt(node) < pool.last_attempt(connectable)
+            ):
+                connectable = node
+        if ready is not None:
+            return ready
+        return connecting if connecting is not None else connectable
+
+    def update_leader(self, topic: str, partition: int, leader: int, epoch: int, address: Broker | None) -> bool:
+        """A produce response named the partition's new leader (KIP-951): use it now, if
+        it is newer than what is known. Returns whether anything changed."""
+        info = self.snapshot.topics.get(topic)
+        part = None if info is None else info.partitions.get(partition)
+        if info is None or part is None or leader < 0 or epoch <= self._leader_epochs.get((topic, partition), -1):
+            return False
+        brokers = self.snapshot.brokers
+        if leader not in brokers:
+            if address is None or address.node_id != leader:
+                return False
+            brokers = MappingProxyType({**brokers, leader: address})
+            self._pool.set_address(address.node_id, address.host, address.port)
+        self._leader_epochs[(topic, partition)] = epoch
+        moved = PartitionInfo(partition, leader, epoch, part.replicas, part.isr)
+        topics = dict(self.snapshot.topics)
+        topics[topic] = TopicInfo(topic, MappingProxyType({**info.partitions, partition: moved}))
+        self._install(brokers, topics, self.snapshot.cluster_id, self.snapshot.controller_id)
+        return True
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         max_age = self._config.metadata_max_age_ms / 1000
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max_age):
                     await self._need_update.wait()
+            demanded = self._need_update.is_set()
+            if demanded:
+                if loop.time() - self._last_refresh > self._config.retry_backoff_max_ms / 1000:
+                    self._fruitless = 0  # a demand after a quiet spell starts afresh
+                if self._fruitless:
+                    await asyncio.sleep(self._backoff(self._fruitless))
             self._need_update.clear()
             try:
-                await self._refresh()
+                changed = await self._refresh()
                 self._failures = 0
             except KafkaError as exc:
                 self._failures += 1
                 log.debug("metadata refresh failed: %s", exc)
                 self._notify()
-                await asyncio.sleep(
-                    exponential_backoff(
-                        self._config.retry_backoff_ms / 1000,
-                        self._config.retry_backoff_max_ms / 1000,
-                        self._failures,
-                    )
-                )
+                await asyncio.sleep(self._backoff(self._failures))
                 self._need_update.set()
                 continue
-            # Topics still unknown or leaderless: look again after a backoff.
-            if any(self._missing(t) for t in self._topics):
-                await asyncio.sleep(self._config.retry_backoff_ms / 1000)
-                self._need_update.set()
+            self._last_refresh = loop.time()
+            self._fruitless = 0 if changed or not demanded else self._fruitless + 1
 
-    def _missing(self, topic: str) -> bool:
-        info = self.snapshot.topics.get(topic)
-        return topic not in self._topic_errors and (
-            info is None or not info.partitions or len(info.available_partitions) < len(info.partitions)
+    def _backoff(self, attempts: int) -> float:
+        return exponential_backoff(
+            self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, attempts
         )
 
-    async def _refresh(self) -> None:
-        node = self.least_loaded_node()
-        if node is None:
-            raise KafkaError("no broker address known")
+    async def _refresh(self) -> bool:
+        loop = asyncio.get_running_loop()
+        while (node := self.least_loaded_node()) is None:
+            # Every broker is busy, connecting or backing off: wait for that to change.
+            self._pool_changed = loop.create_future()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._config.reconnect_backoff_ms / 1000):
+                    await self._pool_changed
         conn = await self._pool.get(node)
+        idle_since = loop.time() - self._config.metadata_max_idle_ms / 1000
+        for topic in [t for t, used in self._topics.items() if used < idle_since]:
+            del self._topics[topic]  # unused for metadata_max_idle_ms: stop describing it
         request = MetadataRequest(
             topics=[MetadataRequestTopic(name=t) for t in sorted(self._topics)],
             allow_auto_topic_creation=self._config.allow_auto_create_topics,
         )
         response: MetadataResponse = await conn.send(request)
-        self._apply(response)
+        return self._apply(response)
 
-    def _apply(self, response: MetadataResponse) -> None:
+    def _apply(self, response: MetadataResponse) -> bool:
+        """Install what ``response`` says; returns whether leaders, brokers or topics changed."""
         brokers = {b.node_id: Broker(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+        old = self.snapshot
         topics: dict[str, TopicInfo] = {}
         for t in response.topics:
             if t.name is None:
@@ -235,26 +312,37 @@ class Metadata:
             self._topic_errors.pop(t.name, None)
             if t.error_code:
                 log.debug("metadata for %s: %s", t.name, error_for_code(t.error_code))
-            parts = {
-                p.partition_index: PartitionInfo(
+            known = old.topics.get(t.name)
+            parts: dict[int, PartitionInfo] = {}
+            for p in t.partitions:
+                key = (t.name, p.partition_index)
+                newest = self._leader_epochs.get(key, -1)
+                previous = None if known is None else known.partitions.get(p.partition_index)
+                if 0 <= p.leader_epoch < newest and previous is not None:
+                    parts[p.partition_index] = previous  # a lagging broker's older view
+                    continue
+                if p.leader_epoch > newest:
+                    self._leader_epochs[key] = p.leader_epoch
+                parts[p.partition_index] = PartitionInfo(
                     p.partition_index,
                     p.leader_id if p.error_code != 5 or p.leader_id >= 0 else -1,
                     p.leader_epoch,
                     tuple(p.replica_nodes),
                     tuple(p.isr_nodes),
                 )
-                for p in t.partitions
-            }
             if parts:
                 topics[t.name] = TopicInfo(t.name, MappingProxyType(parts))
         for b in brokers.values():
             self._pool.set_address(b.node_id, b.host, b.port)
+        changed = brokers != dict(old.brokers) or topics != dict(old.topics)
+        self._install(MappingProxyType(brokers), topics, response.cluster_id, response.controller_id)
+        return changed
+
+    def _install(
+        self, brokers: Mapping[int, Broker], topics: dict[str, TopicInfo], cluster_id: str | None, controller: int
+    ) -> None:
         self.snapshot = ClusterSnapshot(
-            MappingProxyType(brokers),
-            MappingProxyType(topics),
-            response.cluster_id,
-            response.controller_id,
-            self.snapshot.version + 1,
+            brokers, MappingProxyType(topics), cluster_id, controller, self.snapshot.version + 1
         )
         self._notify()
         for listener in self._listeners:

@@ -4,6 +4,12 @@ The connection owns its stream and framing: requests are written in order, one r
 task completes responses in the order Kafka answers them (strictly the send order on a
 connection), and any I/O error or request timeout fails every in-flight request and
 closes the connection, because after either the stream position can no longer be trusted.
+
+It takes a new request only once the last one is fully written out (the Java client's
+``InFlightRequests.canSendMore``), so what a slow or stalled broker has not read stays
+bounded by one request, and a request sent without a response expected (acks=0) counts as
+done only when its bytes have left. It also honours the broker's throttle (KIP-219): no
+new request until the throttle time a response asked for has passed.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -44,6 +50,8 @@ class BrokerConnection:
 
     Created by :meth:`open`; after that, :meth:`send` may be called while
     :meth:`can_send_more` is true. Only the connection's reader task completes futures.
+    ``on_ready`` is called whenever the connection may have become able to take a request
+    it could not take before (its write buffer drained, a throttle ended).
     """
 
     def __init__(
@@ -55,6 +63,7 @@ class BrokerConnection:
         client_id: str,
         request_timeout: float,
         max_in_flight: int,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -63,9 +72,15 @@ class BrokerConnection:
         self.request_timeout = request_timeout
         self.max_in_flight = max_in_flight
         self.api_versions: Mapping[int, tuple[int, int]] = {}
+        #: Loop time until which the broker asked not to be sent anything (KIP-219).
+        self.throttled_until = 0.0
+        self._on_ready = on_ready or _nothing
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
+        self._flush_task: asyncio.Task[None] | None = None
+        #: Futures of requests without a response (acks=0), done once their bytes are out.
+        self._awaiting_flush: list[asyncio.Future[Any]] = []
         self._in_flight: deque[_InFlight] = deque()
         self._correlation = itertools.count(1)
         self._closed_error: KafkaError | None = None
@@ -83,27 +98,43 @@ class BrokerConnection:
     def in_flight_count(self) -> int:
         return len(self._in_flight)
 
+    @property
+    def flushed(self) -> bool:
+        """Every request written so far has left the client."""
+        return self._flush_task is None or self._flush_task.done()
+
     def can_send_more(self) -> bool:
-        return self._closed_error is None and len(self._in_flight) < self.max_in_flight
+        """Open, the last request fully written out, room in flight, and not throttled."""
+        return (
+            self._closed_error is None
+            and self.flushed
+            and len(self._in_flight) < self.max_in_flight
+            and (self.throttled_until == 0.0 or self.throttled_until <= asyncio.get_running_loop().time())
+        )
 
     def on_close(self, callback: Any) -> None:
         """Call ``callback(connection, error)`` once when the connection closes."""
         self._close_callbacks.append(callback)
 
-    async def open(self, timeout: float) -> None:
-        """Connect and negotiate API versions (the ApiVersions handshake)."""
+    async def open(self, setup_timeout: float, request_timeout: float | None = None) -> None:
+        """Connect within ``setup_timeout``, then negotiate API versions (the ApiVersions
+        handshake) within ``request_timeout`` (default: the connection's request timeout)."""
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(setup_timeout):
                 self._reader, self._writer = await asyncio.open_connection(self.host, self.port, limit=_READ_CHUNK)
         except (OSError, TimeoutError) as exc:
+            reason = str(exc) or f"no connection within {setup_timeout:.3g}s (socket_connection_setup_timeout_ms)"
             raise KafkaConnectionError(
-                f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc or 'timed out'}"
+                f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {reason}"
             ) from exc
+        # Pause writing as soon as anything is left unsent, so the connection knows the
+        # moment its last request has fully left (see can_send_more).
+        self._writer.transport.set_write_buffer_limits(high=0)
         self._reader_task = asyncio.get_running_loop().create_task(
             self._read_loop(), name=f"aioprod-reader-{self.node_id}"
         )
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(self.request_timeout if request_timeout is None else request_timeout):
                 await self._negotiate()
         except BaseException as exc:
             error = (
@@ -149,14 +180,7 @@ class BrokerConnection:
         return self._write(request, self.version_for(type(request)), expect_response, raw=False)
 
     async def _send(self, request: Request, version: int, *, expect_response: bool = True, raw: bool = False) -> Any:
-        future = self._write(request, version, expect_response, raw)
-        writer = self._writer
-        if writer is not None and writer.transport.get_write_buffer_size() > _READ_CHUNK:
-            try:
-                await writer.drain()
-            except (OSError, RuntimeError) as exc:
-                self.close(KafkaConnectionError(f"write to {self.host}:{self.port} failed: {exc}"))
-        return await future
+        return await self._write(request, version, expect_response, raw)
 
     def _write(self, request: Request, version: int, expect_response: bool, raw: bool) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -166,22 +190,40 @@ class BrokerConnection:
             return future
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(request, version, correlation_id, self.client_id)
-        assert self._writer is not None
+        writer = self._writer
+        assert writer is not None
         try:
-            self._writer.write(frame)
+            writer.write(frame)
         except (OSError, RuntimeError) as exc:
             error = KafkaConnectionError(f"write to {self.host}:{self.port} failed: {exc}")
             self.close(error)
             future.set_exception(error)
             return future
+        if self.flushed and writer.transport.get_write_buffer_size():
+            self._flush_task = loop.create_task(self._await_flush(writer), name=f"aioprod-flush-{self.node_id}")
         if not expect_response:
-            future.set_result(None)
+            if self.flushed:
+                future.set_result(None)
+            else:
+                self._awaiting_flush.append(future)
             return future
         timer = loop.call_later(self.request_timeout, self._on_timeout, correlation_id)
         self._in_flight.append(
             _InFlight(correlation_id, None if raw else request.RESPONSE, version, future, timer)  # type: ignore[arg-type]
         )
         return future
+
+    async def _await_flush(self, writer: asyncio.StreamWriter) -> None:
+        try:
+            await writer.drain()
+        except (OSError, RuntimeError) as exc:
+            self.close(KafkaConnectionError(f"write to {self.host}:{self.port} failed: {exc}"))
+            return
+        waiting, self._awaiting_flush = self._awaiting_flush, []
+        for future in waiting:
+            if not future.done():
+                future.set_result(None)
+        self._on_ready()
 
     def _on_timeout(self, correlation_id: int) -> None:
         self.close(
@@ -227,6 +269,13 @@ class BrokerConnection:
         except ProtocolError as exc:
             entry.future.set_exception(exc)
             raise
+        throttle_ms = versions.client_throttle_ms(response, entry.version)
+        if throttle_ms:
+            loop = asyncio.get_running_loop()
+            until = loop.time() + throttle_ms / 1000
+            if until > self.throttled_until:
+                self.throttled_until = until
+                loop.call_at(until, self._on_ready)
         entry.future.set_result(response)
 
     def close(self, error: KafkaError | None = None) -> None:
@@ -235,22 +284,38 @@ class BrokerConnection:
             return
         self._closed_error = error or KafkaConnectionError(f"connection to {self.host}:{self.port} closed")
         if self._writer is not None:
-            self._writer.close()
-        if self._reader_task is not None and self._reader_task is not asyncio.current_task():
-            self._reader_task.cancel()
+            if error is not None or not self.flushed:
+                # Nothing good can come of bytes still queued for a broker that failed us
+                # or stopped reading: drop them, or closing would wait for them forever.
+                self._writer.transport.abort()
+            else:
+                self._writer.close()
+        current = asyncio.current_task()
+        for task in (self._reader_task, self._flush_task):
+            if task is not None and task is not current:
+                task.cancel()
         in_flight, self._in_flight = self._in_flight, deque()
         for entry in in_flight:
             if entry.timer is not None:
                 entry.timer.cancel()
             if not entry.future.done():
                 entry.future.set_exception(self._closed_error)
+        waiting, self._awaiting_flush = self._awaiting_flush, []
+        for future in waiting:
+            if not future.done():
+                future.set_exception(self._closed_error)
         for callback in self._close_callbacks:
             callback(self, self._closed_error)
         self._close_callbacks.clear()
 
     async def wait_closed(self) -> None:
-        if self._reader_task is not None:
-            await asyncio.wait([self._reader_task])
+        tasks = [task for task in (self._reader_task, self._flush_task) if task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
         if self._writer is not None:
             with contextlib.suppress(OSError, ConnectionError):
                 await self._writer.wait_closed()
+
+
+def _nothing() -> None:
+    pass

@@ -27,6 +27,9 @@ class _NodeState:
     connecting: asyncio.Task[None] | None = None
     failures: int = 0
     next_attempt: float = 0.0
+    last_attempt: float = 0.0
+    #: A connection attempt is under way (not just waiting out its backoff).
+    attempting: bool = False
     last_error: KafkaError | None = None
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
@@ -76,6 +79,33 @@ class ConnectionPool:
             return -1
         return state.connection.in_flight_count
 
+    def ready_load(self, node_id: int) -> int | None:
+        """Requests in flight on a connection that can take one more now, else None."""
+        state = self._nodes.get(node_id)
+        conn = None if state is None else state.connection
+        if conn is None or not conn.can_send_more():
+            return None
+        return conn.in_flight_count
+
+    def connecting(self, node_id: int) -> bool:
+        """A connection attempt is under way (a reconnect still in its backoff is not)."""
+        state = self._nodes.get(node_id)
+        return state is not None and state.attempting
+
+    def can_connect(self, node_id: int, now: float) -> bool:
+        """No connection, none being made, and not backing off after a failure."""
+        state = self._nodes.get(node_id)
+        return (
+            state is not None
+            and (state.connection is None or state.connection.closed)
+            and not state.attempting
+            and state.next_attempt <= now
+        )
+
+    def last_attempt(self, node_id: int) -> float:
+        state = self._nodes.get(node_id)
+        return 0.0 if state is None else state.last_attempt
+
     def backing_off(self, node_id: int, now: float) -> bool:
         state = self._nodes.get(node_id)
         return state is not None and state.connection is None and state.next_attempt > now
@@ -114,6 +144,7 @@ class ConnectionPool:
         delay = state.next_attempt - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
+        state.last_attempt = loop.time()
         conn = BrokerConnection(
             node_id,
             state.host,
@@ -121,9 +152,17 @@ class ConnectionPool:
             client_id=self._config.client_id,
             request_timeout=self._config.request_timeout_ms / 1000,
             max_in_flight=self._config.max_in_flight_requests_per_connection,
+            on_ready=self._on_change,
         )
+        # Java's socket.connection.setup.timeout.ms: exponential per consecutive failure.
+        setup_timeout = exponential_backoff(
+            self._config.socket_connection_setup_timeout_ms / 1000,
+            self._config.socket_connection_setup_timeout_max_ms / 1000,
+            state.failures + 1,
+        )
+        state.attempting = True
         try:
-            await conn.open(self._config.request_timeout_ms / 1000)
+            await conn.open(setup_timeout)
         except KafkaError as exc:
             state.failures += 1
             state.last_error = exc
@@ -138,6 +177,7 @@ class ConnectionPool:
             state.last_error = None
             conn.on_close(lambda c, err: self._on_connection_closed(node_id, c, err))
         finally:
+            state.attempting = False
             for waiter in state.waiters:
                 if not waiter.done():
                     waiter.set_result(None)
@@ -162,22 +202,29 @@ class ConnectionPool:
         cap = self._config.reconnect_backoff_max_ms / 1000
         return exponential_backoff(base, cap, failures)
 
-    async def close(self) -> None:
+    def close_now(self) -> None:
+        """Stop connecting and close every connection, without waiting for either."""
         self._closed = True
-        tasks = []
         for state in self._nodes.values():
-            if state.connecting is not None and not state.connecting.done():
+            if state.connecting is not None:
                 state.connecting.cancel()
-                tasks.append(state.connecting)
-            conn = state.connection
-            if conn is not None:
-                conn.close()
-                tasks.append(asyncio.ensure_future(conn.wait_closed()))
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if state.connection is not None:
+                state.connection.close()
+
+    async def close(self) -> None:
+        self.close_now()
+        waits: list[asyncio.Future[None]] = []
+        for state in self._nodes.values():
+            if state.connecting is not None:
+                waits.append(state.connecting)
+            if state.connection is not None:
+                waits.append(asyncio.ensure_future(state.connection.wait_closed()))
+        if waits:
+            await asyncio.wait(waits)
 
 
 def exponential_backoff(base: float, cap: float, attempts: int) -> float:
-    """KIP-580: base * 2^(attempts-1), capped, with ±20 % jitter so clients spread out."""
-    delay = min(cap, base * (2 ** max(0, attempts - 1)))
-    return float(delay * random.uniform(0.8, 1.2))
+    """KIP-580: base * 2^(attempts-1) up to ``cap``, with ±20 % jitter so clients spread
+    out, and never above ``cap`` (as Java's ExponentialBackoff)."""
+    delay = min(cap, base * (2 ** min(max(0, attempts - 1), 62)))
+    return float(min(cap, delay * random.uniform(0.8, 1.2)))

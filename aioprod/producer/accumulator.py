@@ -1,18 +1,25 @@
 """The record accumulator: per-partition queues of batches and the memory budget.
 
-Appends happen in the caller's task; ``ready``/``drain``/``expire`` are called only by the
+Appends happen in the caller's task; ``ready``/``drain``/``expired`` are called only by the
 sender task. Time is passed in, so tests drive it without sleeping.
+
+Only partitions that hold batches are kept, in the order the sender should next look at
+them: a partition drained goes to the back, so a drain resumes where the last one stopped
+and every partition is served within (partitions with data / batches per request) rounds.
+The sender's per-round cost follows the partitions with data, never all partitions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from aioprod.cluster.metadata import ClusterSnapshot
 from aioprod.config import ProducerConfig
-from aioprod.errors import DeliveryTimeoutError, KafkaError, KafkaTimeoutError, RecordTooLargeError
+from aioprod.errors import KafkaError, KafkaTimeoutError, RecordTooLargeError
 from aioprod.producer.batch import Headers, ProducerBatch, SendGroup, TopicPartition
 from aioprod.producer.idempotence import sequence_before
 from aioprod.producer.record_future import RecordFuture
@@ -60,6 +67,8 @@ class BufferPool:
             async with asyncio.timeout(timeout):
                 await future
         except TimeoutError:
+            if future.done() and not future.cancelled():
+                return  # granted in the very iteration the timeout fired: the space is ours
             raise KafkaTimeoutError(
                 f"buffer_memory ({self.total} bytes) stayed full for max_block_ms "
                 f"({timeout * 1000:.0f} ms); {self.used} bytes are queued"
@@ -95,11 +104,18 @@ class RecordAccumulator:
         self._config = config
         self._wakeup = wakeup
         self._loop = asyncio.get_running_loop()
+        #: Non-empty queues only, in drain order (see the module docstring).
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.pool = BufferPool(config.buffer_memory)
         self._linger = config.linger_ms / 1000
         self._delivery_timeout = config.delivery_timeout_ms / 1000
-        self._drain_index = 0
+        #: Every unfinished batch's deadline: (deadline, tie-break, batch); entries of
+        #: batches no longer in ``incomplete`` are dropped when they reach the top.
+        self._deadlines: list[tuple[float, int, ProducerBatch]] = []
+        self._tiebreak = itertools.count()
+        #: Partitions with a batch in flight, when order must hold without idempotence
+        #: (max_in_flight_requests_per_connection=1): nothing more of them is sent meanwhile.
+        self.muted: set[TopicPartition] = set()
         self.incomplete: set[ProducerBatch] = set()
         self.flushing = 0
         self.closing = False
@@ -170,8 +186,6 @@ class RecordAccumulator:
         if budget <= 0:
             return 0
         queue = self._batches.get(tp)
-        if queue is None:
-            queue = self._batches[tp] = deque()
         batch = queue[-1] if queue else None
         appended = 0
         if batch is not None and batch.payload is None:
@@ -185,10 +199,7 @@ class RecordAccumulator:
             )
             if not appended:
                 return 0
-            queue.append(batch)
-            self.incomplete.add(batch)
-            self.batches_created += 1
-            self._wakeup()
+            self._enqueue_new(batch)
         assert batch is not None
         pool.used += cost
         batch.reserved += cost
@@ -209,9 +220,7 @@ class RecordAccumulator:
         the record's offset delta in it. The per-record hot path, with one builder call in
         the common case."""
         queue = self._batches.get(tp)
-        if queue is None:
-            queue = self._batches[tp] = deque()
-        elif queue:
+        if queue:
             last = queue[-1]
             if last.payload is None:
                 index = last.builder.append(timestamp, key, value, headers)
@@ -223,30 +232,41 @@ class RecordAccumulator:
         if batch.builder.append(timestamp, key, value, headers) is None:
             raise RecordTooLargeError(f"record does not fit an empty batch for {tp.topic}-{tp.partition}")
         batch.reserved = size
+        self._enqueue_new(batch)
+        return batch, 0
+
+    def _enqueue_new(self, batch: ProducerBatch) -> None:
+        queue = self._batches.get(batch.tp)
+        if queue is None:
+            queue = self._batches[batch.tp] = deque()
         queue.append(batch)
-        self.incomplete.add(batch)
+        self._track(batch)
         self.batches_created += 1
         # A new batch: the sender must start its linger clock, and the one before it (if
         # any) is now complete and sendable.
         self._wakeup()
-        return batch, 0
 
-    def _new_builder(self) -> RecordBatchBuilder:
+    def _track(self, batch: ProducerBatch) -> None:
+        self.incomplete.add(batch)
+        heapq.heappush(self._deadlines, (batch.deadline, next(self._tiebreak), batch))
+
+    def _new_builder(self, batch_size: int | None = None) -> RecordBatchBuilder:
         return RecordBatchBuilder(
             self._config.compression_type,
-            self._config.batch_size,
+            self._config.batch_size if batch_size is None else batch_size,
             compression_level=self._config.compression_level,
         )
 
     def ready(self, cluster: ClusterSnapshot, now: float) -> tuple[set[int], float, bool]:
         """Nodes with a sendable batch, seconds until the next batch may become sendable,
-        and whether some partition's leader is unknown."""
+        and whether some partition with a batch has no known leader."""
         ready: set[int] = set()
         next_check = 3600.0
         unknown_leader = False
         force = self._forced()
+        muted = self.muted
         for tp, queue in self._batches.items():
-            if not queue:
+            if muted and tp in muted:
                 continue
             leader = cluster.leader_for(tp.topic, tp.partition)
             if leader is None:
@@ -283,52 +303,54 @@ class RecordAccumulator:
         nodes: Iterable[int],
         max_request_size: int,
         now: float,
-        can_send: Callable[[ProducerBatch], bool],
+        can_send: Callable[[ProducerBatch, deque[ProducerBatch]], bool],
     ) -> dict[int, list[ProducerBatch]]:
         """Take at most one batch per partition for each node, up to ``max_request_size``.
 
-        The start position rotates so that, over rounds, no partition starves.
+        Partitions are visited in drain order; each one drained moves to the back, and a
+        node's drain stops at the first batch that does not fit, so the next round starts
+        with the partitions this one could not serve.
         """
-        node_set = set(nodes)
-        if not node_set:
+        open_nodes = set(nodes)
+        if not open_nodes:
             return {}
-        by_node: dict[int, list[TopicPartition]] = {}
-        for tp, queue in self._batches.items():
-            if queue:
-                leader = cluster.leader_for(tp.topic, tp.partition)
-                if leader in node_set:
-                    by_node.setdefault(leader, []).append(tp)
         drained: dict[int, list[ProducerBatch]] = {}
+        sizes: dict[int, int] = {}
         force = self._forced()
-        self._drain_index += 1
-        for node, tps in by_node.items():
-            size = 0
-            taken: list[ProducerBatch] = []
-            start = self._drain_index % len(tps)
-            for tp in tps[start:] + tps[:start]:
-                queue = self._batches[tp]
-                batch = queue[0]
-                if self._wait(queue, now, force) > 0 or not can_send(batch):
-                    continue
-                if taken and size + batch.size > max_request_size:
-                    break
-                queue.popleft()
-                size += batch.size
-                taken.append(batch)
-            if taken:
-                drained[node] = taken
+        muted = self.muted
+        for tp, queue in list(self._batches.items()):
+            if muted and tp in muted:
+                continue
+            leader = cluster.leader_for(tp.topic, tp.partition)
+            if leader is None or leader not in open_nodes:
+                continue
+            batch = queue[0]
+            if self._wait(queue, now, force) > 0 or not can_send(batch, queue):
+                continue
+            size = sizes.get(leader, 0)
+            if size and size + batch.size > max_request_size:
+                open_nodes.discard(leader)  # this request is full; the rest wait their turn
+                continue
+            queue.popleft()
+            sizes[leader] = size + batch.size
+            drained.setdefault(leader, []).append(batch)
+            del self._batches[tp]
+            if queue:
+                self._batches[tp] = queue  # to the back of the drain order
         return drained
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
         """Put a batch back at the head of its partition, in sequence order."""
         batch.retry_at = retry_at
         batch.in_flight = False
-        queue = self._batches.setdefault(batch.tp, deque())
-        if batch.base_sequence >= 0:
+        queue = self._batches.get(batch.tp)
+        if queue is None:
+            queue = self._batches[batch.tp] = deque()
+        if batch.stamped:
             index = 0
             while (
                 index < len(queue)
-                and queue[index].base_sequence >= 0
+                and queue[index].stamped
                 and sequence_before(queue[index].base_sequence, batch.base_sequence)
             ):
                 index += 1
@@ -337,22 +359,60 @@ class RecordAccumulator:
             queue.appendleft(batch)
         self._wakeup()
 
-    def queued_before(self, batch: ProducerBatch) -> bool:
-        """A batch of the same partition and identity with an earlier sequence is queued."""
-        return any(
-            other.base_sequence >= 0
-            and other.producer_id == batch.producer_id
-            and sequence_before(other.base_sequence, batch.base_sequence)
-            for other in self._batches.get(batch.tp, ())
-        )
+    def split_and_reenqueue(self, batch: ProducerBatch, retry_at: float) -> list[ProducerBatch]:
+        """Replace a batch the broker found too large by smaller ones, in its place.
 
-    def expire(self, now: float) -> list[ProducerBatch]:
-        """Remove queued batches past their delivery deadline."""
+        Each part gets at most half the original's bytes (and never more than batch_size),
+        so repeated refusals end, at worst, with one record per batch.
+        """
+        limit = max(1, min(self._config.batch_size, batch.size // 2))
+        parts = batch.split(limit, self._new_builder)
+        self.incomplete.discard(batch)
+        for part in reversed(parts):
+            self._track(part)
+            self.reenqueue(part, retry_at)
+        return parts
+
+    def stamped_before(self, batch: ProducerBatch) -> bool:
+        """A queued batch of the same partition and identity has an earlier sequence."""
+        for other in self._batches.get(batch.tp, ()):
+            if not other.stamped:
+                return False  # stamped batches come first: none further on
+            if (
+                other.producer_id == batch.producer_id
+                and other.producer_epoch == batch.producer_epoch
+                and sequence_before(other.base_sequence, batch.base_sequence)
+            ):
+                return True
+        return False
+
+    def queue(self, tp: TopicPartition) -> deque[ProducerBatch]:
+        return self._batches.get(tp) or deque()
+
+    def expired(self, now: float) -> list[ProducerBatch]:
+        """Unfinished batches past their delivery deadline, queued or in flight; queued ones
+        are taken out of their queue."""
+        heap, live = self._deadlines, self.incomplete
         expired: list[ProducerBatch] = []
-        for queue in self._batches.values():
-            while queue and queue[0].deadline <= now:
-                expired.append(queue.popleft())
+        while heap and (heap[0][2] not in live or heap[0][0] <= now):
+            batch = heapq.heappop(heap)[2]
+            if batch not in live:
+                continue
+            expired.append(batch)
+            if not batch.in_flight:
+                queue = self._batches.get(batch.tp)
+                if queue is not None and batch in queue:
+                    queue.remove(batch)
+                    if not queue:
+                        del self._batches[batch.tp]
         return expired
+
+    def next_deadline(self) -> float | None:
+        """The earliest delivery deadline of an unfinished batch."""
+        heap, live = self._deadlines, self.incomplete
+        while heap and heap[0][2] not in live:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def complete(self, batch: ProducerBatch) -> None:
         """The batch is finished (acked or failed): give back its memory."""
@@ -361,18 +421,14 @@ class RecordAccumulator:
             self.pool.release(batch.reserved)
             batch.reserved = 0
 
-    def fail_all(self, error: KafkaError) -> None:
-        for queue in self._batches.values():
-            while queue:
-                batch = queue.popleft()
-                batch.fail(error)
-                self.complete(batch)
+    @property
+    def has_queued(self) -> bool:
+        return bool(self._batches)
 
-    def expiry_error(self, batch: ProducerBatch, now: float) -> DeliveryTimeoutError:
-        age = (now - batch.created) * 1000
-        where = "possibly persisted: it was sent" if batch.sent_once else "not sent"
-        return DeliveryTimeoutError(
-            f"{batch.record_count} record(s) for {batch.tp.topic}-{batch.tp.partition} expired after "
-            f"{age:.0f} ms (delivery_timeout_ms={self._config.delivery_timeout_ms}); {where}",
-            possibly_persisted=batch.sent_once,
-        )
+    def fail_all(self, error_for: Callable[[ProducerBatch], KafkaError]) -> None:
+        """Fail every queued batch, each with the error ``error_for`` gives it."""
+        batches, self._batches = self._batches, {}
+        for queue in batches.values():
+            for batch in queue:
+                batch.fail(error_for(batch))
+                self.complete(batch)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from aioprod.errors import KafkaError, SendManyError
+from aioprod.errors import DeliveryTimeoutError, KafkaError, SendManyError
 from aioprod.producer.record_future import BatchFailure, BatchSettlement, RecordMetadata, _metadata
-from aioprod.protocol.records import RecordBatchBuilder
+from aioprod.protocol.records import RecordBatchBuilder, read_batch
 
 
 class TopicPartition(NamedTuple):
@@ -90,12 +90,13 @@ class ProducerBatch:
         "deadline",
         "groups",
         "in_flight",
+        "leader_epoch",
+        "maybe_written",
         "payload",
         "producer_epoch",
         "producer_id",
         "reserved",
         "retry_at",
-        "sent_once",
         "settlement",
         "tp",
     )
@@ -112,7 +113,12 @@ class ProducerBatch:
         self.attempts = 0
         self.retry_at = 0.0
         self.in_flight = False
-        self.sent_once = False
+        #: Some attempt may have been written: its answer never came, or said the write's
+        #: outcome is unknown. Only a sequence check by the broker (idempotence) clears it.
+        self.maybe_written = False
+        #: The partition's leader epoch when the batch was last sent (KIP-951: a retry to
+        #: a newer leader needs no backoff).
+        self.leader_epoch = -1
         self.reserved = 0  # bytes of buffer_memory this batch holds
         self.payload: bytes | None = None
         self.producer_id = -1
@@ -125,6 +131,75 @@ class ProducerBatch:
     @property
     def record_count(self) -> int:
         return self.builder.record_count
+
+    @property
+    def done(self) -> bool:
+        """Its records have their outcome (it may still be on the wire, e.g. expired there)."""
+        return self.settlement.done.done()
+
+    @property
+    def stamped(self) -> bool:
+        return self.base_sequence >= 0
+
+    @property
+    def possibly_persisted(self) -> bool:
+        """What a failure of this batch must tell the user: may it be in the log?"""
+        return self.in_flight or self.maybe_written
+
+    def expiry_error(
+        self, now: float, delivery_timeout_ms: int, possibly_persisted: bool | None = None
+    ) -> DeliveryTimeoutError:
+        age = (now - self.created) * 1000
+        persisted = self.possibly_persisted if possibly_persisted is None else possibly_persisted
+        where = "possibly persisted: it was sent and its outcome is unknown" if persisted else "not sent"
+        return DeliveryTimeoutError(
+            f"{self.record_count} record(s) for {self.tp.topic}-{self.tp.partition} expired after "
+            f"{age:.0f} ms (delivery_timeout_ms={delivery_timeout_ms}); {where}",
+            possibly_persisted=persisted,
+        )
+
+    def unstamp(self) -> None:
+        """Forget the sequence: only for a batch the broker said is not in its log."""
+        self.producer_id = self.producer_epoch = self.base_sequence = -1
+        self.maybe_written = False
+
+    def split(self, max_bytes: int, new_builder: Callable[[int], RecordBatchBuilder]) -> list[ProducerBatch]:
+        """Smaller batches holding this batch's records, in order, each up to ``max_bytes``
+        (a record bigger than that gets a batch of its own). Their records' outcomes become
+        this batch's records' outcomes; a stamped batch hands its sequence range on, so the
+        batches behind it stay in sequence (Java's ``splitAndReenqueue``)."""
+        assert self.payload is not None, "only a batch that was sent is split"
+        records = read_batch(self.payload).records
+        parts: list[ProducerBatch] = []
+        starts: list[int] = []
+        for delta, record in enumerate(records):
+            part = parts[-1] if parts else None
+            if part is None or part.builder.append(record.timestamp, record.key, record.value, record.headers) is None:
+                part = ProducerBatch(self.tp, new_builder(max_bytes), self.created, 0.0)
+                part.deadline = self.deadline
+                part.builder.append(record.timestamp, record.key, record.value, record.headers)
+                parts.append(part)
+                starts.append(delta)
+        reserved_each, left = divmod(self.reserved, len(parts))
+        sequence = self.base_sequence
+        for index, (part, start) in enumerate(zip(parts, starts, strict=True)):
+            part.reserved = reserved_each + (left if index == 0 else 0)
+            part.attempts = self.attempts
+            if sequence >= 0:
+                part.producer_id, part.producer_epoch, part.base_sequence = (
+                    self.producer_id,
+                    self.producer_epoch,
+                    (sequence + start) % (1 << 31),
+                )
+            stop = start + part.record_count
+            for group, first, delta, count in self.groups:
+                low, high = max(delta, start), min(delta + count, stop)
+                if low < high:
+                    part.groups.append([group, first + low - delta, low - start, high - low])
+        self.reserved = 0
+        self.groups = []
+        self.settlement.split_into([(start, part.settlement) for part, start in zip(parts, starts, strict=True)])
+        return parts
 
     def build(self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool) -> bytes:
         """The wire bytes; rebuilt only if the producer identity changed (epoch bump)."""

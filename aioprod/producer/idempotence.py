@@ -1,14 +1,25 @@
-"""Producer identity and per-partition sequence numbers (KIP-98 idempotence).
+"""Producer identity and per-partition sequence numbers (KIP-98 idempotence, KIP-360 recovery).
 
-A sequence is assigned when a batch is first drained and kept on every retry, so the
-broker can drop a batch it already wrote (DUPLICATE_SEQUENCE_NUMBER) and refuse a gap
-(OUT_OF_ORDER_SEQUENCE_NUMBER). When the broker no longer knows the producer
-(UNKNOWN_PRODUCER_ID, e.g. after it lost its state), the producer waits for its
-in-flight requests to come back, takes a new identity and numbers its batches again from
-zero (KIP-360). Only the sender task touches this state.
+A batch is *stamped* (producer id, epoch, base sequence) when it is first sent, and keeps
+its stamp on every retry: that is what lets the broker recognise a batch it already wrote.
+A stamp is dropped only for a batch the broker has said is not in its log — it answered
+OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID to it, which a broker holding any
+attempt of that batch would not do — and never for a batch that may be there.
+
+Each partition numbers its batches under its own identity: the producer's identity when
+the partition last started from sequence 0 (Java's ``TxnPartitionMap``). When a
+partition's sequence state is in doubt (a stamped batch failed for good, or the broker
+lost the producer), the partition takes no new batches until every batch of it that may
+be in the log is resolved by the broker. If the broker then has every sequence we gave
+out, the doubt is gone; otherwise the producer takes a new identity (InitProducerId with
+its current id and epoch, KIP-360) and the partition starts again from 0 under it. Other
+partitions keep their stamps and move to the new identity the next time nothing of theirs
+is outstanding. Only the sender task touches this state.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 from aioprod.producer.batch import ProducerBatch, TopicPartition
 
@@ -17,75 +28,155 @@ SEQUENCE_MODULUS = 1 << 31
 #: which is why at most five may be in flight per partition.
 MAX_IN_FLIGHT_PER_PARTITION = 5
 
+#: (producer id, epoch, generation): the generation counts identities taken, so one handed
+#: out twice (a restarted broker that lost its state gives the same id again) is still new.
+Identity = tuple[int, int, int]
+
+
+class PartitionSequences:
+    """One partition's sequence state (Java's TxnPartitionEntry)."""
+
+    __slots__ = ("acked_next", "identity", "in_doubt", "next_sequence", "on_wire")
+
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+        self.next_sequence = 0
+        #: The sequence after the last one the broker acknowledged.
+        self.acked_next = 0
+        #: Stamped batches sent and not answered yet, in send order.
+        self.on_wire: list[ProducerBatch] = []
+        self.in_doubt = False
+
+    def restart(self, identity: Identity, queue: deque[ProducerBatch]) -> None:
+        """Number from 0 under ``identity``; queued batches (none may be in the log) lose their stamps."""
+        for batch in queue:
+            if not batch.stamped:
+                break
+            batch.unstamp()
+        self.identity = identity
+        self.next_sequence = self.acked_next = 0
+        self.in_doubt = False
+
 
 class IdempotenceState:
     def __init__(self) -> None:
         self.producer_id = -1
         self.producer_epoch = -1
-        #: Set when the broker forgot this producer: no new sends until a new identity.
-        self.needs_reset = False
-        #: How many times the identity was replaced after the broker forgot it (a statistic).
+        self._generation = 0
+        #: A partition needs sequences under a new identity: ask for one (InitProducerId).
+        self.new_identity_needed = False
+        #: How many identities were taken after the first (a statistic).
         self.resets = 0
-        self._next_sequence: dict[TopicPartition, int] = {}
-        self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
+        self._partitions: dict[TopicPartition, PartitionSequences] = {}
+
+    @property
+    def identity(self) -> Identity:
+        return self.producer_id, self.producer_epoch, self._generation
 
     @property
     def has_producer_id(self) -> bool:
-        return self.producer_id >= 0 and not self.needs_reset
-
-    def set_producer_id(self, producer_id: int, epoch: int) -> None:
-        """A new identity: every partition's sequence starts again at zero."""
-        if self.needs_reset:
-            self.resets += 1
-        self.producer_id, self.producer_epoch = producer_id, epoch
-        self.needs_reset = False
-        self._next_sequence.clear()
-
-    def owns_sequence(self, batch: ProducerBatch) -> bool:
-        """The batch already carries a sequence under the current identity."""
-        return (
-            batch.base_sequence >= 0
-            and batch.producer_id == self.producer_id
-            and batch.producer_epoch == self.producer_epoch
-        )
-
-    def can_send(self, batch: ProducerBatch) -> bool:
-        in_flight = self._in_flight.get(batch.tp)
-        if not in_flight:
-            return True
-        if self.owns_sequence(batch):
-            # A retry goes out only once everything before it has come back, so the
-            # broker sees the partition's sequences in order.
-            return False
-        return len(in_flight) < MAX_IN_FLIGHT_PER_PARTITION
-
-    def assign(self, batch: ProducerBatch) -> int:
-        """The batch's base sequence: kept across retries, fresh after an identity change."""
-        if self.owns_sequence(batch):
-            return batch.base_sequence
-        sequence = self._next_sequence.get(batch.tp, 0)
-        self._next_sequence[batch.tp] = (sequence + batch.record_count) % SEQUENCE_MODULUS
-        return sequence
-
-    def explains_gap(self, batch: ProducerBatch) -> bool:
-        """An earlier batch of the partition is unacknowledged, so an out-of-order answer
-        for ``batch`` only means it was sent ahead of a retry."""
-        return any(
-            other is not batch and sequence_before(other.base_sequence, batch.base_sequence)
-            for other in self._in_flight.get(batch.tp, ())
-        )
-
-    def sent(self, batch: ProducerBatch) -> None:
-        self._in_flight.setdefault(batch.tp, []).append(batch)
-
-    def returned(self, batch: ProducerBatch) -> None:
-        in_flight = self._in_flight.get(batch.tp)
-        if in_flight and batch in in_flight:
-            in_flight.remove(batch)
+        return self.producer_id >= 0
 
     @property
-    def any_in_flight(self) -> bool:
-        return any(self._in_flight.values())
+    def needs_producer_id(self) -> bool:
+        return self.producer_id < 0 or self.new_identity_needed
+
+    def set_producer_id(self, producer_id: int, epoch: int) -> None:
+        if self.producer_id >= 0:
+            self.resets += 1
+        self.producer_id, self.producer_epoch = producer_id, epoch
+        self._generation += 1
+        self.new_identity_needed = False
+
+    def partition(self, tp: TopicPartition) -> PartitionSequences:
+        entry = self._partitions.get(tp)
+        if entry is None:
+            entry = self._partitions[tp] = PartitionSequences(self.identity)
+        return entry
+
+    def can_send(self, batch: ProducerBatch, queue: deque[ProducerBatch]) -> bool:
+        """May ``batch`` (the head of its partition's ``queue``) be sent now?
+
+        May move the partition to the current identity, or ask for a new one, on the way.
+        """
+        if self.producer_id < 0:
+            return False
+        entry = self.partition(batch.tp)
+        if batch.stamped and (batch.maybe_written or not (entry.in_doubt or entry.identity != self.identity)):
+            # A retry under its own stamp goes alone, so the broker sees sequences in order.
+            return not entry.on_wire
+        if entry.in_doubt or entry.identity != self.identity:
+            if entry.on_wire or any(b.maybe_written for b in _stamped(queue)):
+                return False  # some batch of the partition may be in the log: wait for it
+            if entry.identity != self.identity:
+                entry.restart(self.identity, queue)
+            elif entry.acked_next != entry.next_sequence:
+                self.new_identity_needed = True  # the broker's next sequence is not ours
+                return False
+            else:
+                entry.in_doubt = False  # the broker acknowledged every sequence we gave out
+        return len(entry.on_wire) < MAX_IN_FLIGHT_PER_PARTITION
+
+    def stamp(self, batch: ProducerBatch) -> tuple[int, int, int]:
+        """The batch's (producer id, epoch, base sequence): its own, or the next ones."""
+        if batch.stamped:
+            return batch.producer_id, batch.producer_epoch, batch.base_sequence
+        entry = self.partition(batch.tp)
+        sequence = entry.next_sequence
+        entry.next_sequence = (sequence + batch.record_count) % SEQUENCE_MODULUS
+        return entry.identity[0], entry.identity[1], sequence
+
+    def sent(self, batch: ProducerBatch) -> None:
+        self.partition(batch.tp).on_wire.append(batch)
+
+    def returned(self, batch: ProducerBatch) -> None:
+        on_wire = self.partition(batch.tp).on_wire
+        if batch in on_wire:
+            on_wire.remove(batch)
+
+    def acked(self, batch: ProducerBatch) -> None:
+        entry = self.partition(batch.tp)
+        if batch.stamped and (batch.producer_id, batch.producer_epoch) == entry.identity[:2]:
+            end = (batch.base_sequence + batch.record_count) % SEQUENCE_MODULUS
+            if not sequence_before(end, entry.acked_next):
+                entry.acked_next = end
+
+    def failed(self, batch: ProducerBatch) -> None:
+        """A stamped batch's records failed for good: the broker may or may not hold that
+        sequence, so the partition's next expected sequence is unknown until resolved."""
+        if batch.stamped:
+            self.partition(batch.tp).in_doubt = True
+
+    def rejected_sequence(self, batch: ProducerBatch, gap: bool) -> None:
+        """The broker checked the batch's sequence and did not write it (so no attempt of it
+        is in the log). ``gap``: nothing earlier of ours explains the refusal — the broker
+        lost the producer, or an earlier batch is missing for good — so the partition must
+        start again under a new identity; otherwise the batch is retried in order."""
+        batch.maybe_written = False
+        if gap:
+            self.partition(batch.tp).in_doubt = True
+
+    def split(self, batch: ProducerBatch) -> None:
+        """A batch refused as too large is replaced by parts that inherit its sequences."""
+        self.returned(batch)
+
+    def earlier_on_wire(self, batch: ProducerBatch) -> bool:
+        """A batch of the same partition and identity with an earlier sequence is unanswered."""
+        return any(
+            other is not batch
+            and (other.producer_id, other.producer_epoch) == (batch.producer_id, batch.producer_epoch)
+            and sequence_before(other.base_sequence, batch.base_sequence)
+            for other in self.partition(batch.tp).on_wire
+        )
+
+
+def _stamped(queue: deque[ProducerBatch]) -> list[ProducerBatch]:
+    stamped = []
+    for batch in queue:
+        if not batch.stamped:
+            break
+        stamped.append(batch)
+    return stamped
 
 
 def sequence_before(a: int, b: int) -> bool:

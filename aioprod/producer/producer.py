@@ -64,7 +64,9 @@ class Producer:
         self._size_limit = min(self.config.max_request_size, self.config.buffer_memory)
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
-        self._closed: asyncio.Future[None] | None = None
+        # The last send() started a batch: the next one lets the sender run first.
+        self._yield_first = False
+        self._closing: asyncio.Task[None] | None = None
         # Created in start(), inside the running loop.
         self._pool: ConnectionPool
         self._metadata: Metadata
@@ -79,7 +81,7 @@ class Producer:
             raise ProducerClosedError(f"start() called on a producer that is {self._state}")
         self._loop = asyncio.get_running_loop()
         self._pool = ConnectionPool(
-            self.config, on_change=self._wakeup, on_disconnect=lambda: self._metadata.request_update()
+            self.config, on_change=self._pool_changed, on_disconnect=lambda: self._metadata.request_update()
         )
         self._metadata = Metadata(self.config, self._pool)
         self._accumulator = RecordAccumulator(self.config, self._wakeup)
@@ -91,6 +93,10 @@ class Producer:
 
     def _wakeup(self) -> None:
         self._sender.wakeup()
+
+    def _pool_changed(self) -> None:
+        self._sender.wakeup()
+        self._metadata.pool_changed()
 
     def _set_fatal(self, error: BaseException) -> None:
         if self._fatal is None:
@@ -109,37 +115,50 @@ class Producer:
         """Stop accepting records, deliver what is queued, then release everything.
 
         ``timeout`` (seconds) bounds the wait for delivery; records still pending then
-        fail with :class:`ProducerClosedError`. ``None`` waits for every record's own
-        delivery timeout. Calling close again, or concurrently, waits for the first.
+        fail with :class:`ProducerClosedError` (its ``possibly_persisted`` says whether the
+        record may have reached the broker). ``None`` waits for every record's own delivery
+        timeout. Calling close again, or concurrently, waits for the first. If the caller
+        cancels close(), delivery stops there: pending records fail and every connection
+        and task is released at once.
         """
         if self._state == _NEW:
             self._state = _CLOSED
             return
-        if self._closed is not None:
-            await asyncio.shield(self._closed)
-            return
-        self._closed = asyncio.get_running_loop().create_future()
-        self._state = _CLOSING
+        closing = self._closing
+        if closing is None:
+            self._state = _CLOSING
+            closing = self._closing = asyncio.get_running_loop().create_task(
+                self._shutdown(timeout), name="aioprod-close"
+            )
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            if not closing.done():
+                self._release_now(timeout)  # the close task finishes the waiting
+            raise
+
+    async def _shutdown(self, timeout: float | None) -> None:
         try:
             self._accumulator.closing = True
             self._sender.stop()
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._sender.wait_stopped()
-            except TimeoutError:
-                pass
-            finally:
-                await self._sender.abort(
-                    ProducerClosedError(
-                        "producer closed before the record was acknowledged"
-                        + (f" (close timeout {timeout}s)" if timeout is not None else "")
-                    )
-                )
+            await self._sender.wait_stopped(timeout)
+            tasks = self._release_now(timeout)
+            if tasks:
+                await asyncio.wait(tasks)
             await self._metadata.close()
             await self._pool.close()
         finally:
             self._state = _CLOSED
-            self._closed.set_result(None)
+
+    def _release_now(self, timeout: float | None) -> list[asyncio.Task[None]]:
+        """Fail what is unfinished, stop refreshing, close every connection; no waiting."""
+        reason = "producer closed before the record was acknowledged" + (
+            f" (close timeout {timeout}s)" if timeout is not None else ""
+        )
+        tasks = self._sender.abort_now(lambda persisted: ProducerClosedError(reason, possibly_persisted=persisted))
+        self._metadata.stop()
+        self._pool.close_now()
+        return tasks
 
     # -- sending -------------------------------------------------------------------
 
@@ -161,6 +180,14 @@ class Producer:
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
+        if self._yield_first:
+            # The last send() started a batch (so the one before it is complete): let the
+            # sender drain it, or a caller sending in a tight loop starves it until the
+            # buffer is full. Here, before anything is queued, a cancellation loses nothing.
+            self._yield_first = False
+            await asyncio.sleep(0)
+            if self._state is not _STARTED or self._fatal is not None:
+                self._raise_not_open()
         tps = self._tps.get(topic)
         if tps is None:
             _check_topic(topic)
@@ -222,10 +249,8 @@ class Producer:
         created = acc.batches_created
         future = acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
         if acc.batches_created != created:
-            # A batch was started (so the previous one is complete): yield once, so that a
-            # caller sending in a tight loop lets the sender drain instead of starving it
-            # until the buffer is full. Once per batch keeps the cost off most records.
-            await asyncio.sleep(0)
+            self._yield_first = True
+            self._metadata.touch(topic)
         return future
 
     async def send_many(
@@ -278,6 +303,7 @@ class Producer:
             info = await self._metadata.topic(topic, self._max_block)
         if partition is not None and partition not in info.partitions:
             raise ValueError(f"partition {partition} does not exist: topic {topic!r} has {len(info.partitions)}")
+        self._metadata.touch(topic)
         tps = self._tps.get(topic)
         if tps is None or len(tps) < len(info.all_partitions):
             tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(max(info.all_partitions) + 1)]

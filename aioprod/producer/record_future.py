@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from bisect import bisect_right
 from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Any, NamedTuple, TypeAlias
@@ -28,8 +29,29 @@ class BatchFailure(NamedTuple):
     traceback: TracebackType | None
 
 
+class SplitOutcome:
+    """A batch the broker found too large was split: each record's outcome is that of the
+    smaller batch it went to (``parts``: (first offset delta, that batch's settlement))."""
+
+    __slots__ = ("parts", "starts")
+
+    def __init__(self, parts: list[tuple[int, BatchSettlement]]) -> None:
+        self.parts = parts
+        self.starts = [start for start, _ in parts]
+
+    def locate(self, index: int) -> tuple[AckedOrFailed, int]:
+        """The outcome of the record at offset delta ``index``, and its delta in that batch."""
+        start, part = self.parts[bisect_right(self.starts, index) - 1]
+        outcome, index = part.done.result(), index - start
+        if type(outcome) is SplitOutcome:
+            return outcome.locate(index)
+        return outcome, index  # type: ignore[return-value]
+
+
 #: A batch's outcome: (topic, partition, base offset, log-append time or -1), or its failure.
-BatchOutcome: TypeAlias = "tuple[str, int, int, int] | BatchFailure"
+AckedOrFailed: TypeAlias = "tuple[str, int, int, int] | BatchFailure"
+#: ... or, for a batch that was split, where each record's outcome is.
+BatchOutcome: TypeAlias = "AckedOrFailed | SplitOutcome"
 
 _Callback: TypeAlias = "Callable[[RecordFuture], object]"
 _NOT_CANCELLED: Any = object()
@@ -54,6 +76,20 @@ class BatchSettlement:
     def settle(self, outcome: BatchOutcome) -> None:
         if not self.done.done():
             self.done.set_result(outcome)
+
+    def split_into(self, parts: list[tuple[int, BatchSettlement]]) -> None:
+        """Settle once every part has: each record then reads its own part's outcome."""
+        outcome = SplitOutcome(parts)
+        pending = len(parts)
+
+        def part_done(_: asyncio.Future[BatchOutcome]) -> None:
+            nonlocal pending
+            pending -= 1
+            if not pending:
+                self.settle(outcome)
+
+        for _, part in parts:
+            part.done.add_done_callback(part_done)
 
     def _watch(self, future: RecordFuture) -> None:
         if self._waiting is None:
@@ -149,21 +185,26 @@ class RecordFuture:
 
     def result(self) -> RecordMetadata:
         outcome = self._outcome()
+        index = self._index
+        if type(outcome) is SplitOutcome:
+            outcome, index = outcome.locate(index)
         if isinstance(outcome, BatchFailure):
             raise outcome.error.with_traceback(outcome.traceback)
-        topic, partition, base_offset, log_append_time = outcome
+        topic, partition, base_offset, log_append_time = outcome  # type: ignore[misc]
         return _metadata(
             RecordMetadata,
             (
                 topic,
                 partition,
-                base_offset + self._index if base_offset >= 0 else -1,
+                base_offset + index if base_offset >= 0 else -1,
                 log_append_time if log_append_time >= 0 else self._timestamp,
             ),
         )
 
     def exception(self) -> BaseException | None:
         outcome = self._outcome()
+        if type(outcome) is SplitOutcome:
+            outcome = outcome.locate(self._index)[0]
         return outcome.error if isinstance(outcome, BatchFailure) else None
 
     def add_done_callback(self, fn: _Callback, /, *, context: contextvars.Context | None = None) -> None:

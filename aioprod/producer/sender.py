@@ -1,28 +1,28 @@
 """The sender task: the Java producer's Sender thread, as one coroutine.
 
-Each round: find nodes with sendable batches (``ready``), drop those whose connection is
-not ready, take batches per node (``drain``), expire what outlived its delivery timeout,
-and write one ProduceRequest per node. Responses come back as future callbacks that
-resolve records, or put retriable batches back at the head of their partition.
+Each round (:meth:`Sender.run_once`, with the time passed in): fail what outlived its
+delivery timeout — queued or in flight —, find nodes with sendable batches, drop those
+whose connection cannot take a request now, take batches per node (``drain``), and write
+one ProduceRequest per node; then sleep until the next thing is due (a linger, a retry
+backoff, a throttle, a delivery deadline) or something wakes it. Responses come back as
+future callbacks: :func:`aioprod.producer.outcomes.decide` says what each means per batch,
+and :meth:`Sender._apply` carries that out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 
-from aioprod.cluster.metadata import Metadata
+from aioprod.cluster.metadata import ClusterSnapshot, Metadata
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
-    BrokerResponseError,
-    DuplicateSequenceNumberError,
     KafkaConnectionError,
     KafkaError,
-    OutOfOrderSequenceNumberError,
     ProducerClosedError,
     ProducerFatalError,
-    UnknownProducerIdError,
     error_for_code,
 )
 from aioprod.net.connection import BrokerConnection
@@ -30,6 +30,7 @@ from aioprod.net.pool import ConnectionPool, exponential_backoff
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import ProducerBatch
 from aioprod.producer.idempotence import IdempotenceState
+from aioprod.producer.outcomes import Action, Decision, RetryPolicy, decide
 from aioprod.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -41,12 +42,8 @@ from aioprod.protocol.messages import (
 
 log = logging.getLogger(__name__)
 
-# Errors after which the leader we sent to is probably not the leader any more
-# (Java's InvalidMetadataException family).
-_STALE_METADATA = frozenset({3, 5, 6, 13, 56, 74, 75})
-_DUPLICATE_SEQUENCE = DuplicateSequenceNumberError.code
-_OUT_OF_ORDER_SEQUENCE = OutOfOrderSequenceNumberError.code
-_UNKNOWN_PRODUCER_ID = UnknownProducerIdError.code
+#: A sleep long enough to mean "until something wakes me".
+_IDLE = 3600.0
 
 
 class Sender:
@@ -65,14 +62,20 @@ class Sender:
         self._pool = pool
         self._acc = accumulator
         self._on_fatal = on_fatal
+        self._policy = RetryPolicy.of(config)
         self.idempotence = IdempotenceState() if config.enable_idempotence else None
         self._acks = config.acks
         self._request_timeout_ms = config.request_timeout_ms
+        # Without idempotence, order holds only if a partition has one batch in flight at
+        # a time (Java's guaranteeMessageOrder): mute it meanwhile.
+        self._mute = not config.enable_idempotence and config.max_in_flight_requests_per_connection == 1
+        #: Batches on the wire, including ones that expired there and are still unanswered.
         self._in_flight: set[ProducerBatch] = set()
         #: The error that stopped this producer for good, if any.
         self.fatal: KafkaError | None = None
-        #: Batches put back for another attempt (a statistic).
+        #: Batches put back for another attempt, and batches split (statistics).
         self.retries = 0
+        self.splits = 0
         self._wake_flag = False
         self._waiter: asyncio.Future[None] | None = None
         self._stopping = False
@@ -96,24 +99,31 @@ class Sender:
         self._stopping = True
         self.wakeup()
 
-    async def abort(self, error: KafkaError) -> None:
-        """Stop now: fail queued batches as not sent, in-flight ones as unknown."""
+    def abort_now(self, error: Callable[[bool], KafkaError]) -> list[asyncio.Task[None]]:
+        """Stop at once: every unfinished record fails with ``error(possibly_persisted)``.
+        Returns the tasks that were cancelled, for the caller to wait on."""
         self._stopping = True
-        self._acc.fail_all(error)
+        self._acc.fail_all(lambda batch: error(batch.possibly_persisted))
         for batch in list(self._in_flight):
-            batch.fail(error)
-            self._acc.complete(batch)
-        self._in_flight.clear()
-        tasks = [task for task in (self._task, self._init_task) if task is not None]
+            if not batch.done:
+                batch.fail(error(True))
+                self._acc.complete(batch)
+        tasks = [task for task in (self._task, self._init_task) if task is not None and not task.done()]
         for task in tasks:
             task.cancel()
+        return tasks
+
+    async def abort(self, error: Callable[[bool], KafkaError]) -> None:
+        tasks = self.abort_now(error)
         if tasks:
             # wait(), not await: the tasks' own outcome is theirs, but our caller's cancellation is not ours to eat.
             await asyncio.wait(tasks)
 
-    async def wait_stopped(self) -> None:
+    async def wait_stopped(self, timeout: float | None) -> None:
+        """Wait up to ``timeout`` seconds (None: no limit) for the task to end by itself."""
         if self._task is not None:
-            await asyncio.shield(self._task)
+            # wait(), not await: the task's cancellation (a caller gave up on close) is not ours.
+            await asyncio.wait([self._task], timeout=timeout)
 
     # -- the loop ------------------------------------------------------------------
 
@@ -121,8 +131,7 @@ class Sender:
         loop = asyncio.get_running_loop()
         try:
             while not (self._stopping and not self._acc.incomplete):
-                delay = self._run_once(loop.time())
-                await self._sleep(delay)
+                await self._sleep(self.run_once(loop.time()))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -130,11 +139,7 @@ class Sender:
             self._on_fatal(exc)
             fatal = ProducerFatalError(f"the sender task died: {exc!r}")
             fatal.__cause__ = exc
-            self._acc.fail_all(fatal)
-            for batch in list(self._in_flight):
-                batch.fail(fatal)
-                self._acc.complete(batch)
-            self._in_flight.clear()
+            self.abort_now(lambda _persisted: fatal)
 
     async def _sleep(self, delay: float) -> None:
         if self._wake_flag:
@@ -150,58 +155,70 @@ class Sender:
             self._waiter = None
             self._wake_flag = False
 
-    def _run_once(self, now: float) -> float:
+    def run_once(self, now: float) -> float:
+        """One round; returns how many seconds may pass before the next is due."""
         acc = self._acc
-        if self.fatal is not None:
-            acc.fail_all(self.fatal)
-            return 3600.0
-        for batch in acc.expire(now):
-            self._finish(batch, acc.expiry_error(batch, now))
-        ident = self.idempotence
-        if ident is not None and not ident.has_producer_id:
-            # A new identity is taken only once nothing is in flight under the old one.
-            if acc.incomplete and not ident.any_in_flight:
-                self._ensure_producer_id()
-            return 3600.0
+        fatal = self.fatal
+        if fatal is not None:
+            acc.fail_all(lambda _batch: fatal)
+            return _IDLE
+        for batch in acc.expired(now):
+            self._finish(batch, batch.expiry_error(now, self._config.delivery_timeout_ms))
         cluster = self._metadata.snapshot
         ready, delay, unknown_leader = acc.ready(cluster, now)
         if unknown_leader:
-            self._metadata.request_update()
-            delay = min(delay, self._config.retry_backoff_ms / 1000)
+            self._metadata.request_update()  # answered (or not) by a listener wake-up
         connections: dict[int, BrokerConnection] = {}
         for node in ready:
             conn = self._pool.connection(node)
-            if conn is not None and conn.can_send_more():
+            if conn is None:
+                continue  # connecting; the pool wakes us when it is up
+            if conn.can_send_more():
                 connections[node] = conn
+            elif conn.throttled_until > now:
+                delay = min(delay, conn.throttled_until - now)
+        drained: dict[int, list[ProducerBatch]] = {}
+        ident = self.idempotence
         if connections:
             can_send = ident.can_send if ident is not None else _always
             drained = acc.drain(cluster, connections, self._config.max_request_size, now, can_send)
             for node, batches in drained.items():
-                self._send(connections[node], batches)
-            if drained:
-                # A drain takes one batch per partition: look again at once for the rest.
-                # Nodes that cannot take more wake the sender when a response frees room.
-                return 0.0
-        return delay
+                self._send(connections[node], batches, cluster)
+        if ident is not None and ident.needs_producer_id and acc.has_queued:
+            self._ensure_producer_id()
+        if drained:
+            # A drain takes one batch per partition: look again at once for the rest.
+            return 0.0
+        deadline = acc.next_deadline()
+        if deadline is not None:
+            delay = min(delay, deadline - now)
+        return max(delay, 0.0)
 
     # -- produce requests ------------------------------------------------------------
 
-    def _send(self, conn: BrokerConnection, batches: list[ProducerBatch]) -> None:
+    def _send(self, conn: BrokerConnection, batches: list[ProducerBatch], cluster: ClusterSnapshot) -> None:
         ident = self.idempotence
         topics: dict[str, list[ProduceRequestPartition]] = {}
         for batch in batches:
+            tp = batch.tp
             if ident is not None:
-                payload = batch.build(ident.producer_id, ident.producer_epoch, ident.assign(batch), False)
+                payload = batch.build(*ident.stamp(batch), False)
                 ident.sent(batch)
             else:
                 payload = batch.build(-1, -1, -1, False)
             batch.in_flight = True
-            batch.sent_once = True
             batch.attempts += 1
+            info = cluster.topics.get(tp.topic)
+            part = None if info is None else info.partitions.get(tp.partition)
+            batch.leader_epoch = -1 if part is None else part.leader_epoch
             self._in_flight.add(batch)
-            topics.setdefault(batch.tp.topic, []).append(
-                ProduceRequestPartition(index=batch.tp.partition, records=payload)
-            )
+            if self._mute:
+                self._acc.muted.add(tp)
+            parts = topics.get(tp.topic)
+            if parts is None:
+                parts = topics[tp.topic] = []
+                self._metadata.touch(tp.topic)
+            parts.append(ProduceRequestPartition(index=tp.partition, records=payload))
         request = ProduceRequest(
             transactional_id=None,
             acks=self._acks,
@@ -212,8 +229,14 @@ class Sender:
         future.add_done_callback(lambda f: self._on_response(batches, f))
 
     def _on_response(self, batches: list[ProducerBatch], future: asyncio.Future[ProduceResponse | None]) -> None:
+        now = asyncio.get_running_loop().time()
+        answer: ProduceResponse | BaseException | None
+        if future.cancelled():
+            answer = ProducerClosedError("request cancelled")
+        else:
+            answer = future.exception() or future.result()
         try:
-            self._handle_response(batches, future)
+            self._apply(decide(batches, answer, now, self._policy), now)
         except Exception as exc:
             # A bug here must not leave futures pending forever: stop the producer, loudly.
             log.exception("aioprod failed handling a produce response")
@@ -221,98 +244,84 @@ class Sender:
             fatal.__cause__ = exc
             for batch in batches:
                 self._returned(batch)
-                self._finish(batch, fatal)
+                if not batch.done:
+                    self._finish(batch, fatal)
             self._set_fatal(fatal)
-
-    def _handle_response(self, batches: list[ProducerBatch], future: asyncio.Future[ProduceResponse | None]) -> None:
-        now = asyncio.get_running_loop().time()
-        error = future.exception() if not future.cancelled() else ProducerClosedError("request cancelled")
-        if error is not None:
-            for batch in batches:
-                self._failed_attempt(batch, error if isinstance(error, KafkaError) else _wrap(error), now)
-            self._metadata.request_update()
-            self.wakeup()
-            return
-        response = future.result()
-        if response is None:  # acks=0: the broker answers nothing
-            for batch in batches:
-                self._returned(batch)
-                batch.succeed(-1, -1)
-                self._acc.complete(batch)
-            self.wakeup()
-            return
-        by_tp = {batch.tp: batch for batch in batches}
-        for topic in response.responses:
-            for part in topic.partition_responses:
-                batch = by_tp.pop((topic.name, part.index), None)  # type: ignore[call-overload]
-                if batch is None:
-                    continue
-                code = part.error_code
-                if code == 0 or code == _DUPLICATE_SEQUENCE:
-                    self._returned(batch)
-                    batch.succeed(part.base_offset, part.log_append_time_ms)
-                    self._acc.complete(batch)
-                    continue
-                if code in _STALE_METADATA:
-                    self._metadata.request_update()
-                error = error_for_code(code, part.error_message)
-                if self.idempotence is not None and code in (_UNKNOWN_PRODUCER_ID, _OUT_OF_ORDER_SEQUENCE):
-                    self._sequence_error(batch, error, now)
-                else:
-                    self._failed_attempt(batch, error, now)
-        for batch in by_tp.values():
-            self._failed_attempt(
-                batch, KafkaError(f"broker response had no result for {batch.tp.topic}-{batch.tp.partition}"), now
-            )
         self.wakeup()
 
-    def _failed_attempt(self, batch: ProducerBatch, error: KafkaError, now: float) -> None:
-        self._returned(batch)
-        if self.fatal is not None:
-            self._finish(batch, self.fatal)
-            return
-        retriable = error.retriable
-        if retriable and not self._stopping_hard():
-            backoff = exponential_backoff(
-                self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, batch.attempts
-            )
-            if batch.attempts <= self._config.retries and now + backoff < batch.deadline:
-                log.debug("retrying %r after %s", batch, error)
+    def _apply(self, decisions: list[Decision], now: float) -> None:
+        acc, ident = self._acc, self.idempotence
+        refresh = False
+        for decision in decisions:
+            batch = decision.batch
+            self._returned(batch)
+            if decision.maybe_written:
+                batch.maybe_written = True
+            hint = decision.leader
+            if hint is not None:
+                tp = batch.tp
+                self._metadata.update_leader(tp.topic, tp.partition, hint.leader, hint.epoch, hint.address)
+            refresh = refresh or decision.refresh_metadata
+            action = decision.action
+            if batch.done:
+                # It failed already (expired on the wire, or the producer closed): what the
+                # broker did only matters to the partition's sequence bookkeeping.
+                if ident is not None and action is Action.ACK:
+                    ident.acked(batch)
+                continue
+            if self.fatal is not None:
+                self._finish(batch, self.fatal)
+            elif action is Action.ACK:
+                if ident is not None:
+                    ident.acked(batch)
+                batch.succeed(decision.base_offset, decision.log_append_time)
+                acc.complete(batch)
+            elif action is Action.RETRY:
+                if decision.sequence_refused and not self._sequence_refused(batch, decision):
+                    continue
+                log.debug("retrying %r after %s", batch, decision.error)
                 self.retries += 1
-                self._acc.reenqueue(batch, now + backoff)
-                return
-            if now + backoff >= batch.deadline:
-                error = self._acc.expiry_error(batch, now)
-        self._finish(batch, error)
+                acc.reenqueue(batch, decision.retry_at)
+            elif action is Action.SPLIT:
+                log.debug("splitting %r: %s", batch, decision.error)
+                self.splits += 1
+                acc.split_and_reenqueue(batch, decision.retry_at)
+            else:
+                assert decision.error is not None
+                self._finish(batch, decision.error)
+        if refresh:
+            self._metadata.request_update()
 
-    def _sequence_error(self, batch: ProducerBatch, error: BrokerResponseError, now: float) -> None:
-        """The broker's sequence check refused ``batch``; see docs/delivery.md for the policy."""
+    def _sequence_refused(self, batch: ProducerBatch, decision: Decision) -> bool:
+        """The broker checked the batch's sequence and did not write it; see
+        docs/delivery.md for the policy. False when that stopped the producer."""
         ident = self.idempotence
         assert ident is not None
-        explained = ident.explains_gap(batch) or self._acc.queued_before(batch)
-        self._returned(batch)
-        if error.code == _OUT_OF_ORDER_SEQUENCE and explained:
-            # Sent ahead of an earlier batch that failed: retry behind it, in order.
-            self.retries += 1
-            self._acc.reenqueue(batch, now)
-            return
-        if error.code == _UNKNOWN_PRODUCER_ID or batch.base_sequence != 0:
-            # The broker forgot this producer (it lost its state, or the head of the log
-            # was removed): new identity, sequences from zero (KIP-360), as Java does.
-            log.info("broker lost producer id %s (%s); taking a new one", ident.producer_id, error)
-            ident.needs_reset = True
-            self.retries += 1
-            self._acc.reenqueue(batch, now)
-            return
-        # Sequence 0 under an identity is always in order: a broker that refuses it is not
-        # following the protocol, and carrying on could hide lost records. Stop.
-        fatal = ProducerFatalError(
-            f"{batch.tp.topic}-{batch.tp.partition}: the broker reported a sequence gap at "
-            f"{batch.base_sequence} that the producer cannot explain ({error})"
-        )
-        fatal.__cause__ = error
-        self._set_fatal(fatal)
-        self._finish(batch, fatal)
+        entry = ident.partition(batch.tp)
+        explained = ident.earlier_on_wire(batch) or self._acc.stamped_before(batch)
+        gap = decision.unknown_producer or entry.in_doubt or not explained
+        fresh = (batch.producer_id, batch.producer_epoch) == entry.identity[:2] and batch.base_sequence == 0
+        if gap and fresh and not decision.unknown_producer and not entry.in_doubt:
+            # Sequence 0 under an identity is always in order: a broker that refuses it is
+            # not following the protocol, and carrying on could hide lost records. Stop.
+            fatal = ProducerFatalError(
+                f"{batch.tp.topic}-{batch.tp.partition}: the broker reported a sequence gap at "
+                f"{batch.base_sequence} that the producer cannot explain ({decision.error})"
+            )
+            fatal.__cause__ = decision.error
+            self._set_fatal(fatal)
+            self._finish(batch, fatal)
+            return False
+        if gap:
+            log.info(
+                "%s-%s: the broker does not continue producer %s's sequence (%s); renumbering under a new identity",
+                batch.tp.topic,
+                batch.tp.partition,
+                batch.producer_id,
+                decision.error,
+            )
+        ident.rejected_sequence(batch, gap)
+        return True
 
     def _set_fatal(self, error: KafkaError) -> None:
         """From now on nothing is sent: queued batches fail with ``error``, and batches
@@ -320,26 +329,21 @@ class Sender:
         if self.fatal is None:
             self.fatal = error
             self._on_fatal(error)
-        self._acc.fail_all(error)
-
-    def _stopping_hard(self) -> bool:
-        return self._task is not None and self._task.done()
+        self._acc.fail_all(lambda _batch: error)
 
     def _returned(self, batch: ProducerBatch) -> None:
         batch.in_flight = False
         self._in_flight.discard(batch)
+        if self._mute:
+            self._acc.muted.discard(batch.tp)
         if self.idempotence is not None:
             self.idempotence.returned(batch)
 
     def _finish(self, batch: ProducerBatch, error: KafkaError) -> None:
         batch.fail(error)
         self._acc.complete(batch)
-        ident = self.idempotence
-        if ident is not None and ident.owns_sequence(batch):
-            # The batch's sequence is now a hole that the broker may or may not have filled
-            # (it may have been written before its answer was lost). Continuing would mean
-            # either a gap or a guess; a new identity starts every partition clean.
-            ident.needs_reset = True
+        if self.idempotence is not None:
+            self.idempotence.failed(batch)
 
     # -- producer id -------------------------------------------------------------------
 
@@ -350,20 +354,34 @@ class Sender:
             )
 
     async def _init_producer_id(self) -> None:
-        assert self.idempotence is not None
+        ident = self.idempotence
+        assert ident is not None
+        # KIP-360: the current id and epoch let a broker bump the epoch instead of handing
+        # out a new id. A broker that cannot do that for an idempotent producer (Tansu
+        # answers UNKNOWN_SERVER_ERROR) is asked once more for a fresh identity.
+        bump = ident.has_producer_id
         while True:
             node = self._metadata.least_loaded_node()
             try:
                 if node is None:
-                    raise KafkaConnectionError("no broker address known")
+                    raise KafkaConnectionError("no broker can take a request now")
                 conn = await self._pool.get(node)
                 response: InitProducerIdResponse = await conn.send(
-                    InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=2**31 - 1)
+                    InitProducerIdRequest(
+                        transactional_id=None,
+                        transaction_timeout_ms=2**31 - 1,
+                        producer_id=ident.producer_id if bump else -1,
+                        producer_epoch=ident.producer_epoch if bump else -1,
+                    )
                 )
                 if response.error_code:
                     raise error_for_code(response.error_code, "InitProducerId")
             except KafkaError as exc:
                 self._init_failures += 1
+                if bump and not exc.retriable:
+                    log.debug("InitProducerId with the current identity failed (%s); asking for a new one", exc)
+                    bump = False
+                    continue
                 if not exc.retriable:
                     fatal = ProducerFatalError(f"cannot obtain a producer id: {exc}")
                     fatal.__cause__ = exc
@@ -378,7 +396,9 @@ class Sender:
                     )
                 )
                 continue
-            self.idempotence.set_producer_id(response.producer_id, response.producer_epoch)
+            if ident.has_producer_id:
+                log.info("new producer identity %s/%s", response.producer_id, response.producer_epoch)
+            ident.set_producer_id(response.producer_id, response.producer_epoch)
             self._init_failures = 0
             self.wakeup()
             return
@@ -389,11 +409,5 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _always(batch: ProducerBatch) -> bool:
+def _always(batch: ProducerBatch, queue: deque[ProducerBatch]) -> bool:
     return True
-
-
-def _wrap(error: BaseException) -> KafkaError:
-    wrapped = KafkaError(f"request failed: {error!r}")
-    wrapped.__cause__ = error
-    return wrapped

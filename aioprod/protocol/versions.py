@@ -25,14 +25,16 @@ from aioprod.protocol.messages import (
     EndTxnRequest,
 )
 from aioprod.protocol.primitives import Reader
-from aioprod.protocol.schema import Request
+from aioprod.protocol.schema import Request, Response
 
 __all__ = [
+    "CLIENT_THROTTLES_FROM",
     "CLIENT_VERSION_CAPS",
     "UNSUPPORTED_VERSION",
     "api_name",
     "broker_versions",
     "choose_version",
+    "client_throttle_ms",
     "read_api_versions_response",
 ]
 
@@ -53,6 +55,34 @@ def api_name(request_cls: type[Request]) -> str:
 CLIENT_VERSION_CAPS: Mapping[int, int] = MappingProxyType(
     {AddPartitionsToTxnRequest.API_KEY: 3, EndTxnRequest.API_KEY: 4}
 )
+
+
+#: KIP-219: from these response versions on (API key -> first version), a broker answers
+#: at once and expects the client to send it nothing more for ``throttle_time_ms``; before
+#: them the broker delayed its answer itself, so the client must not wait again.
+CLIENT_THROTTLES_FROM: Mapping[int, int] = MappingProxyType(
+    {
+        0: 6,  # Produce
+        2: 3,  # ListOffsets
+        3: 6,  # Metadata
+        10: 2,  # FindCoordinator
+        18: 2,  # ApiVersions
+        19: 3,  # CreateTopics
+        22: 1,  # InitProducerId
+        24: 1,  # AddPartitionsToTxn
+        25: 1,  # AddOffsetsToTxn
+        26: 1,  # EndTxn
+        28: 1,  # TxnOffsetCommit
+    }
+)
+
+
+def client_throttle_ms(response: Response, version: int) -> int:
+    """How long the client must leave this broker alone after ``response`` (KIP-219)."""
+    first = CLIENT_THROTTLES_FROM.get(response.API_KEY)
+    if first is None or version < first:
+        return 0
+    return max(0, int(getattr(response, "throttle_time_ms", 0)))
 
 
 def choose_version(

@@ -272,6 +272,8 @@ class ScriptedCluster:
         assert isinstance(request, m.ProduceRequest)
         if node.stalling:
             await conn.closed_or(node._released)
+            if conn.side.closed:
+                return None  # the connection went before the broker looked at the request
         response, hold = self._produce(node, request, version)
         if hold or node.holding:
             await conn.closed_or(node._released)

@@ -60,27 +60,29 @@ async def test_unknown_leader_is_reported() -> None:
     assert ready == set() and unknown
 
 
-async def test_drain_respects_max_request_size_and_rotates() -> None:
+async def test_drain_respects_max_request_size_and_resumes_where_it_stopped() -> None:
     acc, _ = accumulator(linger_ms=0, batch_size=1000)
     snapshot = cluster({0: 1, 1: 1, 2: 1})
-    firsts = []
-    for _round in range(3):
-        for p in range(3):
+    for p in range(3):
+        for _ in range(3):
             append(acc, p, b"x" * 900, now=0.0)
-        drained = acc.drain(snapshot, [1], 1500, 1.0, lambda b: True)
+    served = []
+    for _round in range(6):
+        drained = acc.drain(snapshot, [1], 1500, 1.0, lambda b, q: True)
         assert len(drained[1]) == 1  # two 900-byte batches exceed 1500 bytes
-        firsts.append(drained[1][0].tp.partition)
-        acc.drain(snapshot, [1], 10_000, 1.0, lambda b: True)  # empty the rest
-    assert len(set(firsts)) > 1, "the drain must not always start at the same partition"
+        served.append(drained[1][0].tp.partition)
+    assert served == [0, 1, 2, 0, 1, 2]  # each round starts where the last one stopped
 
 
 async def test_expire_reports_not_sent_for_queued_batches() -> None:
     acc, _ = accumulator(delivery_timeout_ms=40_000)
     append(acc, 0, b"v", now=0.0)
-    assert acc.expire(39.9) == []
-    (batch,) = acc.expire(40.0)
-    error = acc.expiry_error(batch, 40.0)
+    assert acc.next_deadline() == 40.0
+    assert acc.expired(39.9) == []
+    (batch,) = acc.expired(40.0)
+    error = batch.expiry_error(40.0, 40_000)
     assert not error.possibly_persisted and "not sent" in str(error)
+    assert not acc.has_queued  # taken out of its queue
 
 
 async def test_reenqueue_keeps_sequence_order() -> None:
@@ -88,7 +90,7 @@ async def test_reenqueue_keeps_sequence_order() -> None:
     snapshot = cluster({0: 1})
     for value in (b"a", b"b", b"c"):
         append(acc, 0, value, now=0.0)
-        (batch,) = acc.drain(snapshot, [1], 10_000, 0.0, lambda b: True)[1]
+        (batch,) = acc.drain(snapshot, [1], 10_000, 0.0, lambda b, q: True)[1]
         batch.build(7, 0, {b"a": 0, b"b": 1, b"c": 2}[value], False)
         if value == b"a":
             a = batch
@@ -100,7 +102,7 @@ async def test_reenqueue_keeps_sequence_order() -> None:
         acc.reenqueue(batch, retry_at=0.0)
     order = []
     while True:
-        drained = acc.drain(snapshot, [1], 10_000, 1.0, lambda b: True)
+        drained = acc.drain(snapshot, [1], 10_000, 1.0, lambda b, q: True)
         if not drained:
             break
         order.extend(b.base_sequence for b in drained[1])
@@ -132,20 +134,20 @@ async def test_buffer_wait_cancelled_as_space_is_granted_is_cancelled() -> None:
     assert pool.used == 0 and not pool.exhausted
 
 
-def test_sequences_wrap_at_int32_max() -> None:
-    class FakeBatch:
-        tp = TopicPartition("t", 0)
-        record_count = 3
-        base_sequence = -1
-        producer_id = -1
-        producer_epoch = -1
-
+async def test_sequences_wrap_at_int32_max() -> None:
+    acc, _ = accumulator(linger_ms=0)
     ident = IdempotenceState()
     ident.set_producer_id(5, 0)
-    ident._next_sequence[FakeBatch.tp] = SEQUENCE_MODULUS - 2
-    first = ident.assign(FakeBatch())  # type: ignore[arg-type]
-    second = ident.assign(FakeBatch())  # type: ignore[arg-type]
-    assert first == 2**31 - 2 and second == 1  # 2**31-2, 2**31-1, 0 then 1
+    tp = TopicPartition("t", 0)
+    ident.partition(tp).next_sequence = SEQUENCE_MODULUS - 2
+    stamps = []
+    for _ in range(2):
+        for value in (b"a", b"b", b"c"):  # three records per batch
+            append(acc, 0, value, now=0.0)
+        (batch,) = acc.drain(cluster({0: 1}), [1], 10_000, 1.0, ident.can_send)[1]
+        stamps.append(ident.stamp(batch))
+    first, second = stamps[0][2], stamps[1][2]
+    assert stamps[0][:2] == (5, 0) and first == 2**31 - 2 and second == 1  # 2**31-2, 2**31-1, 0 then 1
     assert sequence_before(first, second) and not sequence_before(second, first)
 
 
@@ -159,5 +161,5 @@ async def test_ready_and_drain_agree_at_the_linger_deadline() -> None:
     snapshot = cluster({0: 1})
     append(acc, 0, b"v", now=created)
     ready, _, _ = acc.ready(snapshot, now)
-    drained = acc.drain(snapshot, ready, 10_000, now, lambda b: True)
+    drained = acc.drain(snapshot, ready, 10_000, now, lambda b, q: True)
     assert ready == {1} and [b.tp.partition for b in drained[1]] == [0]

@@ -1,0 +1,190 @@
+"""What a produce response means for each batch it carried: decisions, without I/O.
+
+:func:`decide` reads one response — or the exception its request failed with, or None
+for acks=0 — against the batches of the request, and says for each batch: acknowledged,
+retry (and when), split (too large for the broker), or failed (and with what error); what
+the answer says of the cluster (the leader moved; the broker named the new one, KIP-951);
+and what it says of the batch's place in the log (written, certainly not written by this
+attempt, or unknown). The sender carries the decisions out. Rules follow the Java
+client's ``Sender.completeBatch`` and ``TransactionManager.canRetry``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from aioprod.cluster.metadata import Broker
+from aioprod.config import ProducerConfig
+from aioprod.errors import (
+    DuplicateSequenceNumberError,
+    FencedLeaderEpochError,
+    KafkaConnectionError,
+    KafkaError,
+    MessageTooLargeError,
+    NetworkError,
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    RecordListTooLargeError,
+    RequestTimedOutError,
+    UnknownProducerIdError,
+    UnknownServerError,
+    error_for_code,
+)
+from aioprod.net.pool import exponential_backoff
+from aioprod.producer.batch import ProducerBatch
+from aioprod.protocol.messages import ProduceResponse, ProduceResponsePartition
+
+#: Answers after which the broker may have written the batch (the leader appended it,
+#: then something failed) — a retry without idempotence may duplicate it.
+_MAYBE_WRITTEN = frozenset(
+    {
+        RequestTimedOutError.code,
+        NotEnoughReplicasAfterAppendError.code,
+        NetworkError.code,
+        UnknownServerError.code,
+    }
+)
+_TOO_LARGE = frozenset({MessageTooLargeError.code, RecordListTooLargeError.code})
+_LEADER_HINTS = frozenset({NotLeaderOrFollowerError.code, FencedLeaderEpochError.code})
+_SEQUENCE_CHECKED = frozenset({OutOfOrderSequenceNumberError.code, UnknownProducerIdError.code})
+
+
+class Action(enum.Enum):
+    ACK = "ack"
+    RETRY = "retry"
+    SPLIT = "split"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderHint:
+    """The partition's current leader, as the old leader's answer named it (KIP-951)."""
+
+    leader: int
+    epoch: int
+    address: Broker | None
+
+
+@dataclass(slots=True)
+class Decision:
+    batch: ProducerBatch
+    action: Action
+    error: KafkaError | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+    #: When a retry may go (loop time).
+    retry_at: float = 0.0
+    #: This attempt's outcome in the log is unknown (the batch may have been written).
+    maybe_written: bool = False
+    #: The broker checked the batch's sequence and refused it (so it is not in the log):
+    #: OUT_OF_ORDER_SEQUENCE_NUMBER, or UNKNOWN_PRODUCER_ID when ``unknown_producer``.
+    sequence_refused: bool = False
+    unknown_producer: bool = False
+    #: The answer says the client's metadata is stale.
+    refresh_metadata: bool = False
+    leader: LeaderHint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    retries: int
+    backoff: float
+    backoff_max: float
+    idempotent: bool
+    delivery_timeout_ms: int
+
+    @classmethod
+    def of(cls, config: ProducerConfig) -> RetryPolicy:
+        return cls(
+            config.retries,
+            config.retry_backoff_ms / 1000,
+            config.retry_backoff_max_ms / 1000,
+            config.enable_idempotence,
+            config.delivery_timeout_ms,
+        )
+
+
+def decide(
+    batches: list[ProducerBatch], answer: ProduceResponse | BaseException | None, now: float, policy: RetryPolicy
+) -> list[Decision]:
+    """One decision per batch of the request ``answer`` belongs to."""
+    if answer is None:  # acks=0: no answer comes; the request was written out
+        return [Decision(batch, Action.ACK) for batch in batches]
+    if isinstance(answer, BaseException):
+        error = answer if isinstance(answer, KafkaError) else _wrap(answer)
+        return [_retry_or_fail(batch, error, now, policy, maybe_written=True) for batch in batches]
+    addresses = {e.node_id: Broker(e.node_id, e.host, e.port, e.rack) for e in answer.node_endpoints}
+    by_tp = {(batch.tp.topic, batch.tp.partition): batch for batch in batches}
+    decisions = []
+    for topic in answer.responses:
+        for part in topic.partition_responses:
+            batch = by_tp.pop((topic.name, part.index), None)
+            if batch is not None:
+                decisions.append(_partition(batch, part, addresses, now, policy))
+    for batch in by_tp.values():
+        missing = KafkaConnectionError(f"the broker's answer had no result for {batch.tp.topic}-{batch.tp.partition}")
+        decisions.append(_retry_or_fail(batch, missing, now, policy, maybe_written=True))
+    return decisions
+
+
+def _partition(
+    batch: ProducerBatch,
+    part: ProduceResponsePartition,
+    addresses: dict[int, Broker],
+    now: float,
+    policy: RetryPolicy,
+) -> Decision:
+    code = part.error_code
+    if code == 0 or code == DuplicateSequenceNumberError.code:
+        return Decision(batch, Action.ACK, base_offset=part.base_offset, log_append_time=part.log_append_time_ms)
+    error = error_for_code(code, part.error_message)
+    if code in _TOO_LARGE and batch.record_count > 1:
+        return Decision(batch, Action.SPLIT, error, retry_at=now)
+    leader = None
+    current = part.current_leader
+    if code in _LEADER_HINTS and current.leader_id >= 0 and current.leader_epoch >= 0:
+        leader = LeaderHint(current.leader_id, current.leader_epoch, addresses.get(current.leader_id))
+    if policy.idempotent and code in _SEQUENCE_CHECKED:
+        # Retried whatever the error's class says: the sender resolves the sequence first.
+        decision = _retry_or_fail(batch, error, now, policy, maybe_written=False, retriable=True)
+        decision.sequence_refused = True
+        decision.unknown_producer = code == UnknownProducerIdError.code
+        return decision
+    decision = _retry_or_fail(batch, error, now, policy, maybe_written=code in _MAYBE_WRITTEN, leader=leader)
+    decision.refresh_metadata = error.invalid_metadata
+    return decision
+
+
+def _retry_or_fail(
+    batch: ProducerBatch,
+    error: KafkaError,
+    now: float,
+    policy: RetryPolicy,
+    *,
+    maybe_written: bool,
+    retriable: bool | None = None,
+    leader: LeaderHint | None = None,
+) -> Decision:
+    # The batch may retry while its deadline has not passed; a retry that cannot happen
+    # in time waits in the queue and expires there, at its deadline, like any other.
+    if (
+        (error.retriable if retriable is None else retriable)
+        and batch.attempts <= policy.retries
+        and now < batch.deadline
+    ):
+        if leader is not None and leader.epoch > batch.leader_epoch:
+            backoff = 0.0  # the broker named a newer leader: go there now (KIP-951)
+        else:
+            backoff = exponential_backoff(policy.backoff, policy.backoff_max, batch.attempts)
+        return Decision(batch, Action.RETRY, error, retry_at=now + backoff, maybe_written=maybe_written, leader=leader)
+    if now >= batch.deadline:
+        error = batch.expiry_error(now, policy.delivery_timeout_ms, batch.maybe_written or maybe_written)
+    return Decision(batch, Action.FAIL, error, maybe_written=maybe_written, leader=leader)
+
+
+def _wrap(error: BaseException) -> KafkaError:
+    wrapped = KafkaConnectionError(f"request failed: {error!r}")
+    wrapped.__cause__ = error
+    return wrapped

@@ -1,0 +1,209 @@
+"""One test per broker answer the idempotent producer must handle, on the scripted fake cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+import pytest
+
+from aioprod import Producer
+from aioprod.errors import (
+    DeliveryTimeoutError,
+    DuplicateSequenceNumberError,
+    KafkaTimeoutError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    ProducerFatalError,
+    SendManyError,
+    UnknownProducerIdError,
+)
+from aioprod.protocol.messages import InitProducerIdRequest, ProduceRequest
+from tests.conftest import Scripted
+from tests.fakes.cluster import ScriptedCluster
+
+DUPLICATE = DuplicateSequenceNumberError.code
+OUT_OF_ORDER = OutOfOrderSequenceNumberError.code
+UNKNOWN_PRODUCER = UnknownProducerIdError.code
+NOT_LEADER = NotLeaderOrFollowerError.code
+
+
+@pytest.fixture
+def cluster(scripted: Scripted) -> ScriptedCluster:
+    scripted.cluster.create_topic("t", 1)
+    return scripted.cluster
+
+
+def producer(cluster: ScriptedCluster, **options: object) -> Producer:
+    defaults: dict[str, object] = {"linger_ms": 0, "retry_backoff_ms": 1, "retry_backoff_max_ms": 5}
+    defaults.update(options)
+    return Producer(bootstrap_servers=cluster.bootstrap, **defaults)
+
+
+def init_calls(cluster: ScriptedCluster) -> int:
+    return len(cluster.requests_of(InitProducerIdRequest))
+
+
+async def test_duplicate_sequence_counts_as_success(cluster: ScriptedCluster) -> None:
+    cluster.nodes[1].script = deque([DUPLICATE])  # answered without writing: "already have it"
+    async with producer(cluster) as p:
+        md = await p.send_and_wait("t", b"a")
+        assert md.partition == 0
+        assert (await p.send_and_wait("t", b"b")).offset == 0  # the duplicate was not logged
+
+
+async def test_out_of_order_behind_a_failed_batch_is_retried_in_order(cluster: ScriptedCluster) -> None:
+    # Two batches of one partition in flight; the first fails retriably, so the broker
+    # refuses the second as out of order. Both must land, in send order.
+    cluster.nodes[1].script = deque([NOT_LEADER, OUT_OF_ORDER])
+    async with producer(cluster, batch_size=100) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].stalling = True  # both requests reach the broker before any answer
+        first = await p.send("t", b"x" * 60)
+        second = await p.send("t", b"y" * 60)  # does not fit the first batch
+        await asyncio.sleep(0.01)
+        cluster.nodes[1].release()
+        await asyncio.gather(first, second)
+        assert p._sender.retries >= 2
+    assert cluster.partition("t").values == [b"x" * 60, b"y" * 60]
+    assert [a.base_sequence for a in cluster.partition("t").log] == [0, 1]
+    assert init_calls(cluster) == 1  # an explained gap needs no new identity
+
+
+async def test_unknown_producer_id_takes_a_new_identity_invisibly(cluster: ScriptedCluster) -> None:
+    cluster.nodes[1].script = deque([UNKNOWN_PRODUCER])
+    async with producer(cluster) as p:
+        md = await p.send_and_wait("t", b"v")
+        assert md.offset == 0
+    assert init_calls(cluster) == 2
+    (accepted,) = cluster.partition("t").log
+    assert (accepted.producer_id, accepted.base_sequence) == (1001, 0)
+
+
+async def test_out_of_order_when_the_broker_forgot_resets_sequences(cluster: ScriptedCluster) -> None:
+    async with producer(cluster) as p:
+        await p.send_and_wait("t", b"first")
+        cluster.nodes[1].script.append(OUT_OF_ORDER)  # the broker lost what it knew of us
+        await p.send_and_wait("t", b"second")
+    assert init_calls(cluster) == 2
+    assert [(a.producer_id, a.base_sequence) for a in cluster.partition("t").log] == [(1000, 0), (1001, 0)]
+
+
+async def test_unexplainable_sequence_gap_is_fatal(cluster: ScriptedCluster) -> None:
+    cluster.nodes[1].script = deque([OUT_OF_ORDER])  # sequence 0 of a fresh identity refused
+    async with producer(cluster) as p:
+        fut = await p.send("t", b"v")
+        with pytest.raises(ProducerFatalError, match="sequence gap"):
+            await fut
+        with pytest.raises(ProducerFatalError):
+            await p.send("t", b"later")
+
+
+async def test_not_leader_is_retried_with_the_same_bytes(cluster: ScriptedCluster) -> None:
+    cluster.nodes[1].script = deque([NOT_LEADER, NOT_LEADER])
+    async with producer(cluster) as p:
+        md = await p.send_and_wait("t", b"v", key=b"k")
+    assert md.offset == 0
+    attempts = [r.body for r in cluster.requests_of(ProduceRequest)]
+    payloads = {r.topic_data[0].partition_data[0].records for r in attempts}  # type: ignore[attr-defined]
+    assert len(attempts) == 3 and len(payloads) == 1  # same batch, same sequence, every time
+
+
+async def test_timeout_in_flight_is_possibly_persisted(cluster: ScriptedCluster) -> None:
+    async with producer(cluster, request_timeout_ms=200, delivery_timeout_ms=700) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].stalling = True  # the broker does not look at the request yet
+        fut = await p.send("t", b"v")
+        with pytest.raises(DeliveryTimeoutError) as info:
+            await fut
+        assert info.value.possibly_persisted is True
+        assert "possibly persisted" in str(info.value)
+        cluster.nodes[1].release()  # ... and then it does: the batch was persisted after all
+        await p.send_and_wait("t", b"after")
+    # The broker acknowledged the expired batch's sequence, so the next one follows it.
+    assert init_calls(cluster) == 1
+    assert [(a.values, a.base_sequence) for a in cluster.partition("t").log] == [((b"v",), 0), ((b"after",), 1)]
+
+
+async def test_a_partition_whose_last_batch_is_lost_in_doubt_renumbers_under_a_new_identity(
+    cluster: ScriptedCluster,
+) -> None:
+    async with producer(cluster, request_timeout_ms=200, delivery_timeout_ms=700) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].stalling = True
+        fut = await p.send("t", b"v")
+        with pytest.raises(DeliveryTimeoutError):
+            await fut
+        cluster.disconnect(1)  # the broker never looked at it: it is not in the log
+        cluster.nodes[1].release()
+        await p.send_and_wait("t", b"after")
+    # The producer cannot know that: rather than guess the broker's next sequence, the
+    # partition starts again from 0 under a new identity.
+    assert init_calls(cluster) == 2
+    assert [(a.values, a.producer_id, a.base_sequence) for a in cluster.partition("t").log] == [((b"after",), 1001, 0)]
+
+
+async def test_never_sent_is_reported_as_not_sent(cluster: ScriptedCluster) -> None:
+    async with producer(cluster, request_timeout_ms=200, delivery_timeout_ms=500) as p:
+        await p.partitions_for("t")
+        cluster.stop(1)  # the broker goes away before anything is sent
+        fut = await p.send("t", b"v")
+        with pytest.raises(DeliveryTimeoutError) as info:
+            await fut
+    assert info.value.possibly_persisted is False and "not sent" in str(info.value)
+
+
+async def test_internal_error_fails_pending_records_instead_of_hanging(
+    cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aioprod.producer.sender import Sender
+
+    def broken(self: Sender, decisions: object, now: float) -> None:
+        raise RuntimeError("bug injected by the test")
+
+    async with producer(cluster) as p:
+        await p.send_and_wait("t", b"warm")
+        monkeypatch.setattr(Sender, "_apply", broken)
+        fut = await p.send("t", b"v")
+        with pytest.raises(ProducerFatalError, match="internal error"):
+            await fut
+        with pytest.raises(ProducerFatalError):
+            await p.send("t", b"later")
+
+
+async def test_sender_task_death_fails_everything(cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aioprod.producer.sender import Sender
+
+    async with producer(cluster, linger_ms=50) as p:
+        await p.partitions_for("t")
+        fut = await p.send("t", b"v")
+
+        def broken(self: Sender, now: float) -> float:
+            raise RuntimeError("sender bug injected by the test")
+
+        monkeypatch.setattr(Sender, "run_once", broken)
+        p._sender.wakeup()
+        with pytest.raises(ProducerFatalError, match="sender task died"):
+            await fut
+        with pytest.raises(ProducerFatalError):
+            await p.send("t", b"later")
+
+
+async def test_send_many_records_that_could_not_be_queued_fail_in_its_future(cluster: ScriptedCluster) -> None:
+    # The broker never answers, so the ~3 records that fit the buffer stay there; the rest
+    # cannot be queued within max_block_ms and fail in the group's future, not by raising.
+    async with producer(
+        cluster, buffer_memory=600, max_block_ms=200, request_timeout_ms=300, delivery_timeout_ms=600
+    ) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].stalling = True
+        future = await p.send_many("t", [b"x" * 100] * 10)
+        with pytest.raises(SendManyError) as info:
+            await future
+    outcomes = info.value.results
+    assert len(outcomes) == 10
+    queued = [o for o in outcomes if isinstance(o, DeliveryTimeoutError)]
+    refused = [o for o in outcomes if isinstance(o, KafkaTimeoutError) and not isinstance(o, DeliveryTimeoutError)]
+    assert queued and refused and len(queued) + len(refused) == 10
+    assert all(o.possibly_persisted for o in queued)
+    assert "buffer_memory" in str(refused[0])

@@ -1,0 +1,61 @@
+"""buffer_memory bounds what the producer holds, and no reservation leaks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aioprod import Producer
+from aioprod.errors import KafkaTimeoutError
+from aioprod.producer.accumulator import BufferPool
+from tests.conftest import Scripted
+
+
+async def test_space_granted_as_max_block_expires_is_not_leaked(scripted: Scripted) -> None:
+    # The release that grants the waiter and the max_block_ms timeout fall due at the same
+    # instant (the release was scheduled first, so it runs first): the waiter is granted,
+    # then timed out. Either outcome is fine, but the space must be the caller's or free.
+    loop = asyncio.get_running_loop()
+    pool = BufferPool(100)
+    assert pool.try_reserve(100)
+    loop.call_at(loop.time() + 0.5, pool.release, 100)
+    try:
+        await pool.reserve(60, 0.5)
+    except KafkaTimeoutError:
+        assert pool.used == 0
+    else:
+        assert pool.used == 60
+        pool.release(60)
+    assert pool.try_reserve(100), "buffer memory leaked"
+
+
+async def test_acks_0_holds_no_more_than_buffer_memory_when_the_broker_stops_reading(scripted: Scripted) -> None:
+    # With acks=0 nothing comes back, so a record is done when its request is written out.
+    # A broker that stops reading must make send() wait (and fail after max_block_ms),
+    # not fill the transport without bound while every future says "delivered".
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    value = b"x" * 1000
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        acks=0,
+        linger_ms=0,
+        buffer_memory=1_000_000,
+        max_request_size=100_000,
+        batch_size=50_000,
+        max_block_ms=500,
+    ) as p:
+        await p.send_and_wait("t", b"warm-up")
+        cluster.nodes[1].stop_reading()
+        delivered = 0
+        futures = []
+        with pytest.raises(KafkaTimeoutError, match="buffer_memory"):
+            for _ in range(20_000):  # 20 MB
+                futures.append(await p.send("t", value))
+        await asyncio.sleep(0)
+        delivered = sum(f.done() and f.exception() is None for f in futures)
+        buffered = cluster.nodes[1].connections[-1].side._transport.get_write_buffer_size()
+        await p.close(timeout=0)
+    assert delivered * len(value) <= 1_000_000 + 100_000
+    assert buffered <= 1_000_000 + 100_000

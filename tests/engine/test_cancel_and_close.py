@@ -1,0 +1,90 @@
+"""Cancelling send() and close(): all or nothing, and everything released."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aioprod import Producer
+from aioprod.errors import ProducerClosedError
+from tests.conftest import Scripted
+
+
+async def test_a_cancelled_send_queued_nothing_or_returned_its_future(scripted: Scripted) -> None:
+    # Cancel a send() after every number of loop steps it may take: each time, either the
+    # caller got the record's future, or the record never reaches the broker.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.partitions_for("t")
+        returned: list[bytes] = []
+        for steps in range(6):
+            value = b"steps-%d" % steps
+            task = asyncio.ensure_future(p.send("t", value))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await (await task)
+            except asyncio.CancelledError:
+                continue
+            returned.append(value)
+        await p.flush()
+    assert cluster.partition("t").values == returned
+
+
+async def test_close_fails_a_send_waiting_for_metadata_with_producer_closed(scripted: Scripted) -> None:
+    cluster = scripted.cluster  # the topic does not exist, so send() waits for it
+    p = Producer(bootstrap_servers=cluster.bootstrap, allow_auto_create_topics=False)
+    await p.start()
+    waiting = asyncio.ensure_future(p.send("missing", b"v"))
+    await asyncio.sleep(0.5)
+    await p.close()
+    with pytest.raises(ProducerClosedError):
+        await waiting
+
+
+def aioprod_tasks() -> list[asyncio.Task[object]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("aioprod-") and not t.done()]
+
+
+async def test_a_cancelled_close_still_releases_everything(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    p = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0)
+    await p.start()
+    await p.send_and_wait("t", b"warm-up")
+    cluster.nodes[1].holding = True  # close() waits for this record's answer
+    fut = await p.send("t", b"in flight")
+    closing = asyncio.ensure_future(p.close())
+    await asyncio.sleep(1)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    await p.close()  # a second close() finishes the job
+    assert aioprod_tasks() == []
+    assert cluster.nodes[1].open_connections == 0
+    with pytest.raises(ProducerClosedError) as info:
+        await fut
+    assert info.value.possibly_persisted is True
+
+
+async def test_close_with_a_timeout_marks_in_flight_records_possibly_persisted(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"warm-up", partition=0)
+        cluster.nodes[1].holding = True
+        cluster.stop(2)
+        in_flight = await p.send("t", b"in flight", partition=0)
+        never_sent = await p.send("t", b"never sent", partition=1)
+        await asyncio.sleep(0.1)
+        await p.close(timeout=1)
+    with pytest.raises(ProducerClosedError) as sent:
+        await in_flight
+    with pytest.raises(ProducerClosedError) as unsent:
+        await never_sent
+    assert sent.value.possibly_persisted is True
+    assert unsent.value.possibly_persisted is False

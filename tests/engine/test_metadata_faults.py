@@ -1,0 +1,184 @@
+"""Metadata under faults: newer leaders win, refreshes are not stuck or stormy."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+
+from aioprod import Producer
+from aioprod.errors import NotLeaderOrFollowerError
+from aioprod.protocol.messages import MetadataRequest, ProduceRequest
+from tests.conftest import Scripted
+
+
+async def test_a_lagging_broker_does_not_take_the_producer_back_to_an_old_leader(scripted: Scripted) -> None:
+    # The partition moved from node 1 (epoch 0) to node 2 (epoch 1); nodes 1 and 3 lag and
+    # still say node 1 at epoch 0. Refreshes go to whichever node is least loaded, so some
+    # answers are stale: they must not undo what the producer already learned.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.add_node(3)
+    cluster.create_topic("t", leaders=[2])
+    cluster.create_topic("elsewhere", leaders=[1, 3])  # keeps the lagging nodes connected
+    cluster.partition("t").epoch = 1
+    for lagging in (1, 3):
+        cluster.nodes[lagging].stale[("t", 0)] = (1, 0)
+    async with Producer(bootstrap_servers="127.0.0.1:9092", linger_ms=0, metadata_max_age_ms=200) as p:
+        await p.send_and_wait("t", b"learn the leader")  # at node 2, epoch 1, one way or another
+        learned = len(cluster.requests)
+        for i in range(20):
+            await p.send_and_wait("elsewhere", b"%d" % i, partition=i % 2)
+            await p.send_and_wait("t", b"%d" % i)
+            await asyncio.sleep(0.3)
+    later = cluster.requests[learned:]
+    stale_answers = [r for r in later if isinstance(r.body, MetadataRequest) and r.node in (1, 3)]
+    assert stale_answers, "no refresh reached a lagging node: the test proves nothing"
+    produced_to_t = [r for r in later if isinstance(r.body, ProduceRequest) and r.body.topic_data[0].name == "t"]
+    assert len(produced_to_t) == 20 and {r.node for r in produced_to_t} == {2}
+
+
+async def test_metadata_is_not_queued_behind_stuck_produce_requests(scripted: Scripted) -> None:
+    # Node 2 holds five produce requests (acks=all waiting for replicas); node 1 dies and
+    # its partition moves to node 3. The refresh that finds node 3 must not go to node 2,
+    # where it would wait behind the stuck requests for a whole request timeout.
+    cluster, clock = scripted.cluster, scripted.clock
+    for node in (2, 3):
+        cluster.add_node(node)
+    cluster.create_topic("t", leaders=[1, 2])
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, request_timeout_ms=30_000
+    ) as p:
+        await p.send_and_wait("t", b"warm-up", partition=0)
+        await p.send_and_wait("t", b"warm-up", partition=1)
+        cluster.disconnect(3)  # known to the producer, not connected
+        await asyncio.sleep(1)
+        cluster.nodes[2].holding = True
+        stuck = [await p.send("t", b"s" * 80, partition=1) for _ in range(5)]
+        await asyncio.sleep(0.1)
+        cluster.stop(1)
+        cluster.move_leader("t", 0, 3)
+        started = clock.now
+        await p.send_and_wait("t", b"after failover", partition=0)
+        recovered = clock.now - started
+        cluster.nodes[2].release()
+        await asyncio.gather(*stuck)
+    assert recovered < 2.0  # not a request timeout (30 s)
+    assert cluster.partition("t", 0).values[-1] == b"after failover"
+
+
+async def test_a_not_leader_answer_naming_the_new_leader_is_followed_at_once(scripted: Scripted) -> None:
+    # KIP-951: the old leader's answer carries the new leader and its address; the retry
+    # goes straight there, with no metadata request and no backoff.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=1000) as p:
+        await p.send_and_wait("t", b"warm-up", partition=0)
+        await p.send_and_wait("t", b"warm-up", partition=1)
+        metadata_before = len(cluster.requests_of(MetadataRequest))
+        cluster.move_leader("t", 0, 2)
+        started = clock.now
+        await p.send_and_wait("t", b"moved", partition=0)
+        took = clock.now - started
+        metadata_during = len(cluster.requests_of(MetadataRequest)) - metadata_before
+    assert took < 0.1  # no retry_backoff_ms (1 s)
+    assert [r.node for r in cluster.requests_of(ProduceRequest)][-2:] == [1, 2]
+    assert cluster.partition("t", 0).values == [b"warm-up", b"moved"]
+    # A refresh may be asked for in the background, but the retry did not wait for it.
+    assert metadata_during <= 1
+
+
+async def test_a_leaderless_partition_nobody_writes_to_causes_no_refreshes(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1, -1])
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=100) as p:
+        await p.send_and_wait("t", b"v", partition=0)
+        before = len(cluster.requests_of(MetadataRequest))
+        await asyncio.sleep(60)
+        idle_refreshes = len(cluster.requests_of(MetadataRequest)) - before
+    assert idle_refreshes <= 1  # none asked for; at most the periodic one (metadata_max_age_ms)
+
+
+async def test_refreshes_for_a_leaderless_partition_back_off_while_records_wait(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1, -1])
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=0,
+        retry_backoff_ms=100,
+        retry_backoff_max_ms=1000,
+        delivery_timeout_ms=120_000,
+    ) as p:
+        await p.send_and_wait("t", b"v", partition=0)
+        before = len(cluster.requests_of(MetadataRequest))
+        fut = await p.send("t", b"waits for a leader", partition=1)
+        await asyncio.sleep(20)
+        times = [r.at for r in cluster.requests_of(MetadataRequest)[before:]]
+        cluster.partition("t", 1).leader = 1
+        await fut
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    # 100 ms doubling to the 1 s cap, each within ±20 % jitter: ~25 refreshes in 20 s, not 200.
+    assert len(times) <= 30
+    assert all(gap >= 0.08 for gap in gaps)
+    assert max(gaps) <= 1.0 + 1e-6
+
+
+async def test_throttled_broker_gets_no_requests_until_the_throttle_ends(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"warm-up")
+        cluster.nodes[1].throttle_ms = 500
+        throttled_at = clock.now
+        await p.send_and_wait("t", b"throttled")
+        cluster.nodes[1].throttle_ms = 0
+        await p.send_and_wait("t", b"after")
+    produced = cluster.requests_of(ProduceRequest)
+    assert produced[-1].at - throttled_at >= 0.5
+
+
+async def test_topics_unused_for_metadata_max_idle_ms_are_dropped_from_refreshes(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("old", 1)
+    cluster.create_topic("new", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_idle_ms=5000, metadata_max_age_ms=1000
+    ) as p:
+        await p.send_and_wait("old", b"v")
+        for _ in range(10):
+            await p.send_and_wait("new", b"v")
+            await asyncio.sleep(1)
+        last = cluster.requests_of(MetadataRequest)[-1].body
+    assert isinstance(last, MetadataRequest) and last.topics is not None
+    assert [t.name for t in last.topics] == ["new"]
+
+
+async def test_setup_timeout_bounds_a_connect_that_never_completes(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    cluster.network.black_holes.add(cluster.nodes[1].address)
+    p = Producer(
+        bootstrap_servers=cluster.bootstrap,
+        socket_connection_setup_timeout_ms=2000,
+        socket_connection_setup_timeout_max_ms=8000,
+        request_timeout_ms=30_000,
+        max_block_ms=120_000,
+    )
+    await p.start()
+    try:
+        started = clock.now
+        waiting = asyncio.ensure_future(p.partitions_for("t"))
+        await asyncio.sleep(60)
+        attempts = [c for c in cluster.network.connects if c == cluster.nodes[1].address]
+        cluster.network.black_holes.clear()
+        await waiting
+    finally:
+        await p.close()
+    # 2, 4, 8, 8, ... s (±20 %) plus reconnect backoff: not two 30 s request timeouts.
+    assert len(attempts) >= 6
+    assert clock.now - started >= 60
+
+
+NOT_LEADER = NotLeaderOrFollowerError.code
+_ = deque
