@@ -15,13 +15,17 @@ import logging
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aioprod.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProtocolError
+from aioprod.net.tls import connection_error
 from aioprod.protocol import versions
 from aioprod.protocol.framing import FrameDecoder, decode_response, encode_request, peek_correlation_id
 from aioprod.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from aioprod.protocol.schema import Request, Response
+
+if TYPE_CHECKING:
+    from aioprod.net.auth import ConnectionSecurity
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,7 @@ class BrokerConnection:
         client_id: str,
         request_timeout: float,
         max_in_flight: int,
+        security: ConnectionSecurity | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -71,6 +76,9 @@ class BrokerConnection:
         self._closed_error: KafkaError | None = None
         self._close_callbacks: list[Any] = []
         self._version_cache: dict[type[Request], int] = {}
+        self._security = security
+        # Requests written while re-authenticating wait here (see hold()).
+        self._held: list[tuple[Request, int, bool, asyncio.Future[Any]]] | None = None
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -84,27 +92,49 @@ class BrokerConnection:
         return len(self._in_flight)
 
     def can_send_more(self) -> bool:
-        return self._closed_error is None and len(self._in_flight) < self.max_in_flight
+        return self._closed_error is None and self._held is None and len(self._in_flight) < self.max_in_flight
+
+    def hold(self) -> None:
+        """Hold new requests back until :meth:`release` (KIP-368 re-authentication).
+
+        Requests already in flight complete as usual; requests sent meanwhile are written,
+        in order, once released. Only requests sent with ``bypass_hold`` go out at once.
+        """
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        for request, version, expect_response, future in held or ():
+            if not future.done():
+                self._write(request, version, expect_response, raw=False, future=future)
 
     def on_close(self, callback: Any) -> None:
         """Call ``callback(connection, error)`` once when the connection closes."""
         self._close_callbacks.append(callback)
 
     async def open(self, timeout: float) -> None:
-        """Connect and negotiate API versions (the ApiVersions handshake)."""
+        """Connect (TLS-wrapped when configured), negotiate API versions, then authenticate."""
+        tls = self._security.tls_context if self._security is not None else None
         try:
             async with asyncio.timeout(timeout):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port, limit=_READ_CHUNK)
-        except (OSError, TimeoutError) as exc:
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, limit=_READ_CHUNK, ssl=tls, server_hostname=self.host if tls else None
+                )
+        except TimeoutError as exc:
             raise KafkaConnectionError(
-                f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc or 'timed out'}"
+                f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: timed out"
             ) from exc
+        except OSError as exc:
+            raise connection_error(exc, self.host, self.port, f"connecting to broker {self.node_id} at") from exc
         self._reader_task = asyncio.get_running_loop().create_task(
             self._read_loop(), name=f"aioprod-reader-{self.node_id}"
         )
         try:
             async with asyncio.timeout(timeout):
                 await self._negotiate()
+                if self._security is not None and self._security.authenticator is not None:
+                    await self._security.authenticator.authenticate(self)
         except BaseException as exc:
             error = (
                 exc
@@ -139,17 +169,28 @@ class BrokerConnection:
             version = self._version_cache[request_cls] = versions.choose_version(request_cls, self.api_versions)
         return version
 
-    async def send(self, request: Request, *, expect_response: bool = True) -> Any:
-        """Send ``request`` and await its decoded response (None when none is expected)."""
+    async def send(self, request: Request, *, expect_response: bool = True, bypass_hold: bool = False) -> Any:
+        """Send ``request`` and await its decoded response (None when none is expected).
+
+        ``bypass_hold`` is for the SASL requests of a re-authentication (see :meth:`hold`).
+        """
         version = self.version_for(type(request))
-        return await self._send(request, version, expect_response=expect_response)
+        return await self._send(request, version, expect_response=expect_response, bypass_hold=bypass_hold)
 
     def send_nowait(self, request: Request, *, expect_response: bool = True) -> asyncio.Future[Any]:
         """Write ``request`` now; the returned future resolves with its response."""
         return self._write(request, self.version_for(type(request)), expect_response, raw=False)
 
-    async def _send(self, request: Request, version: int, *, expect_response: bool = True, raw: bool = False) -> Any:
-        future = self._write(request, version, expect_response, raw)
+    async def _send(
+        self,
+        request: Request,
+        version: int,
+        *,
+        expect_response: bool = True,
+        raw: bool = False,
+        bypass_hold: bool = False,
+    ) -> Any:
+        future = self._write(request, version, expect_response, raw, bypass_hold=bypass_hold)
         writer = self._writer
         if writer is not None and writer.transport.get_write_buffer_size() > _READ_CHUNK:
             try:
@@ -158,11 +199,24 @@ class BrokerConnection:
                 self.close(KafkaConnectionError(f"write to {self.host}:{self.port} failed: {exc}"))
         return await future
 
-    def _write(self, request: Request, version: int, expect_response: bool, raw: bool) -> asyncio.Future[Any]:
+    def _write(
+        self,
+        request: Request,
+        version: int,
+        expect_response: bool,
+        raw: bool,
+        *,
+        bypass_hold: bool = False,
+        future: asyncio.Future[Any] | None = None,
+    ) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        if future is None:
+            future = loop.create_future()
         if self._closed_error is not None:
             future.set_exception(self._closed_error)
+            return future
+        if self._held is not None and not bypass_hold:
+            self._held.append((request, version, expect_response, future))
             return future
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(request, version, correlation_id, self.client_id)
@@ -206,7 +260,9 @@ class BrokerConnection:
             raise
         except KafkaError as exc:
             self.close(exc)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            self.close(connection_error(exc, self.host, self.port, "read from"))
+        except ValueError as exc:
             self.close(KafkaConnectionError(f"read from {self.host}:{self.port} failed: {exc}"))
 
     def _complete(self, frame: bytes) -> None:
@@ -239,6 +295,10 @@ class BrokerConnection:
         if self._reader_task is not None and self._reader_task is not asyncio.current_task():
             self._reader_task.cancel()
         in_flight, self._in_flight = self._in_flight, deque()
+        held, self._held = self._held or [], None
+        for *_, future in held:
+            if not future.done():
+                future.set_exception(self._closed_error)
         for entry in in_flight:
             if entry.timer is not None:
                 entry.timer.cancel()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from aioprod.config import ProducerConfig
 from aioprod.errors import KafkaConnectionError, KafkaError
+from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class ConnectionPool:
         self._on_change = on_change or (lambda: None)
         self._on_disconnect = on_disconnect or (lambda: None)
         self._closed = False
+        self._security = ConnectionSecurity.from_config(config)
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
         state = self._nodes.get(node_id)
@@ -121,6 +123,7 @@ class ConnectionPool:
             client_id=self._config.client_id,
             request_timeout=self._config.request_timeout_ms / 1000,
             max_in_flight=self._config.max_in_flight_requests_per_connection,
+            security=self._security,
         )
         try:
             await conn.open(self._config.request_timeout_ms / 1000)
