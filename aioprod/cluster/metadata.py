@@ -18,6 +18,7 @@ from types import MappingProxyType
 
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
+    AuthenticationError,
     InvalidTopicError,
     KafkaError,
     KafkaTimeoutError,
@@ -100,6 +101,9 @@ class Metadata:
         self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[ClusterSnapshot], None]] = []
         self._failures = 0
+        # Set while the last refresh failed to authenticate: waiting cannot fix credentials,
+        # so callers fail at once instead of after max_block_ms (as the Java client does).
+        self._auth_error: AuthenticationError | None = None
         self._bootstrap_ids = []
         for index, (host, port) in enumerate(config.bootstrap_servers):
             node_id = -1 - index
@@ -132,7 +136,7 @@ class Metadata:
         deadline = loop.time() + timeout
         self._topics.add(topic)
         while True:
-            error = self._topic_errors.get(topic)
+            error = self._topic_errors.get(topic) or self._auth_error
             if error is not None:
                 raise error
             info = self.snapshot.topics.get(topic)
@@ -187,8 +191,11 @@ class Metadata:
             try:
                 await self._refresh()
                 self._failures = 0
+                self._auth_error = None
             except KafkaError as exc:
                 self._failures += 1
+                if isinstance(exc, AuthenticationError):
+                    self._auth_error = exc
                 log.debug("metadata refresh failed: %s", exc)
                 self._notify()
                 await asyncio.sleep(
