@@ -144,11 +144,13 @@ class EmbeddedBroker:
         *,
         startup_timeout: float = 15.0,
         security: BrokerSecurity | None = None,
+        tansu_args: tuple[str, ...] = (),
     ) -> None:
         self.port = port if port is not None else free_port()
         self.advertised_port = advertised_port
         self.startup_timeout = startup_timeout
         self.security = security if security is not None and (security.tls or security.sasl) else None
+        self.tansu_args = tansu_args
         self._proc: subprocess.Popen[bytes] | None = None
         self._gateway: subprocess.Popen[bytes] | None = None
         self._gateway_dir: str | None = None
@@ -195,6 +197,7 @@ class EmbeddedBroker:
                 f"tcp://{LOOPBACK}:{advertised}",
                 "--storage-engine",
                 "memory://tansu/",
+                *self.tansu_args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=self._log,

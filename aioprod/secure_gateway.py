@@ -147,6 +147,7 @@ class SecureGateway:
         if config.tls_cert is not None:
             self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             self._tls.load_cert_chain(config.tls_cert, config.tls_key)
+            self._tls.sni_callback = self._record_sni
             if config.client_ca is not None:
                 self._tls.verify_mode = ssl.CERT_REQUIRED
                 self._tls.load_verify_locations(config.client_ca)
@@ -160,6 +161,14 @@ class SecureGateway:
                     user: scram.make_auth_info(password, iteration_count=4096)
                     for user, password in config.users.items()
                 }
+
+    def _record_sni(self, _sock: Any, server_name: str | None, _context: Any) -> None:
+        self._event({"sni": server_name})
+
+    def _event(self, event: dict[str, Any]) -> None:
+        if self.config.events is not None:
+            with open(self.config.events, "a") as f:
+                f.write(json.dumps(event) + "\n")
 
     async def serve_forever(self) -> None:
         server = await asyncio.start_server(self._serve, _LOOPBACK, self.config.listen_port, ssl=self._tls)
@@ -351,15 +360,15 @@ class SecureGateway:
         login.principal, login.authenticated = principal, True
         login.expires = time.monotonic() + lifetime / 1000 if lifetime else None
         login.logins += 1
-        if self.config.events is not None:
-            event = {
+        self._event(
+            {
                 "mechanism": mechanism,
                 "principal": principal,
                 "reauthentication": login.logins > 1,
                 "extensions": extensions,
+                "session_lifetime_ms": lifetime,
             }
-            with open(self.config.events, "a") as f:
-                f.write(json.dumps(event) + "\n")
+        )
         return lifetime
 
 

@@ -79,6 +79,7 @@ class BrokerConnection:
         self._security = security
         # Requests written while re-authenticating wait here (see hold()).
         self._held: list[tuple[Request, int, bool, asyncio.Future[Any]]] | None = None
+        self._release_callbacks: list[Any] = []
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -108,6 +109,12 @@ class BrokerConnection:
         for request, version, expect_response, future in held or ():
             if not future.done():
                 self._write(request, version, expect_response, raw=False, future=future)
+        for callback in self._release_callbacks:
+            callback()
+
+    def on_release(self, callback: Any) -> None:
+        """Call ``callback()`` each time held requests are released (the sender may send again)."""
+        self._release_callbacks.append(callback)
 
     def on_close(self, callback: Any) -> None:
         """Call ``callback(connection, error)`` once when the connection closes."""
@@ -141,6 +148,11 @@ class BrokerConnection:
                 if isinstance(exc, KafkaError)
                 else KafkaConnectionError(f"ApiVersions handshake with {self.host}:{self.port} failed: {exc!r}")
             )
+            if tls is not None and not self.api_versions and type(error) is KafkaConnectionError:
+                error = KafkaConnectionError(
+                    f"{error} right after the TLS handshake (a broker that requires client certificates "
+                    "closes like this when it rejects ours: check ssl_certificate_location)"
+                )
             self.close(error)
             if isinstance(exc, asyncio.CancelledError):
                 raise

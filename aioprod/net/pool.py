@@ -140,6 +140,7 @@ class ConnectionPool:
             state.failures = 0
             state.last_error = None
             conn.on_close(lambda c, err: self._on_connection_closed(node_id, c, err))
+            conn.on_release(self._on_change)
         finally:
             for waiter in state.waiters:
                 if not waiter.done():

@@ -32,12 +32,15 @@ def build_ssl_context(
     context.verify_mode = ssl.CERT_REQUIRED
     if certificate_location is not None:
         try:
-            context.load_cert_chain(certificate_location, key_location, password=key_password)
+            # A callable, never None: with None, OpenSSL would prompt on the terminal for an
+            # encrypted key's password.
+            context.load_cert_chain(certificate_location, key_location, password=lambda: key_password or "")
         except (OSError, ssl.SSLError) as exc:
             files = f"ssl_certificate_location {certificate_location!r}"
             if key_location is not None:
                 files += f" / ssl_key_location {key_location!r}"
-            hint = " (wrong or missing ssl_key_password?)" if "bad decrypt" in str(exc).lower() else ""
+            reason = str(exc).lower()
+            hint = " (wrong or missing ssl_key_password?)" if "bad decrypt" in reason or "pem lib" in reason else ""
             raise ConfigError(f"{files}: cannot load the client certificate and key ({_reason(exc)}){hint}") from exc
     return context
 
@@ -69,6 +72,7 @@ def tls_failure(exc: ssl.SSLError, host: str, port: int) -> SslAuthenticationErr
 
 def connection_error(exc: OSError, host: str, port: int, what: str) -> SslAuthenticationError | KafkaConnectionError:
     """The error for an I/O failure: TLS alerts are authentication errors, the rest connection errors."""
-    if isinstance(exc, ssl.SSLError):
+    # An EOF or reset mid-handshake is the network, not the certificates: retriable.
+    if isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
         return tls_failure(exc, host, port)
     return KafkaConnectionError(f"{what} {host}:{port} failed: {exc}")
