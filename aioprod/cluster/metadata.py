@@ -26,6 +26,7 @@ from types import MappingProxyType
 
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
+    AuthenticationError,
     InvalidTopicError,
     KafkaError,
     KafkaTimeoutError,
@@ -117,6 +118,9 @@ class Metadata:
         #: Demanded refreshes in a row that found nothing new (their backoff grows).
         self._fruitless = 0
         self._last_refresh = float("-inf")
+        # Set while the last refresh failed to authenticate: waiting cannot fix credentials,
+        # so callers fail at once instead of after max_block_ms (as the Java client does).
+        self._auth_error: AuthenticationError | None = None
         self._bootstrap_ids = []
         for index, (host, port) in enumerate(config.bootstrap_servers):
             node_id = -1 - index
@@ -165,7 +169,7 @@ class Metadata:
         while True:
             if self._closed:
                 raise ProducerClosedError(f"the producer closed while waiting for metadata of topic {topic!r}")
-            error = self._topic_errors.get(topic)
+            error = self._topic_errors.get(topic) or self._auth_error
             if error is not None:
                 raise error
             info = self.snapshot.topics.get(topic)
@@ -264,8 +268,11 @@ class Metadata:
             try:
                 changed = await self._refresh()
                 self._failures = 0
+                self._auth_error = None
             except KafkaError as exc:
                 self._failures += 1
+                if isinstance(exc, AuthenticationError):
+                    self._auth_error = exc
                 log.debug("metadata refresh failed: %s", exc)
                 self._notify()
                 await asyncio.sleep(self._backoff(self._failures))

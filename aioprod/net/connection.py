@@ -21,13 +21,17 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aioprod.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProtocolError
+from aioprod.net.tls import connection_error
 from aioprod.protocol import versions
 from aioprod.protocol.framing import FrameDecoder, decode_response, encode_request, peek_correlation_id
 from aioprod.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from aioprod.protocol.schema import Request, Response
+
+if TYPE_CHECKING:
+    from aioprod.net.auth import ConnectionSecurity
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,7 @@ class BrokerConnection:
         request_timeout: float,
         max_in_flight: int,
         on_ready: Callable[[], None] | None = None,
+        security: ConnectionSecurity | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -86,6 +91,9 @@ class BrokerConnection:
         self._closed_error: KafkaError | None = None
         self._close_callbacks: list[Any] = []
         self._version_cache: dict[type[Request], int] = {}
+        self._security = security
+        # Requests written while re-authenticating wait here (see hold()).
+        self._held: list[tuple[Request, int, bool, asyncio.Future[Any]]] | None = None
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -104,29 +112,51 @@ class BrokerConnection:
         return self._flush_task is None or self._flush_task.done()
 
     def can_send_more(self) -> bool:
-        """Open, the last request fully written out, room in flight, and not throttled."""
+        """Open, the last request fully written out, room in flight, not throttled, not held."""
         return (
             self._closed_error is None
+            and self._held is None
             and self.flushed
             and len(self._in_flight) < self.max_in_flight
             and (self.throttled_until == 0.0 or self.throttled_until <= asyncio.get_running_loop().time())
         )
+
+    def hold(self) -> None:
+        """Hold new requests back until :meth:`release` (KIP-368 re-authentication).
+
+        Requests already in flight complete as usual; requests sent meanwhile are written,
+        in order, once released. Only requests sent with ``bypass_hold`` go out at once.
+        """
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        for request, version, expect_response, future in held or ():
+            if not future.done():
+                self._write(request, version, expect_response, raw=False, future=future)
+        self._on_ready()
 
     def on_close(self, callback: Any) -> None:
         """Call ``callback(connection, error)`` once when the connection closes."""
         self._close_callbacks.append(callback)
 
     async def open(self, setup_timeout: float, request_timeout: float | None = None) -> None:
-        """Connect within ``setup_timeout``, then negotiate API versions (the ApiVersions
-        handshake) within ``request_timeout`` (default: the connection's request timeout)."""
+        """Connect (TLS-wrapped when configured) within ``setup_timeout``, then negotiate API
+        versions and authenticate within ``request_timeout`` (default: the connection's)."""
+        tls = self._security.tls_context if self._security is not None else None
         try:
             async with asyncio.timeout(setup_timeout):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port, limit=_READ_CHUNK)
-        except (OSError, TimeoutError) as exc:
-            reason = str(exc) or f"no connection within {setup_timeout:.3g}s (socket_connection_setup_timeout_ms)"
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, limit=_READ_CHUNK, ssl=tls, server_hostname=self.host if tls else None
+                )
+        except TimeoutError as exc:
             raise KafkaConnectionError(
-                f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {reason}"
+                f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: "
+                f"no connection within {setup_timeout:.3g}s (socket_connection_setup_timeout_ms)"
             ) from exc
+        except OSError as exc:
+            raise connection_error(exc, self.host, self.port, f"connecting to broker {self.node_id} at") from exc
         # Pause writing as soon as anything is left unsent, so the connection knows the
         # moment its last request has fully left (see can_send_more).
         self._writer.transport.set_write_buffer_limits(high=0)
@@ -136,12 +166,19 @@ class BrokerConnection:
         try:
             async with asyncio.timeout(self.request_timeout if request_timeout is None else request_timeout):
                 await self._negotiate()
+                if self._security is not None and self._security.authenticator is not None:
+                    await self._security.authenticator.authenticate(self)
         except BaseException as exc:
             error = (
                 exc
                 if isinstance(exc, KafkaError)
                 else KafkaConnectionError(f"ApiVersions handshake with {self.host}:{self.port} failed: {exc!r}")
             )
+            if tls is not None and not self.api_versions and type(error) is KafkaConnectionError:
+                error = KafkaConnectionError(
+                    f"{error} right after the TLS handshake (a broker that requires client certificates "
+                    "closes like this when it rejects ours: check ssl_certificate_location)"
+                )
             self.close(error)
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -170,23 +207,47 @@ class BrokerConnection:
             version = self._version_cache[request_cls] = versions.choose_version(request_cls, self.api_versions)
         return version
 
-    async def send(self, request: Request, *, expect_response: bool = True) -> Any:
-        """Send ``request`` and await its decoded response (None when none is expected)."""
+    async def send(self, request: Request, *, expect_response: bool = True, bypass_hold: bool = False) -> Any:
+        """Send ``request`` and await its decoded response (None when none is expected).
+
+        ``bypass_hold`` is for the SASL requests of a re-authentication (see :meth:`hold`).
+        """
         version = self.version_for(type(request))
-        return await self._send(request, version, expect_response=expect_response)
+        return await self._send(request, version, expect_response=expect_response, bypass_hold=bypass_hold)
 
     def send_nowait(self, request: Request, *, expect_response: bool = True) -> asyncio.Future[Any]:
         """Write ``request`` now; the returned future resolves with its response."""
         return self._write(request, self.version_for(type(request)), expect_response, raw=False)
 
-    async def _send(self, request: Request, version: int, *, expect_response: bool = True, raw: bool = False) -> Any:
-        return await self._write(request, version, expect_response, raw)
+    async def _send(
+        self,
+        request: Request,
+        version: int,
+        *,
+        expect_response: bool = True,
+        raw: bool = False,
+        bypass_hold: bool = False,
+    ) -> Any:
+        return await self._write(request, version, expect_response, raw, bypass_hold=bypass_hold)
 
-    def _write(self, request: Request, version: int, expect_response: bool, raw: bool) -> asyncio.Future[Any]:
+    def _write(
+        self,
+        request: Request,
+        version: int,
+        expect_response: bool,
+        raw: bool,
+        *,
+        bypass_hold: bool = False,
+        future: asyncio.Future[Any] | None = None,
+    ) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        if future is None:
+            future = loop.create_future()
         if self._closed_error is not None:
             future.set_exception(self._closed_error)
+            return future
+        if self._held is not None and not bypass_hold:
+            self._held.append((request, version, expect_response, future))
             return future
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(request, version, correlation_id, self.client_id)
@@ -248,7 +309,9 @@ class BrokerConnection:
             raise
         except KafkaError as exc:
             self.close(exc)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            self.close(connection_error(exc, self.host, self.port, "read from"))
+        except ValueError as exc:
             self.close(KafkaConnectionError(f"read from {self.host}:{self.port} failed: {exc}"))
 
     def _complete(self, frame: bytes) -> None:
@@ -295,6 +358,10 @@ class BrokerConnection:
             if task is not None and task is not current:
                 task.cancel()
         in_flight, self._in_flight = self._in_flight, deque()
+        held, self._held = self._held or [], None
+        for *_, future in held:
+            if not future.done():
+                future.set_exception(self._closed_error)
         for entry in in_flight:
             if entry.timer is not None:
                 entry.timer.cancel()

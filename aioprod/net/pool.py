@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from aioprod.config import ProducerConfig
 from aioprod.errors import KafkaConnectionError, KafkaError
+from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class ConnectionPool:
         self._on_change = on_change or (lambda: None)
         self._on_disconnect = on_disconnect or (lambda: None)
         self._closed = False
+        self._security = ConnectionSecurity.from_config(config)
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
         state = self._nodes.get(node_id)
@@ -153,6 +155,7 @@ class ConnectionPool:
             request_timeout=self._config.request_timeout_ms / 1000,
             max_in_flight=self._config.max_in_flight_requests_per_connection,
             on_ready=self._on_change,
+            security=self._security,
         )
         # Java's socket.connection.setup.timeout.ms: exponential per consecutive failure.
         setup_timeout = exponential_backoff(

@@ -39,6 +39,8 @@ class FaultProxy:
         self.black_hole = False
         #: Cut each new connection after it has forwarded this many bytes (None: never).
         self.cut_after_bytes: int | None = None
+        #: Stop cutting by bytes after this many cuts (None: keep cutting).
+        self.byte_cuts_left: int | None = None
         #: Cut each new connection after a random lifetime drawn from this range, in seconds.
         self.lifetime: tuple[float, float] | None = None
         self.rng = random.Random(0)
@@ -118,6 +120,10 @@ class FaultProxy:
                     # Forward part of the request, then drop the line mid-frame.
                     writer.write(data[: max(0, self.cut_after_bytes - link.sent)])
                     self.connections_cut += 1
+                    if self.byte_cuts_left is not None:
+                        self.byte_cuts_left -= 1
+                        if self.byte_cuts_left <= 0:
+                            self.cut_after_bytes = None
                     link.cut()
                     return
                 if upstream:

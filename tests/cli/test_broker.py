@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,15 +18,26 @@ from tests.cli.test_embedded import accepts
 pytestmark = pytest.mark.integration
 
 
-def test_serves_until_sigint_then_exits_0() -> None:
-    port = free_port()
+@contextlib.contextmanager
+def foreground_broker(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """``aioprod broker ARGS`` as a child process, killed at the end if still running."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aioprod.cli", "broker", "--port", str(port)],
+        [sys.executable, "-m", "aioprod.cli", "broker", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serves_until_sigint_then_exits_0() -> None:
+    port = free_port()
+    with foreground_broker("--port", str(port)) as proc:
         assert proc.stdout is not None
         banner = proc.stdout.readline()  # printed once the broker accepts connections
         assert f"listening on 127.0.0.1:{port}" in banner, banner + (proc.stderr.read() if proc.stderr else "")
@@ -33,10 +46,6 @@ def test_serves_until_sigint_then_exits_0() -> None:
         assert "from-the-test" in result.stdout
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, err
     assert "Broker stopped." in out
     assert "Traceback" not in err
@@ -51,3 +60,27 @@ def test_port_in_use_is_a_one_line_failure() -> None:
         result = aioprod("broker", "--port", str(port))
     assert result.exit_code == 1
     assert result.stderr == f"aioprod: error: port {port} on 127.0.0.1 is already in use\n"
+
+
+def test_tls_and_sasl_broker_prints_the_client_options_but_not_the_password() -> None:
+    port = free_port()
+    with foreground_broker("--port", str(port), "--tls", "--sasl") as proc:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline() + proc.stdout.readline()
+        assert f"listening on 127.0.0.1:{port}" in banner, banner + (proc.stderr.read() if proc.stderr else "")
+        hint = banner.splitlines()[1]
+        password_file = hint.split("$(cat ")[1].split(")")[0]
+        with open(password_file) as f:
+            password = f.read()
+        assert password not in banner
+        overrides = hint.split(f"-b 127.0.0.1:{port} ")[1].split(" -X sasl.password=")[0].split()
+        args = [*overrides, "-X", f"sasl.password={password}"]
+        result = aioprod("metadata", "-b", f"127.0.0.1:{port}", "-t", "secured", *args)
+        assert result.exit_code == 0, result.output
+        assert "secured" in result.stdout and password not in result.output
+        wrong = aioprod("metadata", "-b", f"127.0.0.1:{port}", "-t", "secured", *overrides, "-X", "sasl.password=nope")
+        assert wrong.exit_code == 1 and "AuthenticationError" in wrong.output and "SCRAM-SHA-512" in wrong.output
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert password not in out + err

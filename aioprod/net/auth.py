@@ -1,0 +1,316 @@
+"""SASL authentication of broker connections, and KIP-368 re-authentication.
+
+After the ApiVersions handshake, :meth:`SaslAuthenticator.authenticate` sends SaslHandshake
+and then SaslAuthenticate requests carrying one :mod:`aioprod.net.sasl` exchange. When the
+broker answers with a session lifetime, the connection re-authenticates at 85-95 % of it
+(the Java client's window): new requests are held back while the old ones complete in
+order, and none is failed or sent twice.
+
+OAUTHBEARER tokens come from the user's provider through one :class:`TokenCache` per
+producer, which asks for a new token once 80 % of the current one's lifetime has passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aioprod.errors import (
+    AuthenticationError,
+    KafkaConnectionError,
+    KafkaError,
+    SaslMechanismNotEnabledError,
+    UnsupportedVersionError,
+)
+from aioprod.net.sasl import (
+    SCRAM_MECHANISMS,
+    ExchangeError,
+    OAuthBearerExchange,
+    PlainExchange,
+    SaslExchange,
+    ScramExchange,
+)
+from aioprod.protocol.messages import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+if TYPE_CHECKING:
+    from aioprod.config import ProducerConfig
+    from aioprod.net.connection import BrokerConnection
+
+__all__ = ["ConnectionSecurity", "OAuthBearerToken", "SaslAuthenticator", "TokenCache", "msk_iam_token_provider"]
+
+log = logging.getLogger(__name__)
+
+#: Kafka's SASL_AUTHENTICATION_FAILED and UNSUPPORTED_SASL_MECHANISM error codes.
+_AUTHENTICATION_FAILED = 58
+_UNSUPPORTED_MECHANISM = 33
+_MAX_ROUNDS = 8
+#: Re-authenticate within this fraction of the session lifetime (KIP-368, as the Java client).
+REAUTH_WINDOW = (0.85, 0.95)
+#: Fetch a new token once this fraction of the current one's lifetime has passed (Java's
+#: sasl.login.refresh.window.factor).
+TOKEN_REFRESH_FACTOR = 0.8
+
+
+@dataclass(frozen=True)
+class OAuthBearerToken:
+    """What an OAUTHBEARER token provider returns. ``repr`` hides the token.
+
+    ``expires_at`` is in seconds since the epoch (``time.time()``'s clock); ``extensions``
+    are sent as SASL extensions (e.g. Confluent Cloud's ``logicalCluster``).
+    """
+
+    value: str = field(repr=False)
+    expires_at: float
+    extensions: Mapping[str, str] = field(default_factory=dict)
+
+
+def _as_token(result: Any) -> OAuthBearerToken:
+    if isinstance(result, OAuthBearerToken):
+        return result
+    if isinstance(result, tuple) and len(result) in (2, 3) and isinstance(result[0], str):
+        extensions = result[2] if len(result) == 3 else {}
+        return OAuthBearerToken(result[0], float(result[1]), dict(extensions))
+    raise TypeError(
+        "sasl_oauth_token_provider must return an OAuthBearerToken or a (token, expires_at[, extensions]) tuple, "
+        f"got {type(result).__name__}"
+    )
+
+
+class TokenCache:
+    """The current OAUTHBEARER token, shared by all of a producer's connections.
+
+    One provider call at a time; a token past 80 % of its lifetime is replaced before use,
+    so connections and re-authentications never present an expired one. ``clock`` is
+    injectable for tests.
+    """
+
+    def __init__(self, provider: Callable[[], Any], clock: Callable[[], float] = time.time) -> None:
+        self._provider = provider
+        self._clock = clock
+        self._token: OAuthBearerToken | None = None
+        self._refresh_at = 0.0
+        self._lock = asyncio.Lock()
+        self.fetches = 0
+
+    async def get(self) -> OAuthBearerToken:
+        if self._token is not None and self._clock() < self._refresh_at:
+            return self._token
+        async with self._lock:
+            now = self._clock()
+            if self._token is not None and now < self._refresh_at:
+                return self._token
+            try:
+                result = self._provider()
+                if inspect.isawaitable(result):
+                    result = await result
+                token = _as_token(result)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                message = f"sasl_oauth_token_provider failed: {type(exc).__name__}: {exc}"
+                raise AuthenticationError(message, mechanism="OAUTHBEARER", broker="-") from exc
+            if token.expires_at <= now:
+                raise AuthenticationError(
+                    f"sasl_oauth_token_provider returned a token that expired {now - token.expires_at:.0f}s ago "
+                    "(expires_at must be seconds since the epoch, not milliseconds or a duration)",
+                    mechanism="OAUTHBEARER",
+                    broker="-",
+                )
+            self.fetches += 1
+            self._token = token
+            self._refresh_at = now + TOKEN_REFRESH_FACTOR * (token.expires_at - now)
+            return token
+
+
+class SaslAuthenticator:
+    """Authenticates connections with one mechanism and one set of credentials."""
+
+    def __init__(
+        self,
+        mechanism: str,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        tokens: TokenCache | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.mechanism = mechanism
+        self._username = username
+        self._password = password
+        self._tokens = tokens
+        self._rng = rng or random.Random()
+
+    def __repr__(self) -> str:
+        return f"<SaslAuthenticator {self.mechanism}>"
+
+    async def _exchange(self) -> SaslExchange:
+        if self.mechanism == "OAUTHBEARER":
+            assert self._tokens is not None
+            token = await self._tokens.get()
+            return OAuthBearerExchange(token.value, token.extensions)
+        assert self._username is not None and self._password is not None
+        if self.mechanism in SCRAM_MECHANISMS:
+            return ScramExchange(self.mechanism, self._username, self._password)
+        return PlainExchange(self._username, self._password)
+
+    async def authenticate(self, conn: BrokerConnection) -> None:
+        """SaslHandshake + SaslAuthenticate on ``conn``; schedules the next re-authentication."""
+        broker = f"{conn.host}:{conn.port}"
+        lifetime_ms = await self._authenticate(conn, broker)
+        if lifetime_ms > 0:
+            delay = lifetime_ms / 1000 * self._rng.uniform(*REAUTH_WINDOW)
+            timer = asyncio.get_running_loop().call_later(delay, self._start_reauthentication, conn)
+            conn.on_close(lambda _conn, _error: timer.cancel())
+
+    async def _authenticate(self, conn: BrokerConnection, broker: str) -> int:
+        if SaslAuthenticateRequest.API_KEY not in conn.api_versions:
+            raise UnsupportedVersionError(
+                f"broker {broker} does not support SaslAuthenticate (Kafka 1.0+ is needed for SASL)"
+            )
+        exchange = await self._exchange()
+        try:
+            handshake: SaslHandshakeResponse = await conn.send(
+                SaslHandshakeRequest(mechanism=self.mechanism), bypass_hold=True
+            )
+        except KafkaConnectionError as exc:
+            raise KafkaConnectionError(f"SASL {self.mechanism} handshake with broker {broker} failed: {exc}") from exc
+        if handshake.error_code == _UNSUPPORTED_MECHANISM:
+            enabled = tuple(handshake.mechanisms)
+            raise SaslMechanismNotEnabledError(
+                f"broker {broker} does not enable SASL mechanism {self.mechanism}; "
+                f"it enables: {', '.join(enabled) or '(none listed)'}",
+                mechanism=self.mechanism,
+                broker=broker,
+                enabled=enabled,
+            )
+        if handshake.error_code:
+            raise AuthenticationError(
+                f"SASL {self.mechanism} handshake with broker {broker} failed (error code {handshake.error_code})",
+                mechanism=self.mechanism,
+                broker=broker,
+            )
+        message: bytes | None = exchange.start()
+        lifetime_ms = 0
+        for _ in range(_MAX_ROUNDS):
+            assert message is not None
+            response: SaslAuthenticateResponse = await conn.send(
+                SaslAuthenticateRequest(auth_bytes=message), bypass_hold=True
+            )
+            if response.error_code:
+                raise self._failure(response, exchange, broker)
+            lifetime_ms = response.session_lifetime_ms
+            try:
+                message = exchange.step(response.auth_bytes)
+            except ExchangeError as exc:
+                raise AuthenticationError(
+                    f"SASL {self.mechanism} authentication with broker {broker} failed: {exc}",
+                    mechanism=self.mechanism,
+                    broker=broker,
+                ) from None
+            if message is None:
+                log.debug("authenticated with broker %s using %s", broker, self.mechanism)
+                return lifetime_ms
+        raise AuthenticationError(
+            f"SASL {self.mechanism} exchange with broker {broker} did not finish in {_MAX_ROUNDS} rounds",
+            mechanism=self.mechanism,
+            broker=broker,
+        )
+
+    def _failure(self, response: SaslAuthenticateResponse, exchange: SaslExchange, broker: str) -> AuthenticationError:
+        detail = response.error_message or "invalid credentials"
+        if isinstance(exchange, OAuthBearerExchange) and exchange.server_error:
+            detail += f" (broker says: {exchange.server_error})"
+        if response.error_code != _AUTHENTICATION_FAILED:
+            detail += f" (error code {response.error_code})"
+        return AuthenticationError(
+            f"SASL {self.mechanism} authentication failed at broker {broker}: {detail}",
+            mechanism=self.mechanism,
+            broker=broker,
+        )
+
+    def _start_reauthentication(self, conn: BrokerConnection) -> None:
+        if conn.closed:
+            return
+        task = asyncio.get_running_loop().create_task(self._reauthenticate(conn), name=f"aioprod-reauth-{conn.node_id}")
+        conn.on_close(lambda _conn, _error: task.cancel())
+
+    async def _reauthenticate(self, conn: BrokerConnection) -> None:
+        conn.hold()
+        try:
+            await self.authenticate(conn)
+        except KafkaError as exc:
+            log.warning("re-authentication with broker %s:%s failed: %s", conn.host, conn.port, exc)
+            conn.close(exc)
+        finally:
+            conn.release()
+
+
+@dataclass(frozen=True)
+class ConnectionSecurity:
+    """What every connection of one producer needs to be secured: TLS context, authenticator."""
+
+    tls_context: ssl.SSLContext | None
+    authenticator: SaslAuthenticator | None
+
+    @classmethod
+    def from_config(cls, config: ProducerConfig) -> ConnectionSecurity | None:
+        if config.security_protocol == "PLAINTEXT":
+            return None
+        authenticator = None
+        if config.sasl_mechanism is not None and config.security_protocol.startswith("SASL_"):
+            provider = config.sasl_oauth_token_provider
+            authenticator = SaslAuthenticator(
+                config.sasl_mechanism,
+                username=config.sasl_username,
+                password=None if config.sasl_password is None else config.sasl_password.reveal(),
+                tokens=TokenCache(provider) if provider is not None else None,
+            )
+        return cls(config.tls_context, authenticator)
+
+
+def msk_iam_token_provider(
+    region: str,
+    *,
+    aws_profile: str | None = None,
+    role_arn: str | None = None,
+    role_session_name: str | None = None,
+) -> Callable[[], Awaitable[OAuthBearerToken]]:
+    """An OAUTHBEARER token provider for Amazon MSK IAM authentication.
+
+    Built on ``aws-msk-iam-sasl-signer-python`` (``pip install 'aioprod[msk-iam]'``),
+    imported on first use. Credentials come from the default AWS chain, a named profile,
+    or a role to assume. The signer blocks (it may call STS), so it runs in a thread; it
+    reports expiry in milliseconds, converted here to seconds.
+    """
+    try:
+        from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
+    except ImportError as exc:
+        raise ImportError(
+            "Amazon MSK IAM authentication needs aws-msk-iam-sasl-signer-python: pip install 'aioprod[msk-iam]'"
+        ) from exc
+
+    def generate() -> tuple[str, int]:
+        if role_arn is not None:
+            session = role_session_name or "aioprod"
+            return MSKAuthTokenProvider.generate_auth_token_from_role_arn(region, role_arn, session)  # type: ignore[no-any-return]
+        if aws_profile is not None:
+            return MSKAuthTokenProvider.generate_auth_token_from_profile(region, aws_profile)  # type: ignore[no-any-return]
+        return MSKAuthTokenProvider.generate_auth_token(region)  # type: ignore[no-any-return]
+
+    async def provide() -> OAuthBearerToken:
+        token, expiry_ms = await asyncio.to_thread(generate)
+        return OAuthBearerToken(token, expiry_ms / 1000)
+
+    return provide

@@ -1,0 +1,149 @@
+"""Security options: validation, secrets kept out of every printout, OAuth token refresh, MSK IAM."""
+
+from __future__ import annotations
+
+import base64
+import time
+import urllib.parse
+
+import pytest
+
+from aioprod.config import ProducerConfig
+from aioprod.errors import AuthenticationError, ConfigError
+from aioprod.net.auth import OAuthBearerToken, TokenCache, msk_iam_token_provider
+
+SECRET = "hunter2-very-secret"
+PLAIN_JAAS = f'org.apache.kafka.common.security.plain.PlainLoginModule required username="key" password="{SECRET}";'
+
+
+def config(**options: object) -> ProducerConfig:
+    return ProducerConfig.from_options({"bootstrap_servers": "h:9092", **options})
+
+
+def test_java_jaas_config_supplies_plain_credentials() -> None:
+    c = config(**{"security.protocol": "SASL_SSL", "sasl.jaas.config": PLAIN_JAAS})
+    assert c.sasl_mechanism == "PLAIN" and c.sasl_username == "key"
+    assert c.sasl_password is not None and c.sasl_password.reveal() == SECRET
+    assert c.tls_context is not None and c.tls_context.check_hostname
+
+
+def test_librdkafka_and_aiokafka_names_are_accepted() -> None:
+    c = config(
+        **{
+            "security.protocol": "sasl_plaintext",
+            "sasl.mechanisms": "scram-sha-512",
+            "sasl_plain_username": "u",
+            "sasl_plain_password": SECRET,
+        }
+    )
+    assert (c.security_protocol, c.sasl_mechanism, c.sasl_username) == ("SASL_PLAINTEXT", "SCRAM-SHA-512", "u")
+
+
+def test_secrets_never_appear_in_repr_or_str() -> None:
+    c = config(
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="u",
+        sasl_password=SECRET,
+    )
+    assert SECRET not in repr(c) and SECRET not in str(c)
+    jaas = config(security_protocol="SASL_SSL", sasl_jaas_config=PLAIN_JAAS)
+    assert SECRET not in repr(jaas)
+    assert OAuthBearerToken("tok-" + SECRET, 1.0).__repr__().find(SECRET) == -1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"security_protocol": "SASL_SLL"}, "did you mean 'SASL_SSL'"),
+        ({"security_protocol": "PLAINTEXT", "sasl_mechanism": "PLAIN"}, "SASL needs SASL_PLAINTEXT or SASL_SSL"),
+        ({"security_protocol": "SASL_PLAINTEXT", "ssl_ca_location": "/x"}, "TLS needs SSL or SASL_SSL"),
+        ({"security_protocol": "SSL", "ssl_ca_location": "/no/such/ca.pem"}, "no such file"),
+        ({"security_protocol": "SSL", "ssl_endpoint_identification_algorithm": "http"}, "'https'"),
+        ({"security_protocol": "SASL_SSL"}, "sasl_mechanism is required"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI"}, "GSSAPI is not supported"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "AWS_MSK_IAM"}, "msk_iam_token_provider"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-257"}, "did you mean 'SCRAM-SHA-256'"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u"}, "needs sasl_username"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER"}, "needs sasl_oauth_token_provider"),
+        (
+            {
+                "security_protocol": "SASL_SSL",
+                "sasl_jaas_config": PLAIN_JAAS.replace("plain.PlainLoginModule", "scram.ScramLoginModule"),
+            },
+            "set sasl_mechanism to SCRAM-SHA-256 or SCRAM-SHA-512",
+        ),
+        (
+            {"security_protocol": "SASL_SSL", "sasl_jaas_config": PLAIN_JAAS, "sasl_password": SECRET},
+            "given twice",
+        ),
+        ({"security_protocol": "SASL_SSL", "sasl_jaas_config": f"nonsense {SECRET}"}, "sasl_jaas_config"),
+        ({"sasl.pasword": SECRET}, "did you mean 'sasl_password'"),
+    ],
+)
+def test_mistakes_are_named_and_never_echo_a_secret(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        config(**options)
+    assert SECRET not in str(info.value)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_tokens_are_reused_then_refreshed_before_they_expire() -> None:
+    clock = Clock()
+    issued: list[str] = []
+
+    async def provider() -> OAuthBearerToken:
+        issued.append(f"token-{len(issued)}")
+        return OAuthBearerToken(issued[-1], clock.now + 100, {"logicalCluster": "lkc"})
+
+    cache = TokenCache(provider, clock=clock)
+    assert (await cache.get()).value == "token-0"
+    clock.now += 79  # before 80 % of the lifetime: the same token
+    assert (await cache.get()).value == "token-0"
+    clock.now += 2  # past 80 %, still 19 s before expiry: a new one
+    assert (await cache.get()).value == "token-1"
+    assert cache.fetches == 2
+
+
+async def test_a_sync_provider_may_return_a_tuple() -> None:
+    clock = Clock()
+    cache = TokenCache(lambda: ("tok", clock.now + 60), clock=clock)
+    token = await cache.get()
+    assert (token.value, token.expires_at) == ("tok", clock.now + 60)
+
+
+async def test_an_expiry_in_milliseconds_is_caught_with_a_hint() -> None:
+    clock = Clock()
+    cache = TokenCache(lambda: ("tok", 10.0), clock=clock)  # a duration, not a time
+    with pytest.raises(AuthenticationError, match="seconds since the epoch"):
+        await cache.get()
+
+
+async def test_a_failing_provider_is_an_authentication_error() -> None:
+    def provider() -> OAuthBearerToken:
+        raise RuntimeError("identity provider down")
+
+    with pytest.raises(AuthenticationError, match="identity provider down"):
+        await TokenCache(provider).get()
+
+
+async def test_msk_iam_helper_signs_locally_and_converts_the_millisecond_expiry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The signer presigns a kafka-cluster:Connect URL with the default credential chain (no network)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    token = await msk_iam_token_provider("eu-west-1")()
+    url = base64.urlsafe_b64decode(token.value + "=" * (-len(token.value) % 4)).decode()
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+    assert urllib.parse.urlparse(url).hostname == "kafka.eu-west-1.amazonaws.com"
+    assert query["Action"] == ["kafka-cluster:Connect"]
+    assert time.time() < token.expires_at < time.time() + 3600  # seconds, not milliseconds
