@@ -81,6 +81,10 @@ class ConnectionPool:
             return -1
         return state.connection.in_flight_count
 
+    def connections(self) -> list[BrokerConnection]:
+        """Every open connection."""
+        return [s.connection for s in self._nodes.values() if s.connection is not None and not s.connection.closed]
+
     def ready_load(self, node_id: int) -> int | None:
         """Requests in flight on a connection that can take one more now, else None."""
         state = self._nodes.get(node_id)

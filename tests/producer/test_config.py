@@ -71,7 +71,8 @@ def test_config_is_frozen() -> None:
         ),
         ({"bootstrap_servers": "h:1", "security_protocol": "SASL_SSL"}, "sasl_mechanism is required"),
         ({"bootstrap_servers": "h:1", "security_protocol": "TLS"}, "security_protocol must be one of"),
-        ({"bootstrap_servers": "h:1", "transactional_id": "tx-1"}, "transactions are not supported yet"),
+        ({"bootstrap_servers": "h:1", "transactional_id": "tx-1", "acks": 1}, "transactional_id needs idempotence"),
+        ({"bootstrap_servers": "h:1", "transactional_id": "tx-1", "transaction_timeout_ms": 0}, "must be >= 1"),
         ({"bootstrap_servers": "h:1", "key_serializer": "json"}, "key_serializer must be callable"),
     ],
 )
