@@ -23,6 +23,7 @@ import pytest
 from aioprod.protocol.messages import ALL_REQUESTS, snake_case
 from aioprod.protocol.schema import Array, FieldSpec, Message, Request, Response, Struct, StructType
 from tests.kafka_reference import ENV_VAR, PINNED, reference_dirs
+from tests.protocol.strategies import CASES, MESSAGE_CLASSES, case_id
 
 PRIMITIVES = {
     "int8",
@@ -55,9 +56,6 @@ EXPECTED_RANGES = {
     "SaslHandshake": (0, 1),
     "SaslAuthenticate": (0, 2),
 }
-
-MESSAGE_CLASSES: list[type[Message]] = [cls for req in ALL_REQUESTS for cls in (req, req.RESPONSE)]
-CASES = [(cls, v) for cls in MESSAGE_CLASSES for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1)]
 
 
 REFERENCES = reference_dirs()
@@ -258,10 +256,6 @@ def compare(ours: tuple[FieldDesc, ...], theirs: tuple[FieldDesc, ...], path: st
         if f.children is not None and other.children is not None:
             problems += compare(f.children, other.children, f"{path}.{f.name}")
     return problems
-
-
-def case_id(case: tuple[type[Message], int]) -> str:
-    return f"{case[0].__name__}-v{case[1]}"
 
 
 def test_the_pinned_copy_holds_the_specs_of_the_declared_apis() -> None:
