@@ -21,6 +21,7 @@ from aioprod.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
 from aioprod.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
 
@@ -45,6 +46,7 @@ async def _ask_bootstrap(config: ProducerConfig, topics: list[str] | None, auto_
         allow_auto_topic_creation=auto_create,
     )
     errors: list[KafkaError] = []
+    security = ConnectionSecurity.from_config(config)  # TLS and SASL, as the producer's connections
     for index, (host, port) in enumerate(config.bootstrap_servers):
         conn = BrokerConnection(
             -1 - index,
@@ -53,11 +55,14 @@ async def _ask_bootstrap(config: ProducerConfig, topics: list[str] | None, auto_
             client_id=config.client_id,
             request_timeout=config.request_timeout_ms / 1000,
             max_in_flight=1,
+            security=security,
         )
         try:
             await conn.open(config.request_timeout_ms / 1000)
             response: MetadataResponse = await conn.send(request)
         except KafkaError as exc:
+            if not exc.retriable and not isinstance(exc, KafkaConnectionError):
+                raise  # wrong credentials, a TLS failure: another bootstrap server will say the same
             errors.append(exc)
             continue
         finally:

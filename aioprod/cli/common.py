@@ -20,6 +20,7 @@ import functools
 import importlib.metadata
 import logging
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
@@ -218,9 +219,12 @@ def _shown(key: str, value: Any) -> str:
     return "<hidden>" if secret and value else str(value)
 
 
-#: Options settable as ``AIOPROD_<NAME>``: every configuration field a string can express.
+#: Options settable as ``AIOPROD_<NAME>``: every configuration field a string can express
+#: (not the callables and objects only Python code can pass, like serializers or an SSLContext).
 ENV_OPTIONS = tuple(
-    f.name for f in dataclasses.fields(ProducerConfig) if f.name not in ("key_serializer", "value_serializer")
+    f.name
+    for f in dataclasses.fields(ProducerConfig)
+    if f.init and re.search(r"\b(str|int|bool|Secret)\b", str(f.type))
 )
 
 

@@ -111,16 +111,24 @@ def test_every_option_has_an_environment_variable() -> None:
     from aioprod.config import ProducerConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(ProducerConfig)}
-    samples = {"transactional_id": "txn", "compression_level": "1", "compression_type": "gzip"}
+    samples = {
+        "transactional_id": "txn",
+        "compression_level": "1",
+        "compression_type": "gzip",
+        "sasl_mechanism": "PLAIN",
+        "sasl_password": "hunter2-sasl",
+        "ssl_key_password": "hunter2-key",
+        "sasl_jaas_config": "hunter2-jaas",
+    }
     env = {}
     for name in ENV_OPTIONS:
         if name == "bootstrap_servers":
             continue
         default = defaults[name]
-        env[f"AIOPROD_{name.upper()}"] = samples.get(
-            name, str(default).lower() if isinstance(default, bool) else str(default)
-        )
+        value = str(default).lower() if isinstance(default, bool) else "x" if default is None else str(default)
+        env[f"AIOPROD_{name.upper()}"] = samples.get(name, value)
     result = aioprod("-v", "metadata", "-b", f"127.0.0.1:{free_port()}", env={**env, "AIOPROD_MAX_BLOCK_MS": "200"})
     assert result.exit_code != 0  # nothing listens (and transactions may be refused): only the options matter here
     for variable in env:
         assert f"(${variable})" in result.stderr, variable
+    assert "hunter2" not in result.stderr  # secrets are logged as <hidden>

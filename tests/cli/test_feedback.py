@@ -42,8 +42,8 @@ def test_a_wrong_address_is_said_at_once_while_retrying_goes_on(command: list[st
     proc.stdin.write("hi\n")
     proc.stdin.flush()
     first = read_until(proc.stderr, lambda line: True)[-1]
-    assert first.startswith(f"aioprod: warning: cannot connect to broker -1 at {address}: ")
-    assert "Connection refused" in first and "retrying" in first
+    assert first.startswith("aioprod: warning: ")
+    assert address in first and "Connection refused" in first and "retrying" in first
     assert proc.poll() is None  # still waiting for the broker, as configured
     proc.send_signal(signal.SIGINT)
     _, err = finish(proc)

@@ -42,7 +42,15 @@ CHROMIUM_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
 )
-API_PAGES = ("api/producer/", "api/sync/", "api/config/", "api/errors/", "api/embedded/", "api/spark/")
+API_PAGES = (
+    "api/producer/",
+    "api/sync/",
+    "api/config/",
+    "api/security/",
+    "api/errors/",
+    "api/embedded/",
+    "api/spark/",
+)
 WAIT = 20  # seconds a page element may take to appear: a bound for a hang, not a timing check
 
 
@@ -173,7 +181,8 @@ def public_names() -> set[str]:
             names.add(f"aioprod.errors.{name}")
     names |= {"aioprod.errors.error_for_code", "aioprod.errors.ERRORS_BY_CODE"}
     names |= {"aioprod.config.ProducerConfig", "aioprod.config.ProducerConfig.from_options"}
-    names.add("aioprod.config.check_option")
+    names |= {"aioprod.config.check_option", "aioprod.config.Secret", "aioprod.config.Secret.reveal"}
+    names |= {"aioprod.net.auth.OAuthBearerToken", "aioprod.net.auth.msk_iam_token_provider"}
     names |= {f"aioprod.embedded.{name}" for name in aioprod.embedded.__all__}
     names |= {f"aioprod.spark.{name}" for name in aioprod.spark.__all__}
     return names
