@@ -2,7 +2,7 @@
 
 Every record's latency is kept (8 bytes each), so percentiles are exact rather than
 sampled; a done callback on the record's future stamps the ack time. A record ends
-delivered, failed, or unsent (the producer was closed first, as on Ctrl-C).
+delivered, failed, or unsent (the producer was closed before sending it, as on Ctrl-C).
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ class AckTracker:
 
     ``on_ack(metadata, tag)`` and ``on_error(exc, tag)`` let a command see each outcome
     (e.g. records per partition, or which input line failed) without a second callback per
-    record; ``tag`` is whatever was given to :meth:`track` or :meth:`fail`. Records failed
-    by the producer's closing (``ProducerClosedError``) count as unsent, not failed.
+    record; ``tag`` is whatever was given to :meth:`track` or :meth:`fail`. Records the
+    producer's closing failed before they were sent (``ProducerClosedError`` that is not
+    ``possibly_persisted``) count as unsent, not failed.
     """
 
     def __init__(
@@ -87,10 +88,10 @@ class AckTracker:
         return self._outstanding
 
     def counts(self) -> str:
-        """``N records delivered, N failed, N unsent`` (unsent: not acknowledged, queued or in flight)."""
-        unsent = self.unsent + self._outstanding
+        """``N records delivered, N failed, N unsent``, and how many have no outcome yet, if any."""
         records = f"{self.acked:,} record{'' if self.acked == 1 else 's'}"
-        return f"{records} delivered, {self.failed:,} failed, {unsent:,} unsent"
+        text = f"{records} delivered, {self.failed:,} failed, {self.unsent:,} unsent"
+        return text + (f", {self._outstanding:,} unconfirmed" if self._outstanding else "")
 
     def window(self) -> Window:
         """Acks, failures and ack latency since the previous call (for interim reports)."""
@@ -113,8 +114,8 @@ class AckTracker:
 
     def fail(self, exc: BaseException, tag: Any = None) -> None:
         """Count a failed record (also for one whose ``send()`` itself raised)."""
-        if isinstance(exc, ProducerClosedError):
-            self.unsent += 1
+        if isinstance(exc, ProducerClosedError) and not exc.possibly_persisted:
+            self.unsent += 1  # certainly never written: closed (Ctrl-C) before it was sent
             return
         self.failed += 1
         if self.first_error is None:
