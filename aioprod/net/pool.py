@@ -19,6 +19,9 @@ from aioprod.net.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
 
+#: A broker that keeps refusing connections is logged at WARNING at most this often.
+_WARN_EVERY = 30.0
+
 
 @dataclass(slots=True)
 class _NodeState:
@@ -32,6 +35,7 @@ class _NodeState:
     #: A connection attempt is under way (not just waiting out its backoff).
     attempting: bool = False
     last_error: KafkaError | None = None
+    warned_at: float | None = None
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
 
@@ -174,11 +178,25 @@ class ConnectionPool:
             state.failures += 1
             state.last_error = exc
             state.next_attempt = loop.time() + self._backoff(state.failures)
-            log.debug("connect to node %s failed: %s", node_id, exc)
+            # Promptly, so a wrong address is not silence until max_block_ms; then rate-limited.
+            if state.warned_at is None or loop.time() - state.warned_at >= _WARN_EVERY:
+                state.warned_at = loop.time()
+                log.warning("%s (attempt %d; retrying)", exc, state.failures)
+            else:
+                log.debug("connect to node %s failed: %s", node_id, exc)
         else:
             if self._closed:
                 conn.close()
                 return
+            if state.warned_at is not None:
+                log.info(
+                    "connected to broker %s at %s:%s after %d failed attempts",
+                    node_id,
+                    state.host,
+                    state.port,
+                    state.failures,
+                )
+                state.warned_at = None
             state.connection = conn
             state.failures = 0
             state.last_error = None
