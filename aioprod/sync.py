@@ -25,16 +25,18 @@ import logging
 import threading
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import anyio
 from anyio.from_thread import BlockingPortal
 
-from aioprod.errors import KafkaTimeoutError, ProducerClosedError
+from aioprod.errors import KafkaTimeoutError, ProducerClosedError, TransactionAbortableError
+from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
 from aioprod.producer.record_future import RecordMetadata
+from aioprod.producer.transactions import ConsumerGroupMetadata, OffsetAndMetadata
 
 __all__ = ["SyncProducer"]
 
@@ -244,6 +246,50 @@ class SyncProducer:
         self._check_thread()
         return self._submit(fn, self._producer, *args)
 
+    # -- transactions ----------------------------------------------------------------
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (see :meth:`aioprod.Producer.begin_transaction`)."""
+        self._call(self._max_block + _GRACE, _begin_transaction, self._producer)
+
+    def commit_transaction(self) -> None:
+        """Deliver every record of the transaction and commit it (see
+        :meth:`aioprod.Producer.commit_transaction`); bounded by ``max_block_ms``."""
+        self._call(self._max_block + _GRACE, self._producer.commit_transaction)
+
+    def abort_transaction(self) -> None:
+        """Abort the transaction (see :meth:`aioprod.Producer.abort_transaction`)."""
+        self._call(self._max_block + _GRACE, self._producer.abort_transaction)
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group: str | ConsumerGroupMetadata | Any,
+    ) -> None:
+        """Commit consumer offsets with the transaction (see
+        :meth:`aioprod.Producer.send_offsets_to_transaction`)."""
+        self._call(self._max_block + _GRACE, self._producer.send_offsets_to_transaction, offsets, group)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[SyncProducer]:
+        """``with producer.transaction():`` begins a transaction, commits it when the block
+        ends, and aborts it (re-raising) when the block raises or the commit cannot happen."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            self._abort_if_open()
+            raise
+        try:
+            self.commit_transaction()
+        except TransactionAbortableError:
+            self._abort_if_open()
+            raise
+
+    def _abort_if_open(self) -> None:
+        if self._producer.in_transaction:
+            self.abort_transaction()
+
     # -- closing ---------------------------------------------------------------------
 
     def close(self, timeout: float | None = None) -> None:
@@ -311,6 +357,10 @@ class SyncProducer:
             # has not started (a record already queued stays queued).
             future.cancel()
             raise
+
+
+async def _begin_transaction(producer: Producer) -> None:
+    producer.begin_transaction()  # on the loop's thread, where the producer's state lives
 
 
 def _start_portal(use_uvloop: bool | None, name: str) -> tuple[BlockingPortal, threading.Thread]:

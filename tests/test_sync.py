@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import gc
 import signal
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from aioprod import RecordMetadata, SyncProducer
+from aioprod import RecordMetadata, SyncProducer, TopicPartition
 from aioprod.errors import (
     ConfigError,
     KafkaError,
@@ -26,7 +27,7 @@ from aioprod.errors import (
 )
 from aioprod.sync import _Delivery
 from tests.brokers import TansuBroker, free_port, tansu
-from tests.readback import read_topic
+from tests.readback import read_committed_from_markers, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -304,3 +305,19 @@ def test_a_shared_failure_does_not_grow_its_traceback_per_result_call() -> None:
     while tb is not None:
         depth, tb = depth + 1, tb.tb_next
     assert depth <= 4
+
+
+def test_transactions_from_a_thread(tansu_broker: TansuBroker, topic: str) -> None:
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, transactional_id=f"{topic}-sync") as p:
+        with p.transaction():
+            p.send(topic, b"kept", partition=0)
+            p.send_offsets_to_transaction({TopicPartition(topic, 0): 3}, "sync-group")
+        with pytest.raises(ZeroDivisionError), p.transaction():
+            p.send(topic, b"dropped", partition=0)
+            p.flush()
+            1 / 0  # noqa: B018
+        p.begin_transaction()
+        p.send(topic, b"also kept", partition=0)
+        p.commit_transaction()
+    visible = asyncio.run(read_committed_from_markers(tansu_broker.bootstrap, topic, 1))
+    assert visible[0] == [b"kept", b"also kept"]

@@ -44,6 +44,7 @@ CHROMIUM_FLAGS = (
 )
 API_PAGES = (
     "api/producer/",
+    "api/transactions/",
     "api/sync/",
     "api/config/",
     "api/security/",
