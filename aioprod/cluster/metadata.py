@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -108,6 +109,9 @@ class Metadata:
         self._topic_errors: dict[str, KafkaError] = {}
         #: The newest leader epoch seen per partition; answers older than it are ignored.
         self._leader_epochs: dict[tuple[str, int], int] = {}
+        #: Each topic's id (Metadata v10+): a new id is a topic deleted and created again,
+        #: whose epochs start over.
+        self._topic_ids: dict[str, uuid.UUID] = {}
         self._need_update = asyncio.Event()
         self._updated: asyncio.Future[None] | None = None
         self._pool_changed: asyncio.Future[None] | None = None
@@ -320,6 +324,12 @@ class Metadata:
             if t.error_code:
                 log.debug("metadata for %s: %s", t.name, error_for_code(t.error_code))
             known = old.topics.get(t.name)
+            if t.topic_id.int and self._topic_ids.get(t.name, t.topic_id) != t.topic_id:
+                known = None  # recreated: what was known of it is about another topic
+                for key in [k for k in self._leader_epochs if k[0] == t.name]:
+                    del self._leader_epochs[key]
+            if t.topic_id.int:
+                self._topic_ids[t.name] = t.topic_id
             parts: dict[int, PartitionInfo] = {}
             for p in t.partitions:
                 key = (t.name, p.partition_index)
