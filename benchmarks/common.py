@@ -123,6 +123,12 @@ def system_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
 
 
+def system_steal_seconds() -> float:
+    """CPU seconds the hypervisor has stolen from all CPUs since boot (from /proc/stat)."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8]) / CLOCK_TICKS
+
+
 def package_version(name: str) -> str:
     try:
         return importlib.metadata.version(name)
