@@ -283,7 +283,9 @@ class Producer:
         created = acc.batches_created
         future = acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
         if acc.batches_created != created:
-            self._yield_first = True
+            # The sender has a round due (the batch before this one is complete, or a
+            # linger ran out): the next send() lets it run first.
+            self._yield_first = acc.next_round <= self._loop.time()
             self._metadata.touch(topic)
         return future
 
