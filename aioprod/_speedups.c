@@ -1,0 +1,559 @@
+/* The compiled hot path: what the producer does once per record.
+ *
+ * - RecordsCore: the record encoder of RecordBatchBuilder (aioprod/protocol/records/builder.py),
+ *   its base class when this module is built. Same fields, same bytes, same errors as the
+ *   pure-Python _PyRecordsCore there (tests/protocol/records compare the two byte for byte).
+ * - murmur2 / partition_for_key: Kafka's key hash (aioprod/producer/partitioner.py).
+ *
+ * Everything here has a pure-Python twin that stays the reference and the fallback: the module
+ * is optional at build time, and AIOPROD_PURE_PYTHON=1 turns it off at run time
+ * (aioprod/_compiled.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* -- varints ---------------------------------------------------------------------------------- */
+
+static inline int
+uvarint_size(uint64_t value)
+{
+    int size = 1;
+    while (value > 0x7F) {
+        value >>= 7;
+        size++;
+    }
+    return size;
+}
+
+static inline char *
+put_uvarint(char *out, uint64_t value)
+{
+    while (value > 0x7F) {
+        *out++ = (char)((value & 0x7F) | 0x80);
+        value >>= 7;
+    }
+    *out++ = (char)value;
+    return out;
+}
+
+static inline uint64_t
+zigzag(int64_t value)
+{
+    return ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+}
+
+/* -- RecordsCore ------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *buf;     /* bytearray: the records section so far */
+    PyObject *section; /* None, or the closed (compressed) section: no more appends */
+    long long count;
+    long long base_ts;
+    long long max_ts;
+    long long limit; /* records-section bytes that fit; -1 once closed */
+    char full;
+} RecordsCore;
+
+/* One header, resolved for encoding. */
+typedef struct {
+    PyObject *pair; /* keeps the name and value alive while they are encoded */
+    const char *name;
+    Py_ssize_t name_len;
+    Py_buffer value; /* value.obj == NULL: null value */
+} Header;
+
+static int
+timestamp_arg(PyObject *arg, long long *out)
+{
+    int overflow = 0;
+    long long value;
+    if (!PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "timestamp must be an int, not %.100s", Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    value = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (value == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || value < 0) {
+        PyErr_Format(PyExc_ValueError, "timestamp must be in [0, 2**63), got %S", arg);
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+
+static void
+release_headers(Header *headers, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (headers[i].value.obj != NULL)
+            PyBuffer_Release(&headers[i].value);
+        Py_XDECREF(headers[i].pair);
+    }
+    PyMem_Free(headers);
+}
+
+/* Resolve ``headers`` (an iterable of (str, bytes-like | None) pairs) into ``*out``; returns the
+ * number of headers and adds their encoded size to ``*size``, or -1 with an exception set. */
+static Py_ssize_t
+resolve_headers(PyObject *headers, Header **out, Py_ssize_t *size)
+{
+    PyObject *seq, *item;
+    Py_ssize_t count, i;
+    Header *list;
+
+    *out = NULL;
+    seq = PySequence_Fast(headers, "headers must be an iterable of (str, bytes | None) pairs");
+    if (seq == NULL)
+        return -1;
+    count = PySequence_Fast_GET_SIZE(seq);
+    if (count == 0) {
+        Py_DECREF(seq);
+        *size += 1;
+        return 0;
+    }
+    list = PyMem_Calloc((size_t)count, sizeof(Header));
+    if (list == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    *size += uvarint_size((uint64_t)count << 1);
+    for (i = 0; i < count; i++) {
+        PyObject *name, *value, *pair;
+        item = PySequence_Fast_GET_ITEM(seq, i);
+        /* As Python's "for name, value in headers": any iterable of two (TypeError if not
+         * iterable, ValueError if not two items). */
+        pair = PySequence_Fast(item, "cannot unpack a header that is not a pair");
+        if (pair == NULL)
+            goto fail;
+        list[i].pair = pair;
+        if (PySequence_Fast_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_ValueError, "each header must be a (str, bytes | None) pair");
+            goto fail;
+        }
+        name = PySequence_Fast_GET_ITEM(pair, 0);
+        value = PySequence_Fast_GET_ITEM(pair, 1);
+        if (!PyUnicode_Check(name)) {
+            PyErr_Format(PyExc_TypeError, "header key must be str, not %.100s", Py_TYPE(name)->tp_name);
+            goto fail;
+        }
+        list[i].name = PyUnicode_AsUTF8AndSize(name, &list[i].name_len);
+        if (list[i].name == NULL)
+            goto fail;
+        *size += uvarint_size((uint64_t)list[i].name_len << 1) + list[i].name_len;
+        if (value == Py_None) {
+            *size += 1;
+        }
+        else {
+            if (PyObject_GetBuffer(value, &list[i].value, PyBUF_SIMPLE) < 0)
+                goto fail;
+            *size += uvarint_size((uint64_t)list[i].value.len << 1) + list[i].value.len;
+        }
+    }
+    Py_DECREF(seq); /* each entry's pair keeps its name (and the name's cached UTF-8) and value */
+    *out = list;
+    return count;
+fail:
+    Py_DECREF(seq);
+    release_headers(list, count); /* calloc'd: entries not reached hold no buffer */
+    return -1;
+}
+
+/* Encode one record at the end of ``self->buf``; returns 1 if appended, 0 if it does not fit
+ * (the builder is then full), -1 on error. Key and value are bytes-like or None. */
+static int
+encode_record(RecordsCore *self, uint64_t ts_varint, PyObject *key, PyObject *value, PyObject *headers)
+{
+    Py_buffer key_view = {0}, value_view = {0};
+    Header *resolved = NULL;
+    Py_ssize_t header_count = 0, body = 1 /* attributes */, total, start;
+    uint64_t offset_varint = (uint64_t)self->count << 1;
+    char *out;
+    int result = -1;
+
+    if (key != Py_None && PyObject_GetBuffer(key, &key_view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (value != Py_None && PyObject_GetBuffer(value, &value_view, PyBUF_SIMPLE) < 0)
+        goto done;
+    body += uvarint_size(ts_varint) + uvarint_size(offset_varint);
+    body += key_view.obj ? uvarint_size((uint64_t)key_view.len << 1) + key_view.len : 1;
+    body += value_view.obj ? uvarint_size((uint64_t)value_view.len << 1) + value_view.len : 1;
+    if (headers != Py_None && headers != NULL) {
+        header_count = resolve_headers(headers, &resolved, &body);
+        if (header_count < 0)
+            goto done;
+    }
+    else {
+        body += 1;
+    }
+    total = uvarint_size((uint64_t)body << 1) + body;
+    start = PyByteArray_GET_SIZE(self->buf);
+    if (start + total > self->limit && self->count) {
+        self->full = 1;
+        result = 0;
+        goto done;
+    }
+    if (PyByteArray_Resize(self->buf, start + total) < 0)
+        goto done;
+    out = PyByteArray_AS_STRING(self->buf) + start;
+    out = put_uvarint(out, (uint64_t)body << 1);
+    *out++ = 0; /* attributes */
+    out = put_uvarint(out, ts_varint);
+    out = put_uvarint(out, offset_varint);
+    if (key_view.obj) {
+        out = put_uvarint(out, (uint64_t)key_view.len << 1);
+        memcpy(out, key_view.buf, (size_t)key_view.len);
+        out += key_view.len;
+    }
+    else {
+        *out++ = 1;
+    }
+    if (value_view.obj) {
+        out = put_uvarint(out, (uint64_t)value_view.len << 1);
+        memcpy(out, value_view.buf, (size_t)value_view.len);
+        out += value_view.len;
+    }
+    else {
+        *out++ = 1;
+    }
+    if (resolved != NULL) {
+        out = put_uvarint(out, (uint64_t)header_count << 1);
+        for (Py_ssize_t i = 0; i < header_count; i++) {
+            out = put_uvarint(out, (uint64_t)resolved[i].name_len << 1);
+            memcpy(out, resolved[i].name, (size_t)resolved[i].name_len);
+            out += resolved[i].name_len;
+            if (resolved[i].value.obj) {
+                out = put_uvarint(out, (uint64_t)resolved[i].value.len << 1);
+                memcpy(out, resolved[i].value.buf, (size_t)resolved[i].value.len);
+                out += resolved[i].value.len;
+            }
+            else {
+                *out++ = 1;
+            }
+        }
+    }
+    else {
+        *out++ = 0; /* no headers */
+    }
+    result = 1;
+done:
+    if (resolved != NULL)
+        release_headers(resolved, header_count);
+    if (key_view.obj)
+        PyBuffer_Release(&key_view);
+    if (value_view.obj)
+        PyBuffer_Release(&value_view);
+    return result;
+}
+
+static int
+check_open(RecordsCore *self)
+{
+    if (self->buf == NULL || !PyByteArray_Check(self->buf)) {
+        PyErr_SetString(PyExc_TypeError, "the builder's buffer is not a bytearray");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(append_doc,
+             "append(timestamp_ms, key, value, headers=())\n--\n\n"
+             "Encode one record; return its offset delta, or None if it does not fit.");
+
+static PyObject *
+RecordsCore_append(RecordsCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"timestamp_ms", "key", "value", "headers"};
+    PyObject *values[4] = {NULL, NULL, NULL, NULL};
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    long long timestamp;
+    int64_t delta;
+    int appended;
+
+    if (nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "append() takes at most 4 arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        values[i] = args[i];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, i);
+        int found = 0;
+        for (int j = 0; j < 4; j++) {
+            if (PyUnicode_CompareWithASCIIString(kw, names[j]) == 0) {
+                if (values[j] != NULL) {
+                    PyErr_Format(PyExc_TypeError, "append() got multiple values for argument '%s'", names[j]);
+                    return NULL;
+                }
+                values[j] = args[nargs + i];
+                found = 1;
+                break;
+            }
+        }
+        if (!found) {
+            PyErr_Format(PyExc_TypeError, "append() got an unexpected keyword argument '%U'", kw);
+            return NULL;
+        }
+    }
+    if (values[0] == NULL || values[1] == NULL || values[2] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "append() needs timestamp_ms, key and value");
+        return NULL;
+    }
+    if (check_open(self) < 0 || timestamp_arg(values[0], &timestamp) < 0)
+        return NULL;
+    delta = self->count ? (int64_t)timestamp - (int64_t)self->base_ts : 0;
+    appended = encode_record(self, zigzag(delta), values[1], values[2], values[3]);
+    if (appended < 0)
+        return NULL;
+    if (!appended)
+        Py_RETURN_NONE;
+    if (self->count) {
+        if (timestamp > self->max_ts)
+            self->max_ts = timestamp;
+    }
+    else {
+        self->base_ts = self->max_ts = timestamp;
+    }
+    self->count++;
+    return PyLong_FromLongLong(self->count - 1);
+}
+
+PyDoc_STRVAR(append_values_doc,
+             "append_values(timestamp_ms, values, keys, start, stop, budget, overhead)\n--\n\n"
+             "Append values[start:stop] (and keys) without headers, in one loop; (appended, cost).");
+
+static PyObject *
+RecordsCore_append_values(RecordsCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *values, *keys, *value_seq = NULL, *key_seq = NULL, *result = NULL;
+    long long timestamp;
+    Py_ssize_t start, stop, budget, overhead, index, cost = 0, first;
+    uint64_t ts_varint;
+
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "append_values() takes 7 arguments");
+        return NULL;
+    }
+    if (check_open(self) < 0 || timestamp_arg(args[0], &timestamp) < 0)
+        return NULL;
+    values = args[1];
+    keys = args[2];
+    start = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    stop = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
+    budget = PyNumber_AsSsize_t(args[5], PyExc_OverflowError);
+    overhead = PyNumber_AsSsize_t(args[6], PyExc_OverflowError);
+    if (PyErr_Occurred())
+        return NULL;
+    if (self->section != NULL && self->section != Py_None)
+        return Py_BuildValue("(nn)", (Py_ssize_t)0, (Py_ssize_t)0);
+    value_seq = PySequence_Fast(values, "values must be a sequence");
+    if (value_seq == NULL)
+        return NULL;
+    if (keys != Py_None) {
+        key_seq = PySequence_Fast(keys, "keys must be a sequence");
+        if (key_seq == NULL)
+            goto done;
+    }
+    if (stop > PySequence_Fast_GET_SIZE(value_seq) ||
+        (key_seq != NULL && stop > PySequence_Fast_GET_SIZE(key_seq)) || start < 0) {
+        PyErr_SetString(PyExc_IndexError, "append_values range out of bounds");
+        goto done;
+    }
+    first = (Py_ssize_t)self->count;
+    ts_varint = zigzag(first ? (int64_t)timestamp - (int64_t)self->base_ts : 0);
+    for (index = start; index < stop; index++) {
+        PyObject *value = PySequence_Fast_GET_ITEM(value_seq, index);
+        PyObject *key = key_seq ? PySequence_Fast_GET_ITEM(key_seq, index) : Py_None;
+        Py_ssize_t size;
+        int appended;
+        if ((value != Py_None && !PyBytes_CheckExact(value)) || (key != Py_None && !PyBytes_CheckExact(key)))
+            break;
+        size = overhead + (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) +
+               (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
+        if (cost + size > budget)
+            break;
+        appended = encode_record(self, ts_varint, key, value, NULL);
+        if (appended < 0)
+            goto done;
+        if (!appended)
+            break;
+        self->count++;
+        cost += size;
+    }
+    if ((Py_ssize_t)self->count > first) {
+        if (!first)
+            self->base_ts = self->max_ts = timestamp;
+        else if (timestamp > self->max_ts)
+            self->max_ts = timestamp;
+    }
+    result = Py_BuildValue("(nn)", index - start, cost);
+done:
+    Py_XDECREF(value_seq);
+    Py_XDECREF(key_seq);
+    return result;
+}
+
+static void
+RecordsCore_dealloc(RecordsCore *self)
+{
+    Py_XDECREF(self->buf);
+    Py_XDECREF(self->section);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+RecordsCore_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    RecordsCore *self = (RecordsCore *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->buf = PyByteArray_FromStringAndSize(NULL, 0);
+    if (self->buf == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(Py_None);
+    self->section = Py_None;
+    self->limit = -1;
+    return (PyObject *)self;
+}
+
+static PyMethodDef RecordsCore_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))RecordsCore_append, METH_FASTCALL | METH_KEYWORDS, append_doc},
+    {"append_values", (PyCFunction)(void (*)(void))RecordsCore_append_values, METH_FASTCALL, append_values_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef RecordsCore_members[] = {
+    {"_buf", T_OBJECT_EX, offsetof(RecordsCore, buf), 0, NULL},
+    {"_section", T_OBJECT, offsetof(RecordsCore, section), 0, NULL},
+    {"_count", T_LONGLONG, offsetof(RecordsCore, count), 0, NULL},
+    {"_base_ts", T_LONGLONG, offsetof(RecordsCore, base_ts), 0, NULL},
+    {"_max_ts", T_LONGLONG, offsetof(RecordsCore, max_ts), 0, NULL},
+    {"_limit", T_LONGLONG, offsetof(RecordsCore, limit), 0, NULL},
+    {"_full", T_BOOL, offsetof(RecordsCore, full), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RecordsCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod._speedups.RecordsCore",
+    .tp_basicsize = sizeof(RecordsCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The record encoder of a record batch builder (compiled).",
+    .tp_new = RecordsCore_new,
+    .tp_dealloc = (destructor)RecordsCore_dealloc,
+    .tp_methods = RecordsCore_methods,
+    .tp_members = RecordsCore_members,
+};
+
+/* -- murmur2 ---------------------------------------------------------------------------------- */
+
+static int32_t
+murmur2_hash(const unsigned char *data, Py_ssize_t length)
+{
+    const uint32_t m = 0x5BD1E995;
+    uint32_t h = 0x9747B28Cu ^ (uint32_t)length;
+    Py_ssize_t words = length / 4, i;
+    for (i = 0; i < words; i++) {
+        uint32_t k;
+        memcpy(&k, data + 4 * i, 4); /* little-endian, as Kafka reads it */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        k = __builtin_bswap32(k);
+#endif
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const unsigned char *tail = data + 4 * words;
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)tail[2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)tail[1] << 8;
+        /* fall through */
+    case 1:
+        h ^= tail[0];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+static PyObject *
+speedups_murmur2(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    int32_t hash;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    hash = murmur2_hash(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(hash);
+}
+
+static PyObject *
+speedups_partition_for_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t partitions;
+    int32_t hash;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "partition_for_key() takes 2 arguments");
+        return NULL;
+    }
+    partitions = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (partitions == -1 && PyErr_Occurred())
+        return NULL;
+    if (partitions <= 0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "integer division or modulo by zero");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    hash = murmur2_hash(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t((Py_ssize_t)((uint32_t)hash & 0x7FFFFFFFu) % partitions);
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"murmur2", speedups_murmur2, METH_O, "Kafka's 32-bit murmur2 of the bytes, as a signed int."},
+    {"partition_for_key", (PyCFunction)(void (*)(void))speedups_partition_for_key, METH_FASTCALL,
+     "toPositive(murmur2(key)) % partitions, as the Java client partitions a keyed record."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "aioprod._speedups",
+    "aioprod's compiled hot path (see aioprod/_compiled.py).",
+    -1,
+    speedups_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *module;
+    if (PyType_Ready(&RecordsCoreType) < 0)
+        return NULL;
+    module = PyModule_Create(&speedups_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&RecordsCoreType);
+    if (PyModule_AddObject(module, "RecordsCore", (PyObject *)&RecordsCoreType) < 0) {
+        Py_DECREF(&RecordsCoreType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
