@@ -451,6 +451,637 @@ static PyTypeObject RecordsCoreType = {
     .tp_members = RecordsCore_members,
 };
 
+
+/* -- RecordFuture ----------------------------------------------------------------------------- */
+/* The future Producer.send returns (aioprod/producer/record_future.py has the Python twin and
+ * the documentation). Compiled for what it is not: an object the garbage collector tracks. It
+ * holds no reference that could close a cycle through itself while it has no callbacks, so the
+ * type leaves out GC support, and a million queued records are a million objects the collector
+ * never walks (nor counts towards its next pass). Its callbacks, while it has some, are also
+ * held by its batch's settlement (BatchSettlement._watch), which the collector does see; they are
+ * dropped once run or cancelled. The rare paths (split batches, failures, callbacks, repr) call
+ * the Python helpers record_future.py registers with setup_record_future(). */
+
+static PyObject *metadata_of;      /* (outcome, index, timestamp) -> RecordMetadata, or raises */
+static PyObject *error_of;         /* (outcome, index) -> exception or None */
+static PyObject *call_back;        /* (future, callbacks) -> None */
+static PyObject *describe;         /* (future) -> str */
+static PyObject *cancelled_error;  /* asyncio.CancelledError */
+static PyObject *invalid_state;    /* asyncio.InvalidStateError */
+static PyObject *str_done, *str_result, *str_get_loop, *str_call_soon, *str_context, *str_watch, *str_unwatch;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *settlement;     /* BatchSettlement */
+    PyObject *done_future;    /* settlement.done: the batch's asyncio future */
+    PyObject *callbacks;      /* list of (fn, context), or NULL */
+    PyObject *cancel_message; /* NULL while not cancelled; then None or the message */
+    PyObject *weakreflist;
+    Py_ssize_t index;         /* the record's offset delta in its batch */
+    long long timestamp;
+    char blocking;            /* asyncio's _asyncio_future_blocking */
+} RecordFutureObject;
+
+static PyTypeObject RecordFutureType;
+
+static int
+ready(void)
+{
+    if (metadata_of == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "aioprod._speedups.setup_record_future() was not called");
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 if the batch has its outcome, 0 if not, -1 on error. */
+static int
+batch_done(RecordFutureObject *self)
+{
+    PyObject *done = PyObject_CallMethodNoArgs(self->done_future, str_done);
+    int result;
+    if (done == NULL)
+        return -1;
+    result = PyObject_IsTrue(done);
+    Py_DECREF(done);
+    return result;
+}
+
+static int
+future_done(RecordFutureObject *self)
+{
+    return self->cancel_message != NULL ? 1 : batch_done(self);
+}
+
+static PyObject *
+make_cancelled_error(RecordFutureObject *self)
+{
+    if (self->cancel_message == NULL || self->cancel_message == Py_None)
+        return PyObject_CallNoArgs(cancelled_error);
+    return PyObject_CallOneArg(cancelled_error, self->cancel_message);
+}
+
+/* The batch's outcome, or NULL with CancelledError / InvalidStateError set. */
+static PyObject *
+outcome(RecordFutureObject *self)
+{
+    int done;
+    if (self->cancel_message != NULL) {
+        PyObject *error = make_cancelled_error(self);
+        if (error != NULL) {
+            PyErr_SetObject(cancelled_error, error);
+            Py_DECREF(error);
+        }
+        return NULL;
+    }
+    done = batch_done(self);
+    if (done < 0)
+        return NULL;
+    if (!done) {
+        PyErr_SetString(invalid_state, "the record is not acknowledged or failed yet");
+        return NULL;
+    }
+    return PyObject_CallMethodNoArgs(self->done_future, str_result);
+}
+
+static PyObject *
+RecordFuture_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    RecordFutureObject *self;
+    PyObject *done_future;
+    Py_ssize_t index;
+    long long timestamp;
+    if (nargs != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "RecordFuture(settlement, index, timestamp) takes 3 positional arguments");
+        return NULL;
+    }
+    index = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    timestamp = PyLong_AsLongLong(args[2]);
+    if (timestamp == -1 && PyErr_Occurred())
+        return NULL;
+    done_future = PyObject_GetAttr(args[0], str_done);
+    if (done_future == NULL)
+        return NULL;
+    self = PyObject_New(RecordFutureObject, (PyTypeObject *)type);
+    if (self == NULL) {
+        Py_DECREF(done_future);
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    self->settlement = args[0];
+    self->done_future = done_future;
+    self->callbacks = NULL;
+    self->cancel_message = NULL;
+    self->weakreflist = NULL;
+    self->index = index;
+    self->timestamp = timestamp;
+    self->blocking = 0;
+    return (PyObject *)self;
+}
+
+static PyObject *
+RecordFuture_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "RecordFuture takes no keyword arguments");
+        return NULL;
+    }
+    return RecordFuture_vectorcall((PyObject *)type, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), NULL);
+}
+
+static void
+RecordFuture_dealloc(RecordFutureObject *self)
+{
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    Py_XDECREF(self->settlement);
+    Py_XDECREF(self->done_future);
+    Py_XDECREF(self->callbacks);
+    Py_XDECREF(self->cancel_message);
+    PyObject_Free(self);
+}
+
+static PyObject *
+RecordFuture_done(RecordFutureObject *self, PyObject *unused)
+{
+    int done = future_done(self);
+    if (done < 0)
+        return NULL;
+    return PyBool_FromLong(done);
+}
+
+static PyObject *
+RecordFuture_cancelled(RecordFutureObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->cancel_message != NULL);
+}
+
+static PyObject *
+RecordFuture_get_loop(RecordFutureObject *self, PyObject *unused)
+{
+    return PyObject_CallMethodNoArgs(self->done_future, str_get_loop);
+}
+
+static PyObject *
+RecordFuture_make_cancelled_error(RecordFutureObject *self, PyObject *unused)
+{
+    return make_cancelled_error(self);
+}
+
+static PyObject *
+RecordFuture_result(RecordFutureObject *self, PyObject *unused)
+{
+    PyObject *got, *stamp, *result;
+    if (ready() < 0 || (got = outcome(self)) == NULL)
+        return NULL;
+    stamp = PyLong_FromLongLong(self->timestamp);
+    if (stamp == NULL) {
+        Py_DECREF(got);
+        return NULL;
+    }
+    {
+        PyObject *index = PyLong_FromSsize_t(self->index);
+        if (index == NULL) {
+            Py_DECREF(got);
+            Py_DECREF(stamp);
+            return NULL;
+        }
+        PyObject *call_args[3] = {got, index, stamp};
+        result = PyObject_Vectorcall(metadata_of, call_args, 3, NULL);
+        Py_DECREF(index);
+    }
+    Py_DECREF(got);
+    Py_DECREF(stamp);
+    return result;
+}
+
+static PyObject *
+RecordFuture_exception(RecordFutureObject *self, PyObject *unused)
+{
+    PyObject *got, *index, *result;
+    if (ready() < 0 || (got = outcome(self)) == NULL)
+        return NULL;
+    index = PyLong_FromSsize_t(self->index);
+    if (index == NULL) {
+        Py_DECREF(got);
+        return NULL;
+    }
+    {
+        PyObject *call_args[2] = {got, index};
+        result = PyObject_Vectorcall(error_of, call_args, 2, NULL);
+    }
+    Py_DECREF(got);
+    Py_DECREF(index);
+    return result;
+}
+
+/* loop.call_soon(fn, self, context=context) */
+static int
+call_soon(RecordFutureObject *self, PyObject *fn, PyObject *context)
+{
+    PyObject *loop = PyObject_CallMethodNoArgs(self->done_future, str_get_loop), *method, *handle, *names;
+    if (loop == NULL)
+        return -1;
+    method = PyObject_GetAttr(loop, str_call_soon);
+    Py_DECREF(loop);
+    if (method == NULL)
+        return -1;
+    names = PyTuple_Pack(1, str_context);
+    if (names == NULL) {
+        Py_DECREF(method);
+        return -1;
+    }
+    {
+        PyObject *call_args[3] = {fn, (PyObject *)self, context};
+        handle = PyObject_Vectorcall(method, call_args, 2, names);
+    }
+    Py_DECREF(names);
+    Py_DECREF(method);
+    if (handle == NULL)
+        return -1;
+    Py_DECREF(handle);
+    return 0;
+}
+
+static PyObject *
+RecordFuture_add_done_callback(RecordFutureObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    PyObject *fn, *context = NULL, *entry;
+    int done;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "add_done_callback() takes one positional argument");
+        return NULL;
+    }
+    fn = args[0];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "context") != 0) {
+            PyErr_Format(PyExc_TypeError, "add_done_callback() got an unexpected keyword argument '%U'",
+                         PyTuple_GET_ITEM(kwnames, i));
+            return NULL;
+        }
+        context = args[nargs + i];
+    }
+    if (context == NULL || context == Py_None)
+        context = PyContext_CopyCurrent();
+    else
+        Py_INCREF(context);
+    if (context == NULL)
+        return NULL;
+    done = future_done(self);
+    if (done < 0)
+        goto fail;
+    if (done) {
+        if (call_soon(self, fn, context) < 0)
+            goto fail;
+        Py_DECREF(context);
+        Py_RETURN_NONE;
+    }
+    entry = PyTuple_Pack(2, fn, context);
+    Py_DECREF(context);
+    if (entry == NULL)
+        return NULL;
+    if (self->callbacks == NULL) {
+        PyObject *watched;
+        self->callbacks = PyList_New(1);
+        if (self->callbacks == NULL) {
+            Py_DECREF(entry);
+            return NULL;
+        }
+        PyList_SET_ITEM(self->callbacks, 0, entry);
+        watched = PyObject_CallMethodOneArg(self->settlement, str_watch, (PyObject *)self);
+        if (watched == NULL) {
+            Py_CLEAR(self->callbacks);
+            return NULL;
+        }
+        Py_DECREF(watched);
+    }
+    else {
+        int appended = PyList_Append(self->callbacks, entry);
+        Py_DECREF(entry);
+        if (appended < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(context);
+    return NULL;
+}
+
+static int
+unwatch(RecordFutureObject *self)
+{
+    PyObject *result = PyObject_CallMethodOneArg(self->settlement, str_unwatch, (PyObject *)self);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+static PyObject *
+RecordFuture_remove_done_callback(RecordFutureObject *self, PyObject *fn)
+{
+    PyObject *kept;
+    Py_ssize_t removed, count;
+    int done;
+    if (self->callbacks == NULL || PyList_GET_SIZE(self->callbacks) == 0)
+        return PyLong_FromLong(0);
+    done = future_done(self);
+    if (done < 0)
+        return NULL;
+    if (done) /* once done, its callbacks are as good as scheduled */
+        return PyLong_FromLong(0);
+    count = PyList_GET_SIZE(self->callbacks);
+    kept = PyList_New(0);
+    if (kept == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(self->callbacks, i);
+        int equal = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 0), fn, Py_EQ);
+        if (equal < 0 || (!equal && PyList_Append(kept, entry) < 0)) {
+            Py_DECREF(kept);
+            return NULL;
+        }
+    }
+    removed = count - PyList_GET_SIZE(kept);
+    if (PyList_GET_SIZE(kept) == 0) {
+        Py_DECREF(kept);
+        Py_CLEAR(self->callbacks);
+        if (unwatch(self) < 0)
+            return NULL;
+    }
+    else if (removed) {
+        Py_SETREF(self->callbacks, kept);
+    }
+    else {
+        Py_DECREF(kept);
+    }
+    return PyLong_FromSsize_t(removed);
+}
+
+static PyObject *
+RecordFuture_cancel(RecordFutureObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *msg = Py_None, *callbacks;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    int done;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "cancel() takes at most one argument");
+        return NULL;
+    }
+    if (nargs == 1)
+        msg = args[0];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "msg") != 0) {
+            PyErr_Format(PyExc_TypeError, "cancel() got an unexpected keyword argument '%U'",
+                         PyTuple_GET_ITEM(kwnames, i));
+            return NULL;
+        }
+        msg = args[nargs + i];
+    }
+    done = future_done(self);
+    if (done < 0)
+        return NULL;
+    if (done)
+        Py_RETURN_FALSE;
+    Py_INCREF(msg);
+    self->cancel_message = msg;
+    callbacks = self->callbacks;
+    self->callbacks = NULL;
+    if (callbacks != NULL) {
+        Py_ssize_t count = PyList_GET_SIZE(callbacks);
+        if (unwatch(self) < 0) {
+            Py_DECREF(callbacks);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *entry = PyList_GET_ITEM(callbacks, i);
+            if (call_soon(self, PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1)) < 0) {
+                Py_DECREF(callbacks);
+                return NULL;
+            }
+        }
+        Py_DECREF(callbacks);
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+RecordFuture_run_callbacks(RecordFutureObject *self, PyObject *unused)
+{
+    PyObject *callbacks = self->callbacks, *result;
+    self->callbacks = NULL;
+    if (callbacks == NULL)
+        Py_RETURN_NONE;
+    if (ready() < 0) {
+        Py_DECREF(callbacks);
+        return NULL;
+    }
+    {
+        PyObject *call_args[2] = {(PyObject *)self, callbacks};
+        result = PyObject_Vectorcall(call_back, call_args, 2, NULL);
+    }
+    Py_DECREF(callbacks);
+    return result;
+}
+
+static PyObject *
+RecordFuture_repr(RecordFutureObject *self)
+{
+    if (ready() < 0)
+        return NULL;
+    return PyObject_CallOneArg(describe, (PyObject *)self);
+}
+
+/* The iterator behind ``await future``: yields the future once (a task then waits on it),
+ * then returns its result. */
+typedef struct {
+    PyObject_HEAD
+    RecordFutureObject *future;
+    int yielded;
+} RecordFutureIterObject;
+
+static PyTypeObject RecordFutureIterType;
+
+static PyObject *
+RecordFuture_await(RecordFutureObject *self)
+{
+    RecordFutureIterObject *iter = PyObject_New(RecordFutureIterObject, &RecordFutureIterType);
+    if (iter == NULL)
+        return NULL;
+    Py_INCREF(self);
+    iter->future = self;
+    iter->yielded = 0;
+    return (PyObject *)iter;
+}
+
+static void
+RecordFutureIter_dealloc(RecordFutureIterObject *self)
+{
+    Py_XDECREF(self->future);
+    PyObject_Free(self);
+}
+
+static PyObject *
+RecordFutureIter_next(RecordFutureIterObject *self)
+{
+    RecordFutureObject *future = self->future;
+    PyObject *result, *stop;
+    int done = future_done(future);
+    if (done < 0)
+        return NULL;
+    if (!done) {
+        if (self->yielded) {
+            PyErr_SetString(PyExc_RuntimeError, "await wasn't used with future");
+            return NULL;
+        }
+        self->yielded = 1;
+        future->blocking = 1;
+        Py_INCREF(future);
+        return (PyObject *)future;
+    }
+    result = RecordFuture_result(future, NULL);
+    if (result == NULL)
+        return NULL;
+    /* StopIteration(result), made explicitly: RecordMetadata is a tuple, which PyErr_SetObject
+     * would take for the exception's arguments. */
+    stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+    Py_DECREF(result);
+    if (stop == NULL)
+        return NULL;
+    PyErr_SetObject(PyExc_StopIteration, stop);
+    Py_DECREF(stop);
+    return NULL;
+}
+
+static PyObject *
+RecordFutureIter_send(RecordFutureIterObject *self, PyObject *value)
+{
+    return RecordFutureIter_next(self);
+}
+
+static PyMethodDef RecordFutureIter_methods[] = {
+    {"send", (PyCFunction)RecordFutureIter_send, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecordFutureIterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod._speedups.RecordFutureIter",
+    .tp_basicsize = sizeof(RecordFutureIterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)RecordFutureIter_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)RecordFutureIter_next,
+    .tp_methods = RecordFutureIter_methods,
+};
+
+static PyObject *
+RecordFuture_get_blocking(RecordFutureObject *self, void *closure)
+{
+    return PyBool_FromLong(self->blocking);
+}
+
+static int
+RecordFuture_set_blocking(RecordFutureObject *self, PyObject *value, void *closure)
+{
+    int truth;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete _asyncio_future_blocking");
+        return -1;
+    }
+    truth = PyObject_IsTrue(value);
+    if (truth < 0)
+        return -1;
+    self->blocking = (char)truth;
+    return 0;
+}
+
+static PyObject *
+RecordFuture_get_timestamp(RecordFutureObject *self, void *closure)
+{
+    return PyLong_FromLongLong(self->timestamp);
+}
+
+/* Read by asyncio.gather(return_exceptions=True) for a cancelled child. */
+static PyObject *
+RecordFuture_get_cancel_message(RecordFutureObject *self, void *closure)
+{
+    return Py_NewRef(self->cancel_message != NULL ? self->cancel_message : Py_None);
+}
+
+static PyGetSetDef RecordFuture_getset[] = {
+    {"_cancel_message", (getter)RecordFuture_get_cancel_message, NULL, NULL, NULL},
+    {"_asyncio_future_blocking", (getter)RecordFuture_get_blocking, (setter)RecordFuture_set_blocking, NULL, NULL},
+    {"_timestamp", (getter)RecordFuture_get_timestamp, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef RecordFuture_members[] = {
+    {"_settlement", T_OBJECT, offsetof(RecordFutureObject, settlement), READONLY, NULL},
+    {"_index", T_PYSSIZET, offsetof(RecordFutureObject, index), READONLY, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(RecordFutureObject, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMethodDef RecordFuture_methods[] = {
+    {"done", (PyCFunction)RecordFuture_done, METH_NOARGS, NULL},
+    {"cancelled", (PyCFunction)RecordFuture_cancelled, METH_NOARGS, NULL},
+    {"get_loop", (PyCFunction)RecordFuture_get_loop, METH_NOARGS, NULL},
+    {"_make_cancelled_error", (PyCFunction)RecordFuture_make_cancelled_error, METH_NOARGS, NULL},
+    {"result", (PyCFunction)RecordFuture_result, METH_NOARGS, NULL},
+    {"exception", (PyCFunction)RecordFuture_exception, METH_NOARGS, NULL},
+    {"add_done_callback", (PyCFunction)(void (*)(void))RecordFuture_add_done_callback,
+     METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"remove_done_callback", (PyCFunction)RecordFuture_remove_done_callback, METH_O, NULL},
+    {"cancel", (PyCFunction)(void (*)(void))RecordFuture_cancel, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"_run_callbacks", (PyCFunction)RecordFuture_run_callbacks, METH_NOARGS, NULL},
+    {"__await__", (PyCFunction)RecordFuture_await, METH_NOARGS, NULL},
+    {"__iter__", (PyCFunction)RecordFuture_await, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyAsyncMethods RecordFuture_async = {
+    .am_await = (unaryfunc)RecordFuture_await,
+};
+
+static PyTypeObject RecordFutureType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod.RecordFuture",
+    .tp_basicsize = sizeof(RecordFutureObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "One record's delivery: an asyncio-compatible future (compiled; see "
+              "aioprod.producer.record_future).",
+    .tp_new = RecordFuture_new,
+    .tp_vectorcall = RecordFuture_vectorcall,
+    .tp_dealloc = (destructor)RecordFuture_dealloc,
+    .tp_repr = (reprfunc)RecordFuture_repr,
+    .tp_as_async = &RecordFuture_async,
+    .tp_iter = (getiterfunc)RecordFuture_await,
+    .tp_weaklistoffset = offsetof(RecordFutureObject, weakreflist),
+    .tp_methods = RecordFuture_methods,
+    .tp_members = RecordFuture_members,
+    .tp_getset = RecordFuture_getset,
+};
+
+static PyObject *
+speedups_setup_record_future(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "setup_record_future() takes 6 arguments");
+        return NULL;
+    }
+    Py_XSETREF(metadata_of, Py_NewRef(args[0]));
+    Py_XSETREF(error_of, Py_NewRef(args[1]));
+    Py_XSETREF(call_back, Py_NewRef(args[2]));
+    Py_XSETREF(describe, Py_NewRef(args[3]));
+    Py_XSETREF(cancelled_error, Py_NewRef(args[4]));
+    Py_XSETREF(invalid_state, Py_NewRef(args[5]));
+    Py_RETURN_NONE;
+}
+
 /* -- murmur2 ---------------------------------------------------------------------------------- */
 
 static int32_t
@@ -526,6 +1157,8 @@ speedups_partition_for_key(PyObject *module, PyObject *const *args, Py_ssize_t n
 }
 
 static PyMethodDef speedups_methods[] = {
+    {"setup_record_future", (PyCFunction)(void (*)(void))speedups_setup_record_future, METH_FASTCALL,
+     "Hand RecordFuture the Python helpers it calls for its rare paths."},
     {"murmur2", speedups_murmur2, METH_O, "Kafka's 32-bit murmur2 of the bytes, as a signed int."},
     {"partition_for_key", (PyCFunction)(void (*)(void))speedups_partition_for_key, METH_FASTCALL,
      "toPositive(murmur2(key)) % partitions, as the Java client partitions a keyed record."},
@@ -544,7 +1177,17 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     PyObject *module;
-    if (PyType_Ready(&RecordsCoreType) < 0)
+    if (PyType_Ready(&RecordsCoreType) < 0 || PyType_Ready(&RecordFutureType) < 0 ||
+        PyType_Ready(&RecordFutureIterType) < 0)
+        return NULL;
+    str_done = PyUnicode_InternFromString("done");
+    str_result = PyUnicode_InternFromString("result");
+    str_get_loop = PyUnicode_InternFromString("get_loop");
+    str_call_soon = PyUnicode_InternFromString("call_soon");
+    str_context = PyUnicode_InternFromString("context");
+    str_watch = PyUnicode_InternFromString("_watch");
+    str_unwatch = PyUnicode_InternFromString("_unwatch");
+    if (!str_done || !str_result || !str_get_loop || !str_call_soon || !str_context || !str_watch || !str_unwatch)
         return NULL;
     module = PyModule_Create(&speedups_module);
     if (module == NULL)
@@ -552,6 +1195,12 @@ PyInit__speedups(void)
     Py_INCREF(&RecordsCoreType);
     if (PyModule_AddObject(module, "RecordsCore", (PyObject *)&RecordsCoreType) < 0) {
         Py_DECREF(&RecordsCoreType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&RecordFutureType);
+    if (PyModule_AddObject(module, "RecordFuture", (PyObject *)&RecordFutureType) < 0) {
+        Py_DECREF(&RecordFutureType);
         Py_DECREF(module);
         return NULL;
     }
