@@ -101,6 +101,11 @@ class Partitioner:
         return self.sticky(topic, partitions, available)
 
     @property
+    def hashes_keys(self) -> bool:
+        """A keyed record goes to ``partition_for_key(key, partition count)``."""
+        return self._user is None and self._mode != "round_robin"
+
+    @property
     def is_sticky(self) -> bool:
         """Keyless records follow the sticky partition (the default)."""
         return self._keyless_sticky
