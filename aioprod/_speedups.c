@@ -1082,6 +1082,66 @@ speedups_setup_record_future(PyObject *module, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* -- metadata_range ---------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(metadata_range_doc,
+             "metadata_range(cls, topic, partition, first_offset, count, timestamp)\n--\n\n"
+             "[cls(topic, partition, offset, timestamp), ...] for count consecutive offsets from first_offset\n"
+             "(all -1 when first_offset is negative): a send_many group's acknowledgements.");
+
+static PyObject *
+speedups_metadata_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyTypeObject *cls;
+    PyObject *topic, *partition, *timestamp, *list, *minus_one = NULL;
+    long long first;
+    Py_ssize_t count;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "metadata_range() takes 6 arguments");
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "metadata_range() needs a tuple subclass");
+        return NULL;
+    }
+    cls = (PyTypeObject *)args[0];
+    topic = args[1];
+    partition = args[2];
+    first = PyLong_AsLongLong(args[3]);
+    count = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
+    timestamp = args[5];
+    if (PyErr_Occurred())
+        return NULL;
+    if (count < 0)
+        count = 0;
+    list = PyList_New(count);
+    if (list == NULL)
+        return NULL;
+    if (first < 0 && (minus_one = PyLong_FromLong(-1)) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = cls->tp_alloc(cls, 4), *offset;
+        if (item == NULL)
+            goto fail;
+        offset = first < 0 ? Py_NewRef(minus_one) : PyLong_FromLongLong(first + i);
+        if (offset == NULL) {
+            Py_DECREF(item);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(item, 0, Py_NewRef(topic));
+        PyTuple_SET_ITEM(item, 1, Py_NewRef(partition));
+        PyTuple_SET_ITEM(item, 2, offset);
+        PyTuple_SET_ITEM(item, 3, Py_NewRef(timestamp));
+        PyList_SET_ITEM(list, i, item);
+    }
+    Py_XDECREF(minus_one);
+    return list;
+fail:
+    Py_XDECREF(minus_one);
+    Py_DECREF(list);
+    return NULL;
+}
+
 /* -- murmur2 ---------------------------------------------------------------------------------- */
 
 static int32_t
@@ -1157,6 +1217,7 @@ speedups_partition_for_key(PyObject *module, PyObject *const *args, Py_ssize_t n
 }
 
 static PyMethodDef speedups_methods[] = {
+    {"metadata_range", (PyCFunction)(void (*)(void))speedups_metadata_range, METH_FASTCALL, metadata_range_doc},
     {"setup_record_future", (PyCFunction)(void (*)(void))speedups_setup_record_future, METH_FASTCALL,
      "Hand RecordFuture the Python helpers it calls for its rare paths."},
     {"murmur2", speedups_murmur2, METH_O, "Kafka's 32-bit murmur2 of the bytes, as a signed int."},

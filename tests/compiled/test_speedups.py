@@ -17,6 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aioprod import RecordMetadata
+from aioprod.producer.batch import _py_metadata_range
 from aioprod.producer.partitioner import _py_murmur2, _py_partition_for_key
 from aioprod.protocol.records.builder import _PyRecordsCore
 
@@ -131,6 +133,15 @@ def test_memoryview_and_bytearray_values_encode_as_bytes() -> None:
 def test_murmur2_and_key_partition_agree(key: bytes, partitions: int) -> None:
     assert _speedups.murmur2(key) == _py_murmur2(key)
     assert _speedups.partition_for_key(key, partitions) == _py_partition_for_key(key, partitions)
+
+
+@pytest.mark.parametrize(("first", "count"), [(0, 0), (0, 3), (2**40, 5), (-1, 4)])
+def test_metadata_range_agrees(first: int, count: int) -> None:
+    expected = _py_metadata_range(RecordMetadata, "topic", 7, first, count, 1234)
+    got = _speedups.metadata_range(RecordMetadata, "topic", 7, first, count, 1234)
+    assert got == expected
+    assert all(type(m) is RecordMetadata for m in got)
+    assert [m.offset for m in got] == [m.offset for m in expected]
 
 
 def test_the_environment_variable_turns_the_compiled_path_off() -> None:
