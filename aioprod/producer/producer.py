@@ -60,7 +60,7 @@ class Producer:
     ``await send(...)`` returns once the record is queued; the future it returns resolves
     with :class:`RecordMetadata` when the broker acknowledges the record, or fails with a
     :class:`~aioprod.errors.KafkaError`. Options: snake_case keywords or a mapping of
-    Java/librdkafka names (see ``docs/configuration.md``).
+    Java/librdkafka names (see the configuration guide).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, **options: Any) -> None:
@@ -168,9 +168,10 @@ class Producer:
                         await txn.end_on_close(self._fail_unsent, self._settle_transaction)
                 except (TimeoutError, KafkaError) as exc:
                     log.warning("could not abort transaction %r while closing: %r", txn.transactional_id, exc)
-            self._accumulator.closing = True
-            self._sender.stop()
-            await self._sender.wait_stopped(timeout)
+            if timeout is None or timeout > 0:  # close(0): nothing more is sent, even what lingers
+                self._accumulator.closing = True
+                self._sender.stop()
+                await self._sender.wait_stopped(timeout)
             tasks = self._release_now(timeout)
             if tasks:
                 await asyncio.wait(tasks)
