@@ -79,9 +79,8 @@ async def produce_under_faults(proxy: FaultProxy, topic: str, fault: object, see
         stop.set()
         await chaos
         outcomes = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 120)
-        retries = producer._sender.retries
-        ident = producer._sender.idempotence
-        resets = ident.resets if ident is not None else 0
+        metrics = producer.metrics()
+    retries, resets = int(metrics["record-retry-total"]), int(metrics["producer-id-reset-total"])
     return Run(sent, outcomes, time.monotonic() - started, proxy.connections_cut, retries, resets)
 
 
