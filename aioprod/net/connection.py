@@ -107,6 +107,11 @@ class BrokerConnection:
         return self._closed_error is not None
 
     @property
+    def established(self) -> bool:
+        """The TCP (and TLS) connection was made: a failure since is the handshake's."""
+        return self._writer is not None
+
+    @property
     def in_flight_count(self) -> int:
         return len(self._in_flight)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -187,15 +188,17 @@ class ConnectionPool:
             if isinstance(exc, AuthenticationError):
                 metrics.record_authentication(False, loop.time())
             # Promptly (a wrong address is not silence until max_block_ms), then rate-limited.
+            what, detail = _connect_failure(exc, conn.established)
             events.problem(
                 log,
                 ("connect", node_id),
-                type(exc).__name__,
-                "%s (%s:%s): %s; retrying in %.0f ms (attempt %d)",
+                what,
+                "%s (%s:%s): %s: %s; retrying in %.0f ms (attempt %d)",
                 describe_node(node_id),
                 state.host,
                 state.port,
-                exc,
+                what,
+                detail,
                 backoff * 1000,
                 state.failures,
             )
@@ -278,6 +281,23 @@ class ConnectionPool:
                 waits.append(asyncio.ensure_future(state.connection.wait_closed()))
         if waits:
             await asyncio.wait(waits)
+
+
+def _connect_failure(error: KafkaError, established: bool) -> tuple[str, str]:
+    """What went wrong in a connection attempt, in a few words, and the details."""
+    cause = error.__cause__
+    detail = str(cause) if isinstance(cause, OSError) and not established else str(error)
+    if isinstance(error, AuthenticationError):
+        return "authentication failed", detail
+    if established:
+        return "handshake failed", detail
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused", detail
+    if isinstance(cause, TimeoutError):
+        return "connection timed out", str(error)
+    if isinstance(cause, socket.gaierror):
+        return "address not resolved", detail
+    return "cannot connect", detail
 
 
 def describe_node(node_id: int) -> str:

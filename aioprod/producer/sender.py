@@ -346,7 +346,7 @@ class Sender:
                 f"{describe_node(node)} does not continue the sequence of {batch.tp.topic}-{batch.tp.partition} "
                 f"({decision.error})"
             )
-            log.info("%s; renumbering under a new identity", self._doubt)
+            log.debug("%s; renumbering under a new identity", self._doubt)
         ident.rejected_sequence(batch, gap)
         return True
 

@@ -182,9 +182,10 @@ async def test_sender_task_death_fails_everything(cluster: ScriptedCluster, monk
             raise RuntimeError("sender bug injected by the test")
 
         monkeypatch.setattr(Sender, "run_once", broken)
-        p._sender.wakeup()
+        flushing = asyncio.ensure_future(p.flush())  # wakes the sender
         with pytest.raises(ProducerFatalError, match="sender task died"):
             await fut
+        await flushing
         with pytest.raises(ProducerFatalError):
             await p.send("t", b"later")
 
