@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
 import time
@@ -36,7 +37,9 @@ from aioprod.cli.common import (
     resolve_bootstrap,
     run,
 )
+from aioprod.cli.metrics_table import java_style_lines
 from aioprod.cli.stats import AckTracker, LatencySummary
+from aioprod.metrics import MetricsSnapshot
 from aioprod.producer.producer import Producer
 
 _MIN_SLEEP = 0.002  # as Java's throttler: shorter waits are not worth a sleep
@@ -121,8 +124,9 @@ async def live_progress(progress: Progress | None, total: int, tracker: AckTrack
 
 async def run_perf(
     options: dict[str, Any], topic: str, records: int, record_size: int, rate: float | None, progress: Progress | None
-) -> tuple[AckTracker, float]:
-    """Send ``records`` records, paced to ``rate`` records/s if given; (tracker, elapsed s)."""
+) -> tuple[AckTracker, float, MetricsSnapshot]:
+    """Send ``records`` records, paced to ``rate`` records/s if given; (tracker, elapsed s,
+    the producer's metrics once every record has its outcome)."""
     value = payload(record_size)
     tracker = AckTracker()
     async with Producer(options) as producer:
@@ -143,7 +147,8 @@ async def run_perf(
                 tracker.track(future, sent_at)
             await tracker.wait()
             elapsed = (tracker.last_ack or time.perf_counter()) - started
-    return tracker, elapsed
+        metrics = producer.metrics_snapshot()
+    return tracker, elapsed, metrics
 
 
 def render(result: PerfResult, out: Console) -> None:
@@ -182,6 +187,11 @@ def render(result: PerfResult, out: Console) -> None:
 @bootstrap_option
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object instead of a table.")
+@click.option(
+    "--print-metrics",
+    is_flag=True,
+    help="Also print the producer's metrics at the end (Java names, as kafka-producer-perf-test does).",
+)
 @debug_option
 def perf(
     topic: str,
@@ -191,6 +201,7 @@ def perf(
     bootstrap: str | None,
     overrides: tuple[str, ...],
     as_json: bool,
+    print_metrics: bool,
 ) -> None:
     """Measure throughput and ack latency, like kafka-producer-perf-test.
 
@@ -207,6 +218,7 @@ def perf(
       aioprod perf --topic perf --num-records 100000 --record-size 100
       aioprod perf -b kafka1:9092 -t perf -n 1000000 -s 1024 --throughput 50000 -X linger.ms=10
       aioprod perf -b kafka1:9092 -t perf -n 100000 -s 100 -X acks=1 -X compression.type=lz4 --json
+      aioprod perf -t perf -n 100000 -s 100 --print-metrics
     """
     servers = resolve_bootstrap(bootstrap, overrides)
     options = producer_options(servers or "127.0.0.1:9092", overrides)
@@ -228,7 +240,7 @@ def perf(
                 transient=True,
             )
         try:
-            tracker, elapsed = run(run_perf(options, topic, num_records, record_size, rate, progress))
+            tracker, elapsed, metrics = run(run_perf(options, topic, num_records, record_size, rate, progress))
         except Exception as exc:
             raise CliError(f"perf run failed on {target}: {describe(exc)}{embedded_hint(broker)}") from exc
     result = PerfResult(
@@ -245,8 +257,10 @@ def perf(
         first_error=describe(tracker.first_error) if tracker.first_error is not None else None,
     )
     if as_json:
-        click.echo(json.dumps(result.as_dict()))
+        click.echo(json.dumps(result.as_dict() | ({"metrics": dataclasses.asdict(metrics)} if print_metrics else {})))
     else:
         render(result, out)
+        if print_metrics:
+            click.echo("\n".join(java_style_lines(metrics)))
     if result.failed:
         raise CliError(f"{result.failed:,} of {num_records:,} records failed (first: {result.first_error})")
