@@ -265,20 +265,10 @@ class BrokerMetrics:
         self._all_received.record(size, now)
 
     def values(self, now: float, in_flight: int, connected: bool) -> dict[str, float]:
-        sent, received = self.sent, self.received
         return {
             "request-latency-avg": self.latency.avg(now),
             "request-latency-max": self.latency.max(now),
-            "request-total": float(sent.count),
-            "request-rate": sent.rate(now, events=True),
-            "request-size-avg": sent.avg(now),
-            "request-size-max": sent.max(now),
-            "response-total": float(received.count),
-            "response-rate": received.rate(now, events=True),
-            "outgoing-byte-total": sent.total,
-            "outgoing-byte-rate": sent.rate(now),
-            "incoming-byte-total": received.total,
-            "incoming-byte-rate": received.rate(now),
+            **_traffic(self.sent, self.received, now),
             "requests-in-flight": float(in_flight),
             "connection-count": 1.0 if connected else 0.0,
         }
@@ -468,7 +458,7 @@ class ProducerMetrics:
         return MetricsSnapshot(self.client_id, time.time(), self._producer_values(now, connections), topics, brokers)
 
     def _producer_values(self, now: float, connections: dict[int, Any]) -> dict[str, float]:
-        records, sent, received = self._records, self._sent, self._received
+        records = self._records
         buffer, waits = self._buffer, self._buffer_waits
         metadata = self._metadata
         refreshed = metadata.last_refresh if metadata is not None else -math.inf
@@ -493,16 +483,7 @@ class ProducerMetrics:
             "produce-throttle-time-avg": self._throttle.avg(now),
             "produce-throttle-time-max": self._throttle.max(now),
             "requests-in-flight": float(sum(conn.in_flight_count for conn in connections.values())),
-            "request-total": float(sent.count),
-            "request-rate": sent.rate(now, events=True),
-            "request-size-avg": sent.avg(now),
-            "request-size-max": sent.max(now),
-            "response-total": float(received.count),
-            "response-rate": received.rate(now, events=True),
-            "outgoing-byte-total": sent.total,
-            "outgoing-byte-rate": sent.rate(now),
-            "incoming-byte-total": received.total,
-            "incoming-byte-rate": received.rate(now),
+            **_traffic(self._sent, self._received, now),
             "connection-count": float(len(connections)),
             "connection-creation-total": self._connections_created.total,
             "connection-creation-rate": self._connections_created.rate(now),
@@ -527,6 +508,22 @@ class ProducerMetrics:
             "producer-id-reset-total": float(self._identity_resets),
         }
         return values
+
+
+def _traffic(sent: Sensor, received: Sensor, now: float) -> dict[str, float]:
+    """Requests and bytes, from the sensors of what was sent and what was received."""
+    return {
+        "request-total": float(sent.count),
+        "request-rate": sent.rate(now, events=True),
+        "request-size-avg": sent.avg(now),
+        "request-size-max": sent.max(now),
+        "response-total": float(received.count),
+        "response-rate": received.rate(now, events=True),
+        "outgoing-byte-total": sent.total,
+        "outgoing-byte-rate": sent.rate(now),
+        "incoming-byte-total": received.total,
+        "incoming-byte-rate": received.rate(now),
+    }
 
 
 def _running_in(loop: asyncio.AbstractEventLoop) -> bool:

@@ -314,6 +314,7 @@ class Metadata:
         idle_since = loop.time() - self._config.metadata_max_idle_ms / 1000
         for topic in [t for t, used in self._topics.items() if used < idle_since]:
             del self._topics[topic]  # unused for metadata_max_idle_ms: stop describing it
+            self._troubled.pop(topic, None)
         request = MetadataRequest(
             topics=[MetadataRequestTopic(name=t) for t in sorted(self._topics)],
             allow_auto_topic_creation=self._config.allow_auto_create_topics,
