@@ -4,7 +4,17 @@ from aioprod.errors import KafkaError
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
 from aioprod.producer.record_future import RecordFuture, RecordMetadata
+from aioprod.producer.transactions import ConsumerGroupMetadata, OffsetAndMetadata
 from aioprod.sync import SyncProducer
 
-__all__ = ["KafkaError", "Producer", "RecordFuture", "RecordMetadata", "SyncProducer", "TopicPartition"]
+__all__ = [
+    "ConsumerGroupMetadata",
+    "KafkaError",
+    "OffsetAndMetadata",
+    "Producer",
+    "RecordFuture",
+    "RecordMetadata",
+    "SyncProducer",
+    "TopicPartition",
+]
 __version__ = "0.1.0"

@@ -115,6 +115,7 @@ class ProducerConfig:
     key_serializer: Serializer | None = None
     value_serializer: Serializer | None = None
     transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
     security_protocol: str = "PLAINTEXT"
     ssl_context: ssl.SSLContext | None = None
     ssl_ca_location: str | None = None
@@ -219,8 +220,6 @@ class ProducerConfig:
                 f"linger_ms + request_timeout_ms ({self.linger_ms + self.request_timeout_ms})"
             )
         self._check_security(explicit)
-        if self.transactional_id is not None:
-            raise ConfigError("transactional_id: transactions are not supported yet")
         if self.enable_idempotence:
             conflicts = []
             if self.acks != -1:
@@ -232,11 +231,20 @@ class ProducerConfig:
                     f"max_in_flight_requests_per_connection={self.max_in_flight_requests_per_connection} (needs <= 5)"
                 )
             if conflicts:
+                if self.transactional_id is not None:
+                    raise ConfigError(
+                        "transactional_id needs idempotence, which conflicts with " + ", ".join(conflicts)
+                    )
                 if "enable_idempotence" in explicit:
                     raise ConfigError("enable_idempotence=True conflicts with " + ", ".join(conflicts))
                 # Like the Java client: idempotence is only a default, so settings that
                 # cannot have it quietly turn it off instead of failing.
                 object.__setattr__(self, "enable_idempotence", False)
+        if self.transactional_id is not None:
+            if not self.enable_idempotence:
+                raise ConfigError("transactional_id needs idempotence: enable_idempotence=False conflicts with it")
+            if self.transaction_timeout_ms < 1:
+                raise ConfigError(f"transaction_timeout_ms must be >= 1, got {self.transaction_timeout_ms}")
 
     def _check_security(self, explicit: set[str]) -> None:
         protocol = self.security_protocol

@@ -102,6 +102,25 @@ class ProducerFatalError(KafkaError):
     """
 
 
+class TransactionError(KafkaError):
+    """Base of the transactional producer's own errors."""
+
+
+class TransactionStateError(TransactionError, RuntimeError):
+    """A transactional call that the producer's state does not allow now: ``send()`` outside
+    a transaction, ``commit_transaction()`` without one, two calls at once, and so on."""
+
+
+class TransactionAbortableError(TransactionError):
+    """The current transaction cannot commit (a record of it failed, the broker asked for an
+    abort, the consumer group moved on): call ``abort_transaction()``, then begin again. The
+    producer stays usable. The cause is the ``__cause__``."""
+
+
+class TransactionAbortedError(TransactionError):
+    """The record's transaction was aborted before the record was sent."""
+
+
 class AuthenticationError(KafkaError):
     """A broker refused this client's credentials, or the client refused the broker's.
 
@@ -1419,7 +1438,7 @@ class InvalidRegistrationError(BrokerResponseError):
     description = "The controller rejected the broker registration."
 
 
-class TransactionAbortableError(BrokerResponseError):
+class BrokerTransactionAbortableError(BrokerResponseError):
     """The transaction must be aborted; the producer may then go on."""
 
     code = 120
@@ -1622,7 +1641,7 @@ ERRORS_BY_CODE: Final[Mapping[int, type[BrokerResponseError]]] = MappingProxyTyp
         117: UnknownSubscriptionIdError,
         118: TelemetryTooLargeError,
         119: InvalidRegistrationError,
-        120: TransactionAbortableError,
+        120: BrokerTransactionAbortableError,
         121: InvalidRecordStateError,
         122: ShareSessionNotFoundError,
         123: InvalidShareSessionEpochError,

@@ -445,7 +445,8 @@ class ProducerMetrics:
 
     def _take(self) -> MetricsSnapshot:
         now = self._clock()
-        connections = self._pool.open_connections() if self._pool is not None else {}
+        pool = self._pool
+        connections = {conn.node_id: conn for conn in pool.connections()} if pool is not None else {}
         brokers = {
             node: metrics.values(
                 now,

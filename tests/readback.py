@@ -83,3 +83,50 @@ def read_topic(
         return records
     finally:
         consumer.close()
+
+
+async def read_committed_from_markers(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes | None]]:
+    """What a read_committed consumer sees, worked out from the raw log.
+
+    Neither test broker filters aborted transactions for read_committed fetches (Tansu
+    writes the commit and abort markers but reports no aborted transactions; librdkafka's
+    mock cluster writes no markers), so this reads every batch, control batches included,
+    with aiokafka's client and record decoder (independent of aioprod) and applies Kafka's
+    rule: a transactional record counts once a COMMIT marker of its producer follows it,
+    never if an ABORT marker does.
+    """
+    from aiokafka.client import AIOKafkaClient  # type: ignore[import-untyped]
+    from aiokafka.protocol.fetch import FetchRequest  # type: ignore[import-untyped]
+    from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
+    from aiokafka.structs import TopicPartition as AioTopicPartition  # type: ignore[import-untyped]
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        client.add_topic(topic)
+        await client.force_metadata_update()
+        visible: dict[int, list[bytes | None]] = {}
+        for partition in range(partitions):
+            leader = client.cluster.leader_for_partition(AioTopicPartition(topic, partition))
+            request = FetchRequest(1000, 1, 64 << 20, 0, [(topic, [(partition, 0, 64 << 20)])])
+            response = await client.send(leader, request)
+            seen: list[bytes | None] = []
+            pending: dict[int, list[bytes | None]] = {}
+            for _name, parts in response.topics:
+                for part in parts:
+                    records = MemoryRecords(part[-1])
+                    while records.has_next():
+                        batch = records.next_batch()
+                        if batch.is_control_batch:
+                            (marker,) = list(batch)
+                            values = pending.pop(batch.producer_id, [])
+                            if marker.key[2:4] == b"\x00\x01":  # control type 1: COMMIT (0: ABORT)
+                                seen.extend(values)
+                        elif batch.is_transactional:
+                            pending.setdefault(batch.producer_id, []).extend(r.value for r in batch)
+                        else:
+                            seen.extend(r.value for r in batch)
+            visible[partition] = seen
+        return visible
+    finally:
+        await client.close()

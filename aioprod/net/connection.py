@@ -92,7 +92,9 @@ class BrokerConnection:
         self._correlation = itertools.count(1)
         self._closed_error: KafkaError | None = None
         self._close_callbacks: list[Any] = []
-        self._version_cache: dict[type[Request], int] = {}
+        self._version_cache: dict[type[Request] | tuple[type[Request], int], int] = {}
+        #: Cluster features the broker reports as finalized (ApiVersions v3+): name -> level.
+        self.finalized_features: Mapping[str, int] = {}
         self._security = security
         #: Counts requests and bytes (per request, never per record).
         self._metrics = metrics
@@ -205,28 +207,43 @@ class BrokerConnection:
                         f"broker {self.host}:{self.port} refused ApiVersions (error {outcome.error_code})"
                     )
                 self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in outcome.api_keys}
+                self.finalized_features = {f.name: f.max_version_level for f in outcome.finalized_features}
                 return
             if outcome >= version:
                 raise ProtocolError("ApiVersions fallback did not lower the version")
             version = outcome
 
-    def version_for(self, request_cls: type[Request]) -> int:
-        version = self._version_cache.get(request_cls)
+    def version_for(self, request_cls: type[Request], max_version: int | None = None) -> int:
+        """The version to send ``request_cls`` at; ``max_version`` replaces the client's
+        usual ceiling for it (see :data:`aioprod.protocol.versions.CLIENT_VERSION_CAPS`)."""
+        key = request_cls if max_version is None else (request_cls, max_version)
+        version = self._version_cache.get(key)
         if version is None:
-            version = self._version_cache[request_cls] = versions.choose_version(request_cls, self.api_versions)
+            version = self._version_cache[key] = versions.choose_version(
+                request_cls, self.api_versions, max_version=max_version
+            )
         return version
 
-    async def send(self, request: Request, *, expect_response: bool = True, bypass_hold: bool = False) -> Any:
+    async def send(
+        self,
+        request: Request,
+        *,
+        expect_response: bool = True,
+        bypass_hold: bool = False,
+        max_version: int | None = None,
+    ) -> Any:
         """Send ``request`` and await its decoded response (None when none is expected).
 
         ``bypass_hold`` is for the SASL requests of a re-authentication (see :meth:`hold`).
         """
-        version = self.version_for(type(request))
+        version = self.version_for(type(request), max_version)
         return await self._send(request, version, expect_response=expect_response, bypass_hold=bypass_hold)
 
-    def send_nowait(self, request: Request, *, expect_response: bool = True) -> asyncio.Future[Any]:
+    def send_nowait(
+        self, request: Request, *, expect_response: bool = True, max_version: int | None = None
+    ) -> asyncio.Future[Any]:
         """Write ``request`` now; the returned future resolves with its response."""
-        return self._write(request, self.version_for(type(request)), expect_response, raw=False)
+        return self._write(request, self.version_for(type(request), max_version), expect_response, raw=False)
 
     async def _send(
         self,

@@ -75,14 +75,6 @@ class ConnectionPool:
         self._start_connect(node_id, state)
         return None
 
-    def open_connections(self) -> dict[int, BrokerConnection]:
-        """node id → its connection, for every connection open now."""
-        return {
-            node_id: state.connection
-            for node_id, state in self._nodes.items()
-            if state.connection is not None and not state.connection.closed
-        }
-
     def is_connected(self, node_id: int) -> bool:
         state = self._nodes.get(node_id)
         return state is not None and state.connection is not None and not state.connection.closed
@@ -92,6 +84,10 @@ class ConnectionPool:
         if state is None or state.connection is None or state.connection.closed:
             return -1
         return state.connection.in_flight_count
+
+    def connections(self) -> list[BrokerConnection]:
+        """Every open connection."""
+        return [s.connection for s in self._nodes.values() if s.connection is not None and not s.connection.closed]
 
     def ready_load(self, node_id: int) -> int | None:
         """Requests in flight on a connection that can take one more now, else None."""

@@ -135,6 +135,8 @@ class RecordAccumulator:
         self.closing = False
         #: Counts new batches; send() yields to the loop when it changes (see there).
         self.batches_created = 0
+        #: Told the partition of every new batch (a transaction adds the partition then).
+        self.on_new_batch: Callable[[TopicPartition], None] | None = None
 
     @staticmethod
     def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
@@ -256,6 +258,8 @@ class RecordAccumulator:
         queue.append(batch)
         self._track(batch)
         self.batches_created += 1
+        if self.on_new_batch is not None:
+            self.on_new_batch(batch.tp)
         # A new batch: the sender must start its linger clock, and the one before it (if
         # any) is now complete and sendable.
         self._wakeup()

@@ -79,6 +79,11 @@ class IdempotenceState:
     def needs_producer_id(self) -> bool:
         return self.producer_id < 0 or self.new_identity_needed
 
+    @property
+    def in_doubt(self) -> bool:
+        """Some partition's sequence state is in doubt (or already needs a new identity)."""
+        return self.new_identity_needed or any(entry.in_doubt for entry in self._partitions.values())
+
     def set_producer_id(self, producer_id: int, epoch: int) -> None:
         self.producer_id, self.producer_epoch = producer_id, epoch
         self._generation += 1

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -18,6 +19,9 @@ from aioprod.errors import (
     LeaderNotAvailableError,
     ProducerClosedError,
     ProducerFatalError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionStateError,
     error_for_code,
 )
 from aioprod.metrics import MetricsSnapshot, ProducerMetrics
@@ -28,6 +32,13 @@ from aioprod.producer.batch import Headers, SendGroup, TopicPartition
 from aioprod.producer.partitioner import Partitioner
 from aioprod.producer.record_future import RecordFuture, RecordMetadata
 from aioprod.producer.sender import Sender
+from aioprod.producer.transactions import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    TransactionManager,
+    as_group,
+    as_offsets,
+)
 from aioprod.protocol.messages import (
     ListOffsetsRequest,
     ListOffsetsRequestPartition,
@@ -65,6 +76,7 @@ class Producer:
         self._size_limit = min(self.config.max_request_size, self.config.buffer_memory)
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
+        self._txn: TransactionManager | None = None
         # The last send() started a batch: the next one lets the sender run first.
         self._yield_first = False
         self._closing: asyncio.Task[None] | None = None
@@ -104,6 +116,16 @@ class Producer:
         self._metadata.start()
         self._sender.start()
         self._state = _STARTED
+        self._txn = self._sender.transactions
+        if self._txn is not None:
+            self._accumulator.on_new_batch = self._txn.add_partition
+            # initTransactions: find the coordinator and take the producer id, which fences
+            # any older producer with this transactional id.
+            try:
+                await self._txn.run("start", self._txn.initialize)
+            except BaseException:
+                await self.close(timeout=0)
+                raise
 
     def _wakeup(self) -> None:
         self._sender.wakeup()
@@ -153,6 +175,13 @@ class Producer:
 
     async def _shutdown(self, timeout: float | None) -> None:
         try:
+            txn = self._txn
+            if txn is not None and not txn.failed:
+                try:
+                    async with asyncio.timeout(timeout):
+                        await txn.end_on_close(self._fail_unsent, self.flush)
+                except (TimeoutError, KafkaError) as exc:
+                    log.warning("could not abort transaction %r while closing: %r", txn.transactional_id, exc)
             self._accumulator.closing = True
             self._sender.stop()
             await self._sender.wait_stopped(timeout)
@@ -195,6 +224,8 @@ class Producer:
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
+        if self._txn is not None:
+            self._txn.check_send()
         if self._yield_first:
             # The last send() started a batch (so the one before it is complete): let the
             # sender drain it, or a caller sending in a tight loop starves it until the
@@ -295,6 +326,8 @@ class Producer:
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
+        if self._txn is not None:
+            self._txn.check_send()
         _check_topic(topic)
         count = len(values)
         if keys is not None and len(keys) != count:
@@ -464,6 +497,85 @@ class Producer:
     def metrics_snapshot(self) -> MetricsSnapshot:
         """Every metric at one moment: producer-wide, per topic and per broker."""
         return self._metrics.snapshot()
+
+    # -- transactions ------------------------------------------------------------------
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent until it commits are written atomically, and
+        only readers with ``isolation.level=read_committed`` see them, once committed."""
+        self._transactions("begin_transaction").begin(self._pool.connections())
+
+    async def commit_transaction(self) -> None:
+        """Deliver every record of the transaction, then commit it.
+
+        Raises :class:`~aioprod.errors.TransactionAbortableError` if a record failed or the
+        broker refused the commit: abort, then the producer can go on. Bounded by
+        ``max_block_ms``; a :class:`~aioprod.errors.KafkaTimeoutError` leaves the commit
+        running, and calling ``commit_transaction()`` again waits for it.
+        """
+        txn = self._transactions("commit_transaction")
+        await txn.run("commit_transaction", lambda: txn.commit(self.flush))
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: records not sent yet fail with
+        :class:`~aioprod.errors.TransactionAbortedError`, those written are never visible
+        to ``read_committed`` readers."""
+        txn = self._transactions("abort_transaction")
+        await txn.run("abort_transaction", lambda: txn.abort(self._fail_unsent, self.flush))
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group: str | ConsumerGroupMetadata | Any,
+    ) -> None:
+        """Commit a consumer's offsets as part of the transaction (consume-transform-produce).
+
+        ``offsets`` maps each input partition to the next offset to read (an ``int`` or an
+        :class:`OffsetAndMetadata`); ``group`` is the consumer's group id or its group
+        metadata (KIP-447: generation, member id, instance id), so that a consumer that was
+        fenced out of its group cannot commit.
+        """
+        txn = self._transactions("send_offsets_to_transaction")
+        checked, metadata = as_offsets(offsets), as_group(group)
+        await txn.run("send_offsets_to_transaction", lambda: txn.send_offsets(checked, metadata))
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Producer]:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends, and aborts it (re-raising) when the block raises or the commit cannot
+        happen (:class:`~aioprod.errors.TransactionAbortableError`)."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            await self._abort_if_open()
+            raise
+        try:
+            await self.commit_transaction()
+        except TransactionAbortableError:
+            await self._abort_if_open()
+            raise
+
+    async def _abort_if_open(self) -> None:
+        txn = self._txn
+        if txn is not None and txn.in_transaction:
+            await self.abort_transaction()
+
+    def _transactions(self, name: str) -> TransactionManager:
+        txn = self._txn if self._state is _STARTED else None
+        if txn is None:
+            if self._state is not _STARTED:
+                self._raise_not_open()
+            raise TransactionStateError(f"{name}() needs a transactional producer: set transactional_id")
+        return txn
+
+    def _fail_unsent(self, cause: KafkaError) -> None:
+        def aborted(_batch: object) -> KafkaError:
+            error = TransactionAbortedError(f"the transaction was aborted before the record was sent ({cause})")
+            error.__cause__ = cause
+            return error
+
+        self._accumulator.fail_all(aborted)
 
     def cluster(self) -> ClusterSnapshot:
         """The current metadata snapshot: brokers, topics, partitions, leaders."""

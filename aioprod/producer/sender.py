@@ -23,15 +23,17 @@ from aioprod.errors import (
     KafkaError,
     ProducerClosedError,
     ProducerFatalError,
+    TransactionAbortedError,
     error_for_code,
 )
 from aioprod.metrics import ProducerMetrics
 from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool, describe_node, exponential_backoff
 from aioprod.producer.accumulator import RecordAccumulator
-from aioprod.producer.batch import ProducerBatch
+from aioprod.producer.batch import ProducerBatch, TopicPartition
 from aioprod.producer.idempotence import IdempotenceState
 from aioprod.producer.outcomes import Action, Decision, RetryPolicy, decide
+from aioprod.producer.transactions import TransactionManager, TxnState
 from aioprod.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -67,6 +69,12 @@ class Sender:
         self._on_fatal = on_fatal
         self._policy = RetryPolicy.of(config)
         self.idempotence = IdempotenceState() if config.enable_idempotence else None
+        self.transactions: TransactionManager | None = None
+        if config.transactional_id is not None:
+            assert self.idempotence is not None
+            self.transactions = TransactionManager(
+                config, metadata, pool, self.idempotence, wakeup=self.wakeup, on_fatal=self._set_fatal
+            )
         self._acks = config.acks
         self._request_timeout_ms = config.request_timeout_ms
         # Without idempotence, order holds only if a partition has one batch in flight at
@@ -113,6 +121,8 @@ class Sender:
         tasks = [task for task in (self._task, self._init_task) if task is not None and not task.done()]
         for task in tasks:
             task.cancel()
+        if self.transactions is not None:
+            tasks += self.transactions.cancel()
         return tasks
 
     async def abort(self, error: Callable[[bool], KafkaError]) -> None:
@@ -166,6 +176,10 @@ class Sender:
             return _IDLE
         for batch in acc.expired(now):
             self._finish(batch, batch.expiry_error(now, self._config.delivery_timeout_ms))
+        txn = self.transactions
+        if txn is not None and txn.state is TxnState.ABORTABLE_ERROR and acc.has_queued:
+            # The transaction cannot commit: what it has not sent yet never will be.
+            acc.fail_all(lambda _batch: _aborted(txn.error))
         cluster = self._metadata.snapshot
         ready, delay, unknown_leader = acc.ready(cluster, now)
         if unknown_leader:
@@ -182,11 +196,19 @@ class Sender:
         drained: dict[int, list[ProducerBatch]] = {}
         ident = self.idempotence
         if connections:
+            can_send: Callable[[ProducerBatch, deque[ProducerBatch]], bool]
             can_send = ident.can_send if ident is not None else _always
+            if txn is not None:
+                can_send = _also(txn.may_send, can_send)
             drained = acc.drain(cluster, connections, self._config.max_request_size, now, can_send)
             for node, batches in drained.items():
                 self._send(connections[node], batches, cluster, now)
-        if ident is not None and ident.needs_producer_id and acc.has_queued:
+        if txn is not None:
+            txn.poll()
+            if ident is not None and ident.new_identity_needed:
+                ident.new_identity_needed = False
+                txn.sequence_in_doubt()
+        elif ident is not None and ident.needs_producer_id and acc.has_queued:
             self._ensure_producer_id()
         if drained:
             # A drain takes one batch per partition: look again at once for the rest.
@@ -199,12 +221,13 @@ class Sender:
     # -- produce requests ------------------------------------------------------------
 
     def _send(self, conn: BrokerConnection, batches: list[ProducerBatch], cluster: ClusterSnapshot, now: float) -> None:
-        ident = self.idempotence
+        ident, txn = self.idempotence, self.transactions
+        transactional = txn is not None
         topics: dict[str, list[ProduceRequestPartition]] = {}
         for batch in batches:
             tp = batch.tp
             if ident is not None:
-                payload = batch.build(*ident.stamp(batch), False)
+                payload = batch.build(*ident.stamp(batch), transactional)
                 ident.sent(batch)
             else:
                 payload = batch.build(-1, -1, -1, False)
@@ -222,12 +245,14 @@ class Sender:
                 self._metadata.touch(tp.topic)
             parts.append(ProduceRequestPartition(index=tp.partition, records=payload))
         request = ProduceRequest(
-            transactional_id=None,
+            transactional_id=None if txn is None else txn.transactional_id,
             acks=self._acks,
             timeout_ms=self._request_timeout_ms,
             topic_data=[ProduceRequestTopic(name=t, partition_data=parts) for t, parts in topics.items()],
         )
-        future = conn.send_nowait(request, expect_response=self._acks != 0)
+        future = conn.send_nowait(
+            request, expect_response=self._acks != 0, max_version=None if txn is None else txn.produce_version()
+        )
         self._metrics.record_request(batches, now)
         node = conn.node_id
         future.add_done_callback(lambda f: self._on_response(batches, f, node, now))
@@ -373,6 +398,8 @@ class Sender:
             if batch.stamped:
                 self._doubt = f"a batch of {batch.tp.topic}-{batch.tp.partition} failed ({error})"
             self.idempotence.failed(batch)
+        if self.transactions is not None:
+            self.transactions.record_failed(error)
 
     # -- producer id -------------------------------------------------------------------
 
@@ -451,3 +478,18 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 def _always(batch: ProducerBatch, queue: deque[ProducerBatch]) -> bool:
     return True
+
+
+def _also(
+    first: Callable[[TopicPartition], bool], then: Callable[[ProducerBatch, deque[ProducerBatch]], bool]
+) -> Callable[[ProducerBatch, deque[ProducerBatch]], bool]:
+    def can_send(batch: ProducerBatch, queue: deque[ProducerBatch]) -> bool:
+        return first(batch.tp) and then(batch, queue)
+
+    return can_send
+
+
+def _aborted(cause: KafkaError | None) -> TransactionAbortedError:
+    error = TransactionAbortedError(f"the transaction was aborted before the record was sent ({cause})")
+    error.__cause__ = cause
+    return error

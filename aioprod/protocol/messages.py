@@ -289,7 +289,7 @@ class ProduceResponseNodeEndpoint(Struct):
 class ProduceResponse(Response):
     API_KEY = 0
     MIN_VERSION = 3
-    MAX_VERSION = 11
+    MAX_VERSION = 12
     FLEXIBLE_FROM = 9
 
     responses: list[ProduceResponseTopic] = field(Array(ProduceResponseTopic))
@@ -303,7 +303,7 @@ class ProduceResponse(Response):
 class ProduceRequest(Request):
     API_KEY = 0
     MIN_VERSION = 3
-    MAX_VERSION = 11
+    MAX_VERSION = 12
     FLEXIBLE_FROM = 9
     RESPONSE = ProduceResponse
 
@@ -648,7 +648,7 @@ class TxnOffsetCommitResponseTopic(Struct):
 class TxnOffsetCommitResponse(Response):
     API_KEY = 28
     MIN_VERSION = 0
-    MAX_VERSION = 4
+    MAX_VERSION = 5
     FLEXIBLE_FROM = 3
 
     throttle_time_ms: int = field(INT32)
@@ -659,7 +659,7 @@ class TxnOffsetCommitResponse(Response):
 class TxnOffsetCommitRequest(Request):
     API_KEY = 28
     MIN_VERSION = 0
-    MAX_VERSION = 4
+    MAX_VERSION = 5
     FLEXIBLE_FROM = 3
     RESPONSE = TxnOffsetCommitResponse
 

@@ -23,6 +23,8 @@ from aioprod.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     EndTxnRequest,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
 )
 from aioprod.protocol.primitives import Reader
 from aioprod.protocol.schema import Request, Response
@@ -30,6 +32,8 @@ from aioprod.protocol.schema import Request, Response
 __all__ = [
     "CLIENT_THROTTLES_FROM",
     "CLIENT_VERSION_CAPS",
+    "TRANSACTIONS_V2_VERSIONS",
+    "TRANSACTION_VERSION_FEATURE",
     "UNSUPPORTED_VERSION",
     "api_name",
     "broker_versions",
@@ -50,11 +54,23 @@ def api_name(request_cls: type[Request]) -> str:
 
 #: APIs a client must not send at the highest version declared unless it opts in (see
 #: ``max_version`` of :func:`choose_version`): AddPartitionsToTxn v4+ is broker-to-broker
-#: only (KIP-890; the Java client sends v3 at most), and EndTxn v5 is transactions V2
-#: (KIP-890 part 2), usable only once the cluster finalizes ``transaction.version`` >= 2.
+#: only (KIP-890; the Java client sends v3 at most); Produce v12, TxnOffsetCommit v5 and
+#: EndTxn v5 are transactions v2 (KIP-890 part 2), whose meaning changes inside a
+#: transaction: they are used only once the cluster finalizes ``transaction.version`` >= 2.
 CLIENT_VERSION_CAPS: Mapping[int, int] = MappingProxyType(
-    {AddPartitionsToTxnRequest.API_KEY: 3, EndTxnRequest.API_KEY: 4}
+    {
+        AddPartitionsToTxnRequest.API_KEY: 3,
+        EndTxnRequest.API_KEY: 4,
+        ProduceRequest.API_KEY: 11,
+        TxnOffsetCommitRequest.API_KEY: 4,
+    }
 )
+#: The ceilings of those APIs under transactions v2.
+TRANSACTIONS_V2_VERSIONS: Mapping[int, int] = MappingProxyType(
+    {EndTxnRequest.API_KEY: 5, ProduceRequest.API_KEY: 12, TxnOffsetCommitRequest.API_KEY: 5}
+)
+#: The feature a cluster finalizes at level 2 or more when it speaks transactions v2.
+TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 
 #: KIP-219: from these response versions on (API key -> first version), a broker answers

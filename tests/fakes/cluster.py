@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from aioprod.protocol import messages as m
 from aioprod.protocol.framing import FrameDecoder, decode_request_body, decode_request_header, encode_response
 from aioprod.protocol.records import read_batch
+from tests.fakes.coordinator import FakeCoordinator, Lost
 from tests.fakes.network import MemoryNetwork, ServerSide
 
 NONE = 0
@@ -33,6 +34,7 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 UNKNOWN_PRODUCER_ID = 59
+NOT_COORDINATOR = 16
 
 REQUESTS: dict[int, type] = {
     cls.API_KEY: cls
@@ -42,6 +44,11 @@ REQUESTS: dict[int, type] = {
         m.ProduceRequest,
         m.InitProducerIdRequest,
         m.ListOffsetsRequest,
+        m.FindCoordinatorRequest,
+        m.AddPartitionsToTxnRequest,
+        m.AddOffsetsToTxnRequest,
+        m.TxnOffsetCommitRequest,
+        m.EndTxnRequest,
     )
 }
 
@@ -53,12 +60,17 @@ def default_versions() -> dict[int, tuple[int, int]]:
         m.ProduceRequest.API_KEY: (3, 11),
         m.InitProducerIdRequest.API_KEY: (0, 5),
         m.ListOffsetsRequest.API_KEY: (1, 8),
+        m.FindCoordinatorRequest.API_KEY: (0, 6),
+        m.AddPartitionsToTxnRequest.API_KEY: (0, 5),
+        m.AddOffsetsToTxnRequest.API_KEY: (0, 4),
+        m.TxnOffsetCommitRequest.API_KEY: (0, 4),
+        m.EndTxnRequest.API_KEY: (0, 4),
     }
 
 
 @dataclass(frozen=True)
 class Appended:
-    """One batch a leader accepted."""
+    """One batch a leader accepted, or a transaction marker the coordinator wrote."""
 
     node: int
     producer_id: int
@@ -66,6 +78,9 @@ class Appended:
     base_sequence: int
     values: tuple[bytes | None, ...]
     base_offset: int
+    transactional: bool = False
+    #: "commit" or "abort" for a transaction marker (a control batch), else None.
+    marker: str | None = None
 
 
 @dataclass
@@ -86,11 +101,29 @@ class Partition:
 
     @property
     def values(self) -> list[bytes | None]:
+        """Every record written, as a read_uncommitted consumer sees them."""
         return [v for batch in self.log for v in batch.values]
 
     @property
+    def committed(self) -> list[bytes | None]:
+        """What a read_committed consumer sees: transactional records once their commit
+        marker is there, never those of an aborted transaction."""
+        seen: list[bytes | None] = []
+        pending: dict[int, list[bytes | None]] = {}
+        for batch in self.log:
+            if batch.marker is not None:
+                values = pending.pop(batch.producer_id, [])
+                if batch.marker == "commit":
+                    seen.extend(values)
+            elif batch.transactional:
+                pending.setdefault(batch.producer_id, []).extend(batch.values)
+            else:
+                seen.extend(batch.values)
+        return seen
+
+    @property
     def end_offset(self) -> int:
-        return sum(len(batch.values) for batch in self.log)
+        return sum(max(1, len(batch.values)) for batch in self.log)
 
 
 @dataclass(frozen=True)
@@ -204,6 +237,8 @@ class ScriptedCluster:
         #: Put CurrentLeader/NodeEndpoints in NOT_LEADER answers (KIP-951, Produce v10+).
         self.kip951 = True
         self._producer_ids = itertools.count(1000)
+        #: The transaction and group coordinator (node 1 unless moved).
+        self.coordinator = FakeCoordinator(self)
         self.clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
         for node_id in range(1, nodes + 1):
             self.add_node(node_id)
@@ -261,14 +296,17 @@ class ScriptedCluster:
         self.requests.append(Request(node.node_id, header.api_key, header.api_version, self.clock(), request))
         version, cid = header.api_version, header.correlation_id
         if isinstance(request, m.ApiVersionsRequest):
-            keys = [m.ApiVersionsResponseApiKey(k, lo, hi) for k, (lo, hi) in self.versions.items()]
-            return encode_response(m.ApiVersionsResponse(api_keys=keys), version, cid)
+            return encode_response(self._api_versions(), version, cid)
         if isinstance(request, m.MetadataRequest):
             return encode_response(self._metadata(node, request), version, cid)
-        if isinstance(request, m.InitProducerIdRequest):
+        if isinstance(request, m.InitProducerIdRequest) and request.transactional_id is None:
             return encode_response(self._init_producer_id(request), version, cid)
         if isinstance(request, m.ListOffsetsRequest):
             return encode_response(self._list_offsets(request), version, cid)
+        if isinstance(request, m.FindCoordinatorRequest):
+            return encode_response(self.coordinator.find(request), version, cid)
+        if not isinstance(request, m.ProduceRequest):
+            return self._coordinate(conn, request, version, cid)
         assert isinstance(request, m.ProduceRequest)
         if node.stalling:
             await conn.closed_or(node._released)
@@ -282,6 +320,46 @@ class ScriptedCluster:
         if request.acks == 0 or conn.side.closed:
             return None
         return encode_response(response, version, cid)
+
+    def _api_versions(self) -> m.ApiVersionsResponse:
+        supported = dict(self.versions)
+        features = []
+        if self.coordinator.transaction_version >= 2:
+            supported[m.ProduceRequest.API_KEY] = (3, 12)
+            supported[m.EndTxnRequest.API_KEY] = (0, 5)
+            supported[m.TxnOffsetCommitRequest.API_KEY] = (0, 5)
+            features = [m.ApiVersionsResponseFinalizedFeature("transaction.version", 2, 2)]
+        keys = [m.ApiVersionsResponseApiKey(k, lo, hi) for k, (lo, hi) in supported.items()]
+        return m.ApiVersionsResponse(api_keys=keys, finalized_features=features, finalized_features_epoch=1)
+
+    def _coordinate(self, conn: _Connection, request: object, version: int, cid: int) -> bytes | None:
+        coordinator = self.coordinator
+        code = NOT_COORDINATOR if conn.node.node_id != coordinator.node else coordinator.scripted(request.API_KEY)  # type: ignore[attr-defined]
+        lost = code is Lost
+        if lost or code == 0:
+            if isinstance(request, m.InitProducerIdRequest):
+                assert request.transactional_id is not None
+                response: object = coordinator.init_producer_id(request.transactional_id, request)
+            elif isinstance(request, m.AddPartitionsToTxnRequest):
+                response = coordinator.add_partitions(request)
+            elif isinstance(request, m.AddOffsetsToTxnRequest):
+                response = coordinator.add_offsets(request)
+            elif isinstance(request, m.TxnOffsetCommitRequest):
+                response = coordinator.commit_offsets(request, version)
+            else:
+                assert isinstance(request, m.EndTxnRequest)
+                response = coordinator.end(request, version)
+        else:
+            assert isinstance(code, int)
+            response = _coordinator_error(request, code)
+        if lost:
+            conn.side.close()  # acted on, but the answer never arrives
+            return None
+        return encode_response(response, version, cid)  # type: ignore[arg-type]
+
+    def write_marker(self, topic: str, index: int, producer_id: int, epoch: int, marker: str) -> None:
+        part = self.topics[topic][index]
+        part.log.append(Appended(-1, producer_id, epoch, -1, (), part.end_offset, transactional=True, marker=marker))
 
     def _metadata(self, node: FakeNode, request: m.MetadataRequest) -> m.MetadataResponse:
         names = list(self.topics) if request.topics is None else [t.name for t in request.topics]
@@ -331,7 +409,7 @@ class ScriptedCluster:
                 assert isinstance(scripted, int)
                 code, offset = scripted, -1
                 if code == NONE:
-                    code, offset = self._append(node, t.name, p.index, p.records)
+                    code, offset = self._append(node, t.name, p.index, p.records, request.transactional_id, version)
                 answer = m.ProduceResponsePartition(index=p.index, error_code=code, base_offset=offset)
                 part = self.topics.get(t.name, [None] * (p.index + 1))[p.index]
                 if code == NOT_LEADER_OR_FOLLOWER and self.kip951 and version >= 10 and part is not None:
@@ -345,7 +423,9 @@ class ScriptedCluster:
         )
         return response, hold
 
-    def _append(self, node: FakeNode, topic: str, index: int, records: bytes) -> tuple[int, int]:
+    def _append(
+        self, node: FakeNode, topic: str, index: int, records: bytes, txn_id: str | None, version: int
+    ) -> tuple[int, int]:
         parts = self.topics.get(topic)
         if parts is None or index >= len(parts):
             return UNKNOWN_TOPIC_OR_PARTITION, -1
@@ -356,6 +436,10 @@ class ScriptedCluster:
             return MESSAGE_TOO_LARGE, -1
         batch = read_batch(records)
         pid, epoch, first = batch.producer_id, batch.producer_epoch, batch.base_sequence
+        if batch.is_transactional:
+            code = self.coordinator.admit(txn_id, topic, index, pid, epoch, version)
+            if code != NONE:
+                return code, -1
         if pid >= 0:
             last = first + batch.record_count - 1
             state = part.producers.get(pid)
@@ -378,7 +462,34 @@ class ScriptedCluster:
                 if first != expected:
                     return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
         offset = part.end_offset
-        part.log.append(Appended(node.node_id, pid, epoch, first, tuple(r.value for r in batch.records), offset))
+        values = tuple(r.value for r in batch.records)
+        part.log.append(Appended(node.node_id, pid, epoch, first, values, offset, transactional=batch.is_transactional))
         if pid >= 0:
             part.producers[pid].recent.append((first, first + batch.record_count - 1, offset))
         return NONE, offset
+
+
+def _coordinator_error(request: object, code: int) -> object:
+    """``request``'s response type, answering ``code`` everywhere it can."""
+    if isinstance(request, m.InitProducerIdRequest):
+        return m.InitProducerIdResponse(error_code=code, producer_epoch=-1)
+    if isinstance(request, m.AddPartitionsToTxnRequest):
+        results = [
+            m.AddPartitionsToTxnResponseTopicResult(
+                t.name, [m.AddPartitionsToTxnResponsePartitionResult(p, code) for p in t.partitions]
+            )
+            for t in request.v3_and_below_topics
+        ]
+        return m.AddPartitionsToTxnResponse(results_by_topic_v3_and_below=results)
+    if isinstance(request, m.AddOffsetsToTxnRequest):
+        return m.AddOffsetsToTxnResponse(error_code=code)
+    if isinstance(request, m.TxnOffsetCommitRequest):
+        topics = [
+            m.TxnOffsetCommitResponseTopic(
+                t.name, [m.TxnOffsetCommitResponsePartition(p.partition_index, code) for p in t.partitions]
+            )
+            for t in request.topics
+        ]
+        return m.TxnOffsetCommitResponse(topics=topics)
+    assert isinstance(request, m.EndTxnRequest)
+    return m.EndTxnResponse(error_code=code)

@@ -937,7 +937,7 @@ def test_encode_request_rejects_undeclared_version() -> None:
         encode_request(_produce_ours(), 2, 1, None)
     assert info.value.remote is False
     with pytest.raises(ProtocolError):
-        encode_request(_produce_ours(), 12, 1, None)
+        encode_request(_produce_ours(), 13, 1, None)
 
 
 def test_response_header_v0_and_v1() -> None:

@@ -1,0 +1,720 @@
+"""Transactions: KIP-98's transactional producer, KIP-447's consumer-group metadata,
+KIP-890's transactions v2.
+
+The state follows the Java client's ``TransactionManager``: UNINITIALIZED → INITIALIZING →
+READY ⇄ IN_TRANSACTION → COMMITTING / ABORTING → READY; a transaction that cannot commit
+is in ABORTABLE_ERROR (abort it, and the producer goes on); an error nothing can repair
+is FATAL_ERROR (close the producer).
+
+Under transactions v1 every partition joins the transaction (AddPartitionsToTxn to the
+transaction coordinator) before its first batch is sent: the sender holds such batches
+back and this module adds all partitions new in a sender round in one request. Offsets
+join through AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator; EndTxn ends
+the transaction. Under transactions v2 (a cluster that finalizes ``transaction.version`` 2,
+with Produce v12 and EndTxn v5) a transactional produce request adds its partitions by
+itself, TxnOffsetCommit v5 adds the offsets, and EndTxn hands back the producer epoch for
+the next transaction (the coordinator bumps it every time).
+
+Requests to the coordinators are retried inside the call that needs them when the answer
+says so (coordinator moved or loading, concurrent transaction, lost connection); the call
+is bounded by ``max_block_ms`` and may be repeated to keep waiting for the same operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aioprod.cluster.metadata import Metadata
+from aioprod.config import ProducerConfig
+from aioprod.errors import (
+    BrokerResponseError,
+    ClusterAuthorizationFailedError,
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    NotCoordinatorError,
+    OperationNotAttemptedError,
+    ProducerFatalError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionalIdAuthorizationFailedError,
+    TransactionStateError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from aioprod.net.connection import BrokerConnection
+from aioprod.net.pool import ConnectionPool, exponential_backoff
+from aioprod.producer.batch import TopicPartition
+from aioprod.producer.idempotence import IdempotenceState
+from aioprod.protocol import versions
+from aioprod.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnRequestTopic,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
+    TxnOffsetCommitResponse,
+)
+from aioprod.protocol.schema import Request, Response
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Response)
+
+GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
+
+#: Answers after which the operation is tried again, the coordinator looked up anew first.
+_FIND_AGAIN = frozenset({CoordinatorNotAvailableError.code, NotCoordinatorError.code})
+#: Answers after which the operation is tried again as it is, after a backoff.
+_RETRY = frozenset(
+    {
+        CoordinatorLoadInProgressError.code,
+        ConcurrentTransactionsError.code,
+        UnknownTopicOrPartitionError.code,
+        OperationNotAttemptedError.code,
+        7,  # REQUEST_TIMED_OUT
+    }
+)
+#: Answers that leave the producer unusable (Java's fatal transactional errors).
+_FATAL = frozenset(
+    {
+        ProducerFencedError.code,
+        InvalidProducerEpochError.code,
+        TransactionalIdAuthorizationFailedError.code,
+        ClusterAuthorizationFailedError.code,
+        InvalidTxnStateError.code,
+        35,  # UNSUPPORTED_VERSION
+        50,  # INVALID_TRANSACTION_TIMEOUT
+    }
+)
+#: TxnOffsetCommit answers meaning the consumer group moved on: the offsets cannot commit.
+_GROUP_MOVED_ON = frozenset({UnknownMemberIdError.code, IllegalGenerationError.code, FencedInstanceIdError.code})
+
+
+class TxnState(enum.Enum):
+    UNINITIALIZED = "uninitialized"
+    INITIALIZING = "initializing"
+    READY = "ready"
+    IN_TRANSACTION = "in a transaction"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    ABORTABLE_ERROR = "in a transaction that must be aborted"
+    FATAL_ERROR = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """An offset to commit with the transaction: the next record the consumer will read."""
+
+    offset: int
+    metadata: str | None = None
+    leader_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """Who consumed the input (KIP-447): the group coordinator refuses a commit from a
+    member that is no longer part of the group's current generation."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+class TransactionManager:
+    """Transactional state and the coordinator requests; the sender asks it which
+    partitions may be written (:meth:`may_send`) and tells it what failed."""
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        metadata: Metadata,
+        pool: ConnectionPool,
+        idempotence: IdempotenceState,
+        *,
+        wakeup: Callable[[], None],
+        on_fatal: Callable[[KafkaError], None],
+    ) -> None:
+        assert config.transactional_id is not None
+        self.transactional_id = config.transactional_id
+        self._config = config
+        self._metadata = metadata
+        self._pool = pool
+        self._ident = idempotence
+        self._wakeup = wakeup
+        self._on_fatal = on_fatal
+        self.state = TxnState.UNINITIALIZED
+        #: Why the transaction must be aborted, or why the producer failed.
+        self.error: KafkaError | None = None
+        #: This transaction speaks transactions v2 (decided when it begins).
+        self.v2 = False
+        self._coordinators: dict[tuple[int, str], int] = {}
+        #: Partitions in the coordinator's transaction (v1), or written to (v2).
+        self._partitions: set[TopicPartition] = set()
+        self._to_add: set[TopicPartition] = set()
+        #: Partitions in the AddPartitionsToTxn under way.
+        self._pending: set[TopicPartition] = set()
+        self._adding: asyncio.Task[None] | None = None
+        #: The coordinator has a transaction open (a partition or offsets were added).
+        self._started = False
+        #: After the abort, bump the epoch (KIP-360): a sequence of this producer is in doubt.
+        self._bump_epoch = False
+        self._operation: tuple[str, asyncio.Task[None]] | None = None
+        self._collected = True
+        self._failures = 0
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def failed(self) -> bool:
+        return self.state is TxnState.FATAL_ERROR
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
+
+    def check_send(self) -> None:
+        """send() is allowed only inside a transaction that can still commit."""
+        if self.state is TxnState.IN_TRANSACTION:
+            return
+        if self.state is TxnState.ABORTABLE_ERROR:
+            raise TransactionAbortableError(
+                f"the transaction cannot commit ({self.error}): call abort_transaction() first"
+            ) from self.error
+        if self.state is TxnState.FATAL_ERROR:
+            raise ProducerFatalError(f"the transactional producer failed: {self.error}") from self.error
+        raise TransactionStateError(
+            f"send() needs an open transaction: call begin_transaction() first ({self._where()})"
+        )
+
+    def begin(self, connections: list[BrokerConnection]) -> None:
+        self._fail_if_busy("begin_transaction")
+        if self.state is not TxnState.READY:
+            raise self._wrong_state("begin_transaction")
+        self.v2 = _speaks_transactions_v2(connections)
+        self._partitions.clear()
+        self._to_add.clear()
+        self._pending.clear()
+        self._started = False
+        self.state = TxnState.IN_TRANSACTION
+
+    def abortable(self, error: KafkaError) -> None:
+        """The current transaction cannot commit any more."""
+        if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.ABORTABLE_ERROR):
+            if self.state is not TxnState.ABORTABLE_ERROR:
+                log.info("transaction %r must be aborted: %s", self.transactional_id, error)
+                self.error = error
+            self.state = TxnState.ABORTABLE_ERROR
+
+    def fatal(self, error: KafkaError) -> ProducerFatalError:
+        self.state = TxnState.FATAL_ERROR
+        self.error = error
+        fatal = ProducerFatalError(f"the transactional producer {self.transactional_id!r} failed: {error}")
+        fatal.__cause__ = error
+        self._on_fatal(fatal)
+        return fatal
+
+    def record_failed(self, error: KafkaError) -> None:
+        """A record of the transaction failed (the sender tells us)."""
+        if self.state is TxnState.ABORTING or self.state is TxnState.FATAL_ERROR:
+            return
+        if _is_fatal(error):
+            self.fatal(error)
+        else:
+            self.abortable(error)
+
+    def sequence_in_doubt(self) -> None:
+        """A partition's sequence cannot continue; a transactional producer cannot renumber
+        silently: the transaction is aborted, and the epoch bumped before the next one."""
+        self._bump_epoch = True
+        self.abortable(TransactionAbortableError("a batch of the transaction failed and its sequence is in doubt"))
+
+    # -- what the sender asks ------------------------------------------------------------------
+
+    def add_partition(self, tp: TopicPartition) -> None:
+        """A batch for ``tp`` was queued in the transaction (as Java's
+        ``maybeAddPartitionToTransaction``, but per batch): under v1 the partition joins in
+        the next AddPartitionsToTxn, with every other partition new by then."""
+        if self.v2:
+            self._started = True  # the produce request adds it (KIP-890)
+        elif tp not in self._partitions and tp not in self._pending:
+            self._to_add.add(tp)
+
+    def may_send(self, tp: TopicPartition) -> bool:
+        """May a batch of ``tp`` go now? Under v1, only once the partition is in the
+        coordinator's transaction."""
+        return self.v2 or tp in self._partitions
+
+    def poll(self) -> None:
+        """Once a sender round: add the partitions that became new in it, in one request."""
+        if (
+            self._to_add
+            and (self._adding is None or self._adding.done())
+            and self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING)
+        ):
+            adding, self._to_add = self._to_add, set()
+            self._pending = adding
+            self._adding = asyncio.get_running_loop().create_task(
+                self._add_partitions(adding), name="aioprod-txn-add-partitions"
+            )
+
+    def produce_version(self) -> int:
+        """The Produce version ceiling: v12 only inside a transactions-v2 transaction."""
+        return versions.TRANSACTIONS_V2_VERSIONS[ProduceRequest.API_KEY] if self.v2 else 11
+
+    # -- operations (run as tasks, awaited by the public calls) -----------------------------------
+
+    async def run(self, name: str, make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run transactional operation ``name`` as a task the call waits for, up to
+        ``max_block_ms``. Calling the same operation again (say, after a timeout) waits for
+        that task; an abort cancels a pending ``send_offsets_to_transaction``; any other
+        call while an operation runs fails at once."""
+        op = self._operation
+        task = None
+        if op is not None and not op[1].done() and op[0] != name:
+            if not (name == "abort_transaction" and op[0] == "send_offsets_to_transaction"):
+                raise TransactionStateError(f"{op[0]}() is still in progress; {name}() must wait for it to end")
+            op[1].cancel()  # the offsets would be aborted with the rest anyway
+            await asyncio.wait([op[1]])
+        elif op is not None and op[0] == name and not (op[1].done() and self._collected):
+            task = op[1]  # the same call again: wait for it (it may have ended meanwhile)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(make(), name=f"aioprod-txn-{name}")
+            self._operation = (name, task)
+        self._collected = False
+        try:
+            async with asyncio.timeout(self._config.max_block_ms / 1000):
+                await asyncio.shield(task)
+        except TimeoutError:
+            raise KafkaTimeoutError(
+                f"{name}() did not complete within max_block_ms ({self._config.max_block_ms} ms); it goes on: "
+                f"call {name}() again to keep waiting"
+            ) from None
+        except asyncio.CancelledError:
+            if not task.done():
+                raise  # the operation goes on; calling it again waits for it
+            self._collected = True
+            raise
+        except BaseException:
+            self._collected = True
+            raise
+        self._collected = True
+
+    async def initialize(self) -> None:
+        self.state = TxnState.INITIALIZING
+        response = await self._init_producer_id(-1, -1)
+        self._ident.set_producer_id(response.producer_id, response.producer_epoch)
+        self.state = TxnState.READY
+        log.info(
+            "transactional producer %r ready: producer id %s, epoch %s",
+            self.transactional_id,
+            response.producer_id,
+            response.producer_epoch,
+        )
+
+    async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
+        if self.state is TxnState.ABORTABLE_ERROR:
+            raise TransactionAbortableError(
+                f"the transaction cannot commit ({self.error}): call abort_transaction()"
+            ) from self.error
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._wrong_state("commit_transaction")
+        self.state = TxnState.COMMITTING
+        await flush()
+        if self.failed:
+            raise self._wrong_state("commit_transaction")
+        if self.state is not TxnState.COMMITTING:  # a record failed meanwhile
+            raise TransactionAbortableError(
+                f"a record of the transaction failed ({self.error}): call abort_transaction()"
+            ) from self.error
+        try:
+            await self._wait_for_adds()
+            if self._started:
+                await self._end(commit=True)
+        except KafkaError as exc:
+            if self.failed or isinstance(exc, TransactionAbortableError):
+                raise
+            self.abortable(exc)
+            raise TransactionAbortableError(
+                f"the transaction could not commit ({exc}): call abort_transaction()"
+            ) from exc
+        self.state = TxnState.READY
+
+    async def abort(self, fail_unsent: Callable[[KafkaError], None], flush: Callable[[], Awaitable[None]]) -> None:
+        if self.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
+            raise self._wrong_state("abort_transaction")
+        cause = self.error
+        self.state = TxnState.ABORTING
+        self._to_add.clear()
+        fail_unsent(cause or TransactionStateError("the transaction was aborted"))
+        await flush()  # what is on the wire comes back first
+        if self._adding is not None:
+            await asyncio.wait([self._adding])
+        if self._started:
+            await self._end(commit=False)
+        if (self._bump_epoch or self._ident.in_doubt) and not self.v2:
+            await self._bump()
+        self._bump_epoch = False
+        self.error = None
+        self.state = TxnState.READY
+
+    async def send_offsets(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata
+    ) -> None:
+        if self.state is not TxnState.IN_TRANSACTION:
+            if self.state is TxnState.ABORTABLE_ERROR:
+                raise TransactionAbortableError(
+                    f"the transaction cannot commit ({self.error}): call abort_transaction()"
+                ) from self.error
+            raise self._wrong_state("send_offsets_to_transaction")
+        ident = self._ident
+        if not self.v2:
+            await self._coordinator_request(
+                TRANSACTION,
+                self.transactional_id,
+                lambda: AddOffsetsToTxnRequest(
+                    transactional_id=self.transactional_id,
+                    producer_id=ident.producer_id,
+                    producer_epoch=ident.producer_epoch,
+                    group_id=group.group_id,
+                ),
+                AddOffsetsToTxnResponse,
+                lambda r: [r.error_code],
+            )
+        self._started = True
+        by_topic: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
+        for tp, meta in offsets.items():
+            by_topic.setdefault(tp.topic, []).append(
+                TxnOffsetCommitRequestPartition(
+                    partition_index=tp.partition,
+                    committed_offset=meta.offset,
+                    committed_leader_epoch=-1 if meta.leader_epoch is None else meta.leader_epoch,
+                    committed_metadata=meta.metadata,
+                )
+            )
+        topics = [TxnOffsetCommitRequestTopic(name, parts) for name, parts in by_topic.items()]
+        try:
+            await self._coordinator_request(
+                GROUP,
+                group.group_id,
+                lambda: TxnOffsetCommitRequest(
+                    transactional_id=self.transactional_id,
+                    group_id=group.group_id,
+                    producer_id=ident.producer_id,
+                    producer_epoch=ident.producer_epoch,
+                    generation_id=group.generation_id,
+                    member_id=group.member_id,
+                    group_instance_id=group.group_instance_id,
+                    topics=topics,
+                ),
+                TxnOffsetCommitResponse,
+                lambda r: [p.error_code for t in r.topics for p in t.partitions],
+                max_version=versions.TRANSACTIONS_V2_VERSIONS[TxnOffsetCommitRequest.API_KEY] if self.v2 else None,
+            )
+        except BrokerResponseError as exc:
+            if exc.code in _GROUP_MOVED_ON:
+                self.abortable(exc)
+                raise TransactionAbortableError(
+                    f"the consumer group {group.group_id!r} moved on (a rebalance?): the offsets cannot commit ({exc})"
+                ) from exc
+            raise
+
+    async def end_on_close(
+        self, fail_unsent: Callable[[KafkaError], None], flush: Callable[[], Awaitable[None]]
+    ) -> None:
+        """close() aborts a transaction that is still open (as the Java client does). A
+        commit or abort under way is waited for; the whole is bounded by the transaction
+        timeout, after which the coordinator aborts the transaction anyway."""
+        async with asyncio.timeout(self._config.transaction_timeout_ms / 1000):
+            op = self._operation
+            if op is not None and not op[1].done():
+                if op[0] in ("commit_transaction", "abort_transaction"):
+                    await asyncio.wait([op[1]])
+                else:
+                    op[1].cancel()
+                    await asyncio.wait([op[1]])
+            if self.in_transaction:
+                log.info("aborting transaction %r: the producer is closing", self.transactional_id)
+                await self.abort(fail_unsent, flush)
+
+    def cancel(self) -> list[asyncio.Task[None]]:
+        """The producer closes now: stop whatever runs."""
+        tasks = [t for t in (self._adding, self._operation[1] if self._operation else None) if t is not None]
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    # -- the requests ----------------------------------------------------------------------------
+
+    async def _init_producer_id(self, producer_id: int, epoch: int) -> InitProducerIdResponse:
+        return await self._coordinator_request(
+            TRANSACTION,
+            self.transactional_id,
+            lambda: InitProducerIdRequest(
+                transactional_id=self.transactional_id,
+                transaction_timeout_ms=self._config.transaction_timeout_ms,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+            ),
+            InitProducerIdResponse,
+            lambda r: [r.error_code],
+        )
+
+    async def _bump(self) -> None:
+        """KIP-360: a new epoch for the same producer id, so sequences start again."""
+        ident = self._ident
+        conn = await self._pool.get(await self._coordinator(TRANSACTION, self.transactional_id))
+        if versions.choose_version(InitProducerIdRequest, conn.api_versions) < 3:
+            raise self.fatal(
+                TransactionStateError(
+                    "a sequence is in doubt and the coordinator cannot bump the epoch (InitProducerId < v3)"
+                )
+            )
+        response = await self._init_producer_id(ident.producer_id, ident.producer_epoch)
+        ident.set_producer_id(response.producer_id, response.producer_epoch)
+        log.info("transactional producer %r: epoch bumped to %s", self.transactional_id, response.producer_epoch)
+
+    async def _end(self, *, commit: bool) -> None:
+        ident = self._ident
+        response = await self._coordinator_request(
+            TRANSACTION,
+            self.transactional_id,
+            lambda: EndTxnRequest(
+                transactional_id=self.transactional_id,
+                producer_id=ident.producer_id,
+                producer_epoch=ident.producer_epoch,
+                committed=commit,
+            ),
+            EndTxnResponse,
+            lambda r: [r.error_code],
+            max_version=versions.TRANSACTIONS_V2_VERSIONS[EndTxnRequest.API_KEY] if self.v2 else None,
+        )
+        if self.v2 and response.producer_id >= 0:
+            # KIP-890: the coordinator bumped the epoch (or, past its maximum, gave a new id).
+            ident.set_producer_id(response.producer_id, response.producer_epoch)
+
+    async def _add_partitions(self, adding: set[TopicPartition]) -> None:
+        ident = self._ident
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(adding):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        try:
+            await self._coordinator_request(
+                TRANSACTION,
+                self.transactional_id,
+                lambda: AddPartitionsToTxnRequest(
+                    v3_and_below_transactional_id=self.transactional_id,
+                    v3_and_below_producer_id=ident.producer_id,
+                    v3_and_below_producer_epoch=ident.producer_epoch,
+                    v3_and_below_topics=[AddPartitionsToTxnRequestTopic(t, p) for t, p in by_topic.items()],
+                ),
+                AddPartitionsToTxnResponse,
+                lambda r: [
+                    p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition
+                ],
+            )
+        except KafkaError as exc:
+            self._pending = set()
+            if self.state is not TxnState.FATAL_ERROR:
+                self.abortable(exc)
+            self._wakeup()
+            return
+        self._pending = set()
+        self._partitions |= adding
+        self._started = True
+        self._wakeup()
+
+    async def _wait_for_adds(self) -> None:
+        while self._to_add or (self._adding is not None and not self._adding.done()):
+            self.poll()
+            if self._adding is not None:
+                await asyncio.wait([self._adding])
+            if self.state is not TxnState.COMMITTING:
+                raise TransactionAbortableError(f"the transaction cannot commit ({self.error})") from self.error
+
+    async def _coordinator(self, key_type: int, key: str) -> int:
+        """The node coordinating ``key`` (a transactional id or a group id)."""
+        node = self._coordinators.get((key_type, key))
+        if node is not None:
+            return node
+        while True:
+            candidate = self._metadata.least_loaded_node()
+            try:
+                if candidate is None:
+                    raise KafkaTimeoutError("no broker can take a request now")
+                conn = await self._pool.get(candidate)
+                response: FindCoordinatorResponse = await conn.send(
+                    FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key])
+                )
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                await self._backoff(exc)
+                continue
+            if response.coordinators:
+                found = response.coordinators[0]
+                code, node_id, host, port = found.error_code, found.node_id, found.host, found.port
+            else:
+                code, node_id, host, port = response.error_code, response.node_id, response.host, response.port
+            if code:
+                error = error_for_code(code, f"FindCoordinator for {key!r}")
+                if code in _FATAL or not error.retriable:
+                    raise error
+                await self._backoff(error)
+                continue
+            self._pool.set_address(node_id, host, port)
+            self._coordinators[(key_type, key)] = node_id
+            self._failures = 0
+            return node_id
+
+    async def _coordinator_request(
+        self,
+        key_type: int,
+        key: str,
+        build: Callable[[], Request],
+        response_cls: type[R],
+        error_codes: Callable[[R], list[int]],
+        *,
+        max_version: int | None = None,
+    ) -> R:
+        """Send to the coordinator of ``key`` until it answers without a retriable error.
+        A fatal answer fails the producer; any other non-retriable one is raised."""
+        while True:
+            node = await self._coordinator(key_type, key)
+            try:
+                conn = await self._pool.get(node)
+                response: R = await conn.send(build(), max_version=max_version)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                self._coordinators.pop((key_type, key), None)
+                await self._backoff(exc)
+                continue
+            assert isinstance(response, response_cls)
+            codes = [code for code in error_codes(response) if code]
+            if not codes:
+                self._failures = 0
+                return response
+            code = next((c for c in codes if c in _FATAL), None) or next(
+                (c for c in codes if c not in _FIND_AGAIN and c not in _RETRY), codes[0]
+            )
+            error = error_for_code(code, f"{type(response).__name__.removesuffix('Response')} for {key!r}")
+            if code in _FATAL:
+                raise self.fatal(error)
+            if code in _FIND_AGAIN:
+                self._coordinators.pop((key_type, key), None)
+            elif code not in _RETRY:
+                raise error
+            await self._backoff(error)
+
+    async def _backoff(self, error: KafkaError) -> None:
+        self._failures += 1
+        log.debug("transaction %r: %s; trying again", self.transactional_id, error)
+        await asyncio.sleep(
+            exponential_backoff(
+                self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, self._failures
+            )
+        )
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _fail_if_busy(self, name: str) -> None:
+        op = self._operation
+        if op is not None and not op[1].done():
+            raise TransactionStateError(f"{op[0]}() is still in progress; {name}() must wait for it to end")
+
+    def _wrong_state(self, name: str) -> KafkaError:
+        if self.state is TxnState.FATAL_ERROR:
+            error = ProducerFatalError(f"the transactional producer failed: {self.error}")
+            error.__cause__ = self.error
+            return error
+        return TransactionStateError(f"{name}() is not allowed now: the producer is {self._where()}")
+
+    def _where(self) -> str:
+        return self.state.value
+
+
+def _add_partitions_codes(response: AddPartitionsToTxnResponse) -> list[int]:
+    return [p.partition_error_code for t in response.results_by_topic_v3_and_below for p in t.results_by_partition]
+
+
+def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:
+    """KIP-890 part 2 is on when the cluster finalizes ``transaction.version`` >= 2 and the
+    broker speaks its versions of Produce and EndTxn."""
+    for conn in connections:
+        if conn.finalized_features.get(versions.TRANSACTION_VERSION_FEATURE, 0) >= 2:
+            supported = conn.api_versions
+            return all(
+                supported.get(key, (0, -1))[1] >= version
+                for key, version in versions.TRANSACTIONS_V2_VERSIONS.items()
+                if key != TxnOffsetCommitRequest.API_KEY
+            )
+    return False
+
+
+def _is_fatal(error: KafkaError) -> bool:
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, BrokerResponseError) and cause.code in _FATAL:
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def as_offsets(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """Check and normalise ``send_offsets_to_transaction``'s offsets."""
+    out = {}
+    for tp, value in offsets.items():
+        if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and type(tp[1]) is int):
+            raise TypeError(f"offsets keys must be TopicPartition(topic, partition), got {tp!r}")
+        if type(value) is int:
+            value = OffsetAndMetadata(value)
+        if not isinstance(value, OffsetAndMetadata):
+            raise TypeError(f"offset for {tp} must be an int or OffsetAndMetadata, got {type(value).__name__}")
+        if value.offset < 0:
+            raise ValueError(f"offset for {tp} must be >= 0, got {value.offset}")
+        out[TopicPartition(tp[0], tp[1])] = value
+    return out
+
+
+def as_group(group: str | ConsumerGroupMetadata | Any) -> ConsumerGroupMetadata:
+    """A group id, our ConsumerGroupMetadata, or any object with ``group_id`` (and
+    optionally ``generation_id``, ``member_id``, ``group_instance_id``) attributes."""
+    if isinstance(group, ConsumerGroupMetadata):
+        return group
+    if isinstance(group, str):
+        if not group:
+            raise ValueError("the consumer group id is empty")
+        return ConsumerGroupMetadata(group)
+    group_id = getattr(group, "group_id", None)
+    if not isinstance(group_id, str) or not group_id:
+        raise TypeError(f"group must be a group id or consumer group metadata, got {type(group).__name__}")
+    return ConsumerGroupMetadata(
+        group_id,
+        int(getattr(group, "generation_id", -1)),
+        str(getattr(group, "member_id", "") or ""),
+        getattr(group, "group_instance_id", None),
+    )

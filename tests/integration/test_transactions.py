@@ -1,0 +1,81 @@
+"""Transactions against real brokers the suite starts: Tansu (a transaction coordinator that
+writes commit and abort markers and fences) and librdkafka's three-broker mock cluster.
+
+What was written is read back independently: the markers and data with aiokafka's decoder
+(see ``read_committed_from_markers``), committed offsets with confluent_kafka. Faults the
+brokers will not produce on demand are in tests/engine/test_transactions.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from aioprod import ConsumerGroupMetadata, Producer, TopicPartition
+from aioprod.errors import ProducerFatalError, ProducerFencedError
+from tests.brokers import MockCluster, TansuBroker
+from tests.readback import read_committed_from_markers, read_topic
+
+pytestmark = pytest.mark.integration
+
+
+async def test_committed_records_are_visible_and_aborted_ones_are_not(tansu_broker: TansuBroker, topic: str) -> None:
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, transactional_id=f"{topic}-tx") as p:
+        async with p.transaction():
+            for i in range(10):
+                await p.send(topic, b"committed-%d" % i, partition=0)
+        p.begin_transaction()
+        for i in range(5):
+            await p.send(topic, b"aborted-%d" % i, partition=0)
+        await p.flush()
+        await p.abort_transaction()
+        async with p.transaction():
+            await p.send(topic, b"last", partition=0)
+    visible = await read_committed_from_markers(tansu_broker.bootstrap, topic, 1)
+    assert visible[0] == [b"committed-%d" % i for i in range(10)] + [b"last"]
+
+
+async def test_offsets_commit_with_the_transaction(tansu_broker: TansuBroker, topic: str) -> None:
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CkTopicPartition
+
+    group = f"{topic}-group"
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap, transactional_id=f"{topic}-tx")
+    async with producer as p, p.transaction():
+        await p.send(topic, b"out", partition=0)
+        await p.send_offsets_to_transaction({TopicPartition(topic, 0): 17}, ConsumerGroupMetadata(group))
+    consumer = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": group, "log_level": 0})
+    try:
+        (committed,) = consumer.committed([CkTopicPartition(topic, 0)], timeout=30)
+    finally:
+        consumer.close()
+    assert committed.offset == 17
+
+
+async def test_a_second_instance_fences_the_first(tansu_broker: TansuBroker, topic: str) -> None:
+    txn_id = f"{topic}-tx"
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, transactional_id=txn_id) as old:
+        async with old.transaction():
+            await old.send(topic, b"before", partition=0)
+        async with Producer(bootstrap_servers=tansu_broker.bootstrap, transactional_id=txn_id) as new:
+            with pytest.raises(ProducerFatalError) as info:
+                async with old.transaction():
+                    await old.send(topic, b"zombie", partition=0)
+            assert isinstance(info.value.__cause__, ProducerFencedError)
+            async with new.transaction():
+                await new.send(topic, b"after", partition=0)
+    visible = await read_committed_from_markers(tansu_broker.bootstrap, topic, 1)
+    assert visible[0] == [b"before", b"after"]
+
+
+async def test_a_transaction_across_three_brokers(mock3: MockCluster, topic: str) -> None:
+    # The mock cluster spreads partition leaders and its transaction coordinator over
+    # three brokers: partitions join on their leaders' behalf, the commit goes elsewhere.
+    async with Producer(bootstrap_servers=mock3.bootstrap, transactional_id=f"{topic}-tx") as p:
+        p.begin_transaction()
+        futures = [await p.send(topic, b"%d" % i, partition=i % 3) for i in range(30)]
+        await p.commit_transaction()
+        assert all(f.exception() is None for f in futures)
+        leaders = {p.cluster().leader_for(topic, i) for i in range(3)}
+    assert len(leaders) > 1
+    values = sorted(int(r.value or b"") for r in read_topic(mock3.bootstrap, topic))
+    assert values == list(range(30))
