@@ -438,7 +438,14 @@ def run_async(coro: Coroutine[Any, Any, Result], loop_name: str) -> Result:
 
 def worker(spec: Spec) -> Result:
     if spec.get("src"):
-        sys.path.insert(0, spec["src"])  # the snapshot of aioprod taken when the run started
+        # The snapshot of aioprod taken when the run started (or a --baseline revision).
+        # ``common`` imported the working tree's already: forget it, or the snapshot is ignored.
+        for name in [m for m in sys.modules if m == "aioprod" or m.startswith("aioprod.")]:
+            del sys.modules[name]
+        sys.path.insert(0, spec["src"])
+        import aioprod
+
+        assert aioprod.__file__ is not None and aioprod.__file__.startswith(spec["src"]), aioprod.__file__
     values = make_values(spec["records"], spec["value_size"])
     client, kind = spec["client"], spec["kind"]
     if kind == "memory":
