@@ -19,7 +19,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -162,6 +162,22 @@ class Sensor:
         sample[2] += value
         if value > sample[3]:
             sample[3] = value
+
+    def record_many(self, total: float, events: int, now: float, peak: float | None = None) -> None:
+        """Record ``events`` values at once: their ``total`` and, if it is wanted, the largest."""
+        self.total += total
+        self.count += events
+        samples = self._samples
+        if samples:
+            sample = samples[self._current]
+            if now - sample[0] >= self._window:
+                sample = self._advance(now)
+        else:
+            sample = self._advance(now)
+        sample[1] += events
+        sample[2] += total
+        if peak is not None and peak > sample[3]:
+            sample[3] = peak
 
     def _advance(self, now: float) -> list[float]:
         samples = self._samples
@@ -369,25 +385,51 @@ class ProducerMetrics:
             metrics = self._brokers[node_id] = BrokerMetrics(node_id, self._sensor, self._sent, self._received)
         return metrics
 
-    def record_request(self, batches: Iterable[ProducerBatch], now: float) -> None:
-        """A produce request carrying ``batches`` (built) was written."""
-        records = 0
-        topics = self._topics
+    def record_request(self, batches: Sequence[ProducerBatch], now: float) -> None:
+        """A produce request carrying ``batches`` (built) was written.
+
+        Sums over the request first, so each stat is recorded once per request (and per
+        topic in it), whatever the number of batches.
+        """
+        records = size_sum = size_max = raw = 0
+        queue_sum = queue_max = ratio_sum = 0.0
+        # topic -> [records, bytes, sum of compression ratios, batches]
+        by_topic: dict[str, list[float]] = {}
         for batch in batches:
             count = batch.record_count
             size = batch.size
             uncompressed = batch.builder.size_in_bytes
             ratio = size / uncompressed
+            queued = now - batch.created
             records += count
-            self._batch_bytes.record(size, now)
-            self._queue_time.record((now - batch.created) * 1000, now)
-            self._compression.record(ratio, now)
-            self._record_bytes.record(uncompressed - BATCH_HEADER_SIZE, now, count)
-            topic = topics.get(batch.tp.topic) or self.topic(batch.tp.topic)
-            topic.records.record(count, now)
-            topic.bytes.record(size, now)
-            topic.compression.record(ratio, now)
+            size_sum += size
+            raw += uncompressed - BATCH_HEADER_SIZE
+            queue_sum += queued
+            ratio_sum += ratio
+            if size > size_max:
+                size_max = size
+            if queued > queue_max:
+                queue_max = queued
+            sums = by_topic.get(batch.tp.topic)
+            if sums is None:
+                by_topic[batch.tp.topic] = [count, size, ratio, 1]
+            else:
+                sums[0] += count
+                sums[1] += size
+                sums[2] += ratio
+                sums[3] += 1
+        n = len(batches)
         self._records.record(records, now)
+        self._batch_bytes.record_many(size_sum, n, now, size_max)
+        self._queue_time.record_many(queue_sum * 1000, n, now, queue_max * 1000)
+        self._compression.record_many(ratio_sum, n, now)
+        self._record_bytes.record_many(raw, records, now)
+        topics = self._topics
+        for name, (topic_records, topic_bytes, topic_ratios, topic_batches) in by_topic.items():
+            topic = topics.get(name) or self.topic(name)
+            topic.records.record(topic_records, now)
+            topic.bytes.record_many(topic_bytes, int(topic_batches), now)
+            topic.compression.record_many(topic_ratios, int(topic_batches), now)
 
     def record_response(self, node_id: int, latency: float, throttle_ms: int, now: float) -> None:
         """A produce response came from ``node_id``, ``latency`` seconds after its request."""

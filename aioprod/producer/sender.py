@@ -335,8 +335,8 @@ class Sender:
         error = decision.error
         self._metrics.events.problem(
             log,
-            ("retry", node),
-            type(error).__name__,
+            ("retry", node, type(error).__name__),  # each kind of error on its own: no alternating flood
+            "",
             "retrying %d record(s) of %s-%d sent to %s: %s (attempt %d)",
             batch.record_count,
             batch.tp.topic,

@@ -237,3 +237,27 @@ async def test_metrics_before_start_and_after_close(scripted: Scripted) -> None:
     m = p.metrics()
     assert m["record-send-total"] == 1
     assert m["connection-count"] == 0 and m["connection-close-total"] == m["connection-creation-total"] > 0
+
+
+async def test_one_request_of_several_batches_and_topics(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 2)
+    cluster.create_topic("u", 1)
+    t0, t1, u0 = [b"a" * 50] * 3, [b"b" * 500], [b"c" * 10] * 2
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=1000) as p:
+        await p.partitions_for("t")
+        await p.partitions_for("u")
+        futures = [await p.send("t", v, partition=0, timestamp_ms=TS) for v in t0]
+        await clock.advance(0.004)  # this batch waits 4 ms longer than the others
+        futures += [await p.send("t", v, partition=1, timestamp_ms=TS) for v in t1]
+        futures += [await p.send("u", v, partition=0, timestamp_ms=TS) for v in u0]
+        await p.flush()  # all three batches at once, in one request
+        await asyncio.gather(*futures)
+        m, topics = p.metrics(), p.metrics_snapshot().topics
+    sizes = [batch_bytes(values)[0] for values in (t0, t1, u0)]
+    assert m["records-per-request-avg"] == 6
+    assert m["batch-size-avg"] == pytest.approx(sum(sizes) / 3) and m["batch-size-max"] == max(sizes)
+    assert m["record-queue-time-max"] == pytest.approx(4.0, abs=1e-6)
+    assert m["record-queue-time-avg"] == pytest.approx(4.0 / 3, abs=1e-6)
+    assert (topics["t"]["record-send-total"], topics["u"]["record-send-total"]) == (4, 2)
+    assert (topics["t"]["byte-total"], topics["u"]["byte-total"]) == (sizes[0] + sizes[1], sizes[2])

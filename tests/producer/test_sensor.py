@@ -41,3 +41,13 @@ def test_events_weigh_the_average() -> None:
     sensor.record(50, now=0.5, events=1)
     assert sensor.avg(0.5) == pytest.approx(350 / 4)
     assert sensor.rate(0.5, events=True) == pytest.approx(4 / 2.5)  # padded to 2 whole windows
+
+
+def test_many_values_at_once_read_as_if_recorded_one_by_one() -> None:
+    one_by_one, at_once = Sensor(window=30.0, samples=2), Sensor(window=30.0, samples=2)
+    for value in (10, 40, 25):
+        one_by_one.record(value, now=3.0)
+    at_once.record_many(75, 3, now=3.0, peak=40)
+    for sensor in (one_by_one, at_once):
+        assert (sensor.total, sensor.count, sensor.avg(4.0), sensor.max(4.0)) == (75, 3, 25, 40)
+        assert sensor.rate(4.0) == pytest.approx(75 / 31)
