@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from aioprod.metrics import MetricsSnapshot
 
 
@@ -20,5 +22,14 @@ def java_style_lines(snapshot: MetricsSnapshot) -> list[str]:
             named[f"producer-node-metrics:{name}:{{{client}, node-id=node-{node}}}"] = value
     width = max(len(key) for key in named)
     lines = ["", f"{'Metric Name':<{width}}   Value"]
-    lines.extend(f"{key:<{width}} : {value:.3f}" for key, value in sorted(named.items()))
+    lines.extend(f"{key:<{width}} : {_java_double(value)}" for key, value in sorted(named.items()))
     return lines
+
+
+def _java_double(value: float) -> str:
+    """``String.format("%.3f", value)``: NaN and Infinity spelled as Java spells them."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return f"{value:.3f}"
