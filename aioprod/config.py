@@ -377,6 +377,17 @@ _INT_FIELDS = {
 _BOOL_FIELDS = {name for name, f in _FIELDS.items() if f.type == "bool"}
 
 
+def check_option(name: str, value: Any) -> str:
+    """One option's canonical (snake_case) name, after checking its name and value on their own.
+
+    For tools that gather options from several places and want to say which one is wrong;
+    rules that relate options to each other are checked by :meth:`ProducerConfig.from_options`.
+    """
+    canonical = _canonical_name(name)
+    _coerce(canonical, value)
+    return canonical
+
+
 def _canonical_name(raw: str) -> str:
     if not isinstance(raw, str):
         raise ConfigError(f"option names must be strings, got {raw!r}")
@@ -388,7 +399,9 @@ def _canonical_name(raw: str) -> str:
         name = alias
     if name not in _FIELDS:
         close = difflib.get_close_matches(name, list(_FIELDS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        # Answer in the spelling asked: a dotted (Java) name gets a dotted suggestion.
+        suggestion = close[0].replace("_", ".") if close and "." in raw else (close[0] if close else "")
+        hint = f" (did you mean {suggestion!r}?)" if close else ""
         raise ConfigError(f"unknown option {raw!r}{hint}")
     return name
 

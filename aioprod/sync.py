@@ -1,8 +1,9 @@
 """A synchronous facade over :class:`~aioprod.Producer`, for plain threads and non-async code.
 
 One background thread runs an event loop (uvloop when installed) that owns one
-``Producer``; every public method hands work to that loop and waits, always for a bounded
-time, for the answer. Any number of threads may share one ``SyncProducer``.
+``Producer``; every public method hands work to that loop through an anyio blocking portal
+and waits, always for a bounded time, for the answer. Any number of threads may share one
+``SyncProducer``.
 
     with SyncProducer(bootstrap_servers="localhost:9092") as producer:
         future = producer.send("orders", b"value", key=b"k")    # concurrent.futures.Future
@@ -14,23 +15,29 @@ See ``docs/sync.md``.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import functools
+import importlib.util
 import itertools
 import logging
 import threading
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from aioprod.errors import KafkaTimeoutError, ProducerClosedError
+import anyio
+from anyio.from_thread import BlockingPortal
+
+from aioprod.errors import KafkaTimeoutError, ProducerClosedError, TransactionAbortableError
 from aioprod.metrics import MetricsSnapshot
+from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
 from aioprod.producer.record_future import RecordMetadata
+from aioprod.producer.transactions import ConsumerGroupMetadata, OffsetAndMetadata
 
 __all__ = ["SyncProducer"]
 
@@ -97,19 +104,15 @@ class SyncProducer:
         self._delivery_timeout = producer.config.delivery_timeout_ms / 1000
         self._lock = threading.Lock()
         self._closing: concurrent.futures.Future[None] | None = None
-        loop = _new_event_loop(use_uvloop)
-        self._loop = loop
-        self._thread = threading.Thread(
-            target=_run_loop, args=(loop,), name=f"aioprod-sync-producer-{next(_counter)}", daemon=True
-        )
-        self._thread.start()
+        self._portal, self._thread = _start_portal(use_uvloop, f"aioprod-sync-producer-{next(_counter)}")
         try:
-            self._call(producer.start(), start_timeout)
+            self._call(start_timeout, producer.start)
         except BaseException:
-            _stop_loop(loop, self._thread)
+            _start_close(self._portal, producer, 0)
+            self._thread.join(_JOIN_TIMEOUT)
             raise
         # If the program drops the object without closing it, close it in the background.
-        self._finalizer = weakref.finalize(self, _abandoned, loop, producer, self._thread.name)
+        self._finalizer = weakref.finalize(self, _abandoned, self._portal, producer, self._thread)
         self._finalizer.atexit = False
         _live.add(self)
 
@@ -154,25 +157,11 @@ class SyncProducer:
         """
         delivery: concurrent.futures.Future[RecordMetadata] = _Delivery()
         delivery.set_running_or_notify_cancel()
-        self._call(
-            self._enqueue(delivery, topic, value, key, partition, timestamp_ms, headers), self._max_block + _GRACE
+        send = functools.partial(
+            self._producer.send, topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
         )
+        self._call(self._max_block + _GRACE, _enqueue, send, delivery)
         return delivery
-
-    async def _enqueue(
-        self,
-        delivery: concurrent.futures.Future[RecordMetadata],
-        topic: str,
-        value: Any,
-        key: Any,
-        partition: int | None,
-        timestamp_ms: int | None,
-        headers: Any,
-    ) -> None:
-        future = await self._producer.send(
-            topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
-        )
-        _chain(future, delivery)
 
     def send_and_wait(
         self,
@@ -212,18 +201,19 @@ class SyncProducer:
         :meth:`Producer.send_many <aioprod.Producer.send_many>`, a record that fails
         validation raises here, after the records before it were queued.
         """
-        values = list(values)
         delivery: concurrent.futures.Future[list[RecordMetadata]] = _Delivery()
         delivery.set_running_or_notify_cancel()
-
-        async def enqueue() -> None:
-            future = await self._producer.send_many(
-                topic, values, keys=keys, headers=headers, partition=partition, timestamp_ms=timestamp_ms
-            )
-            _chain(future, delivery)
-
+        send_many = functools.partial(
+            self._producer.send_many,
+            topic,
+            list(values),
+            keys=keys,
+            headers=headers,
+            partition=partition,
+            timestamp_ms=timestamp_ms,
+        )
         # Producer.send_many bounds its whole call by max_block_ms.
-        self._call(enqueue(), self._max_block + _GRACE)
+        self._call(self._max_block + _GRACE, _enqueue, send_many, delivery)
         return delivery
 
     def flush(self, timeout: float | None = None) -> None:
@@ -234,16 +224,16 @@ class SyncProducer:
         if self._closing is not None:
             return
         limit = self._delivery_timeout if timeout is None else timeout
-        self._call(self._producer.flush(limit), limit + _GRACE)
+        self._call(limit + _GRACE, self._producer.flush, limit)
 
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids (fetching metadata, up to ``max_block_ms``)."""
-        return self._call(self._producer.partitions_for(topic), self._max_block + _GRACE)
+        return self._call(self._max_block + _GRACE, self._producer.partitions_for, topic)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Each partition's end offset (next offset to be written)."""
         timeout = self._max_block + self.config.request_timeout_ms / 1000 + _GRACE
-        return self._call(self._producer.end_offsets(topic), timeout)
+        return self._call(timeout, self._producer.end_offsets, topic)
 
     def metrics(self) -> dict[str, float]:
         """The producer's metrics now (see :meth:`Producer.metrics <aioprod.Producer.metrics>`)."""
@@ -259,13 +249,55 @@ class SyncProducer:
         For batch work that would cost a thread hop per record otherwise: the coroutine
         gets the underlying :class:`~aioprod.Producer` and may ``await producer.send(...)``
         as often as it likes. Returns at once with a ``concurrent.futures.Future`` of the
-        result; the caller decides how long to wait for it.
+        result; the caller decides how long to wait for it. Not from the producer's own thread
+        (a delivery callback): a coroutine already on that loop awaits the producer directly.
         """
+        self._check_thread()
+        return self._submit(fn, self._producer, *args)
 
-        async def call() -> T:
-            return await fn(self._producer, *args)
+    # -- transactions ----------------------------------------------------------------
 
-        return self._submit(call())
+    def begin_transaction(self) -> None:
+        """Start a transaction (see :meth:`aioprod.Producer.begin_transaction`)."""
+        self._call(self._max_block + _GRACE, _begin_transaction, self._producer)
+
+    def commit_transaction(self) -> None:
+        """Deliver every record of the transaction and commit it (see
+        :meth:`aioprod.Producer.commit_transaction`); bounded by ``max_block_ms``."""
+        self._call(self._max_block + _GRACE, self._producer.commit_transaction)
+
+    def abort_transaction(self) -> None:
+        """Abort the transaction (see :meth:`aioprod.Producer.abort_transaction`)."""
+        self._call(self._max_block + _GRACE, self._producer.abort_transaction)
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group: str | ConsumerGroupMetadata | Any,
+    ) -> None:
+        """Commit consumer offsets with the transaction (see
+        :meth:`aioprod.Producer.send_offsets_to_transaction`)."""
+        self._call(self._max_block + _GRACE, self._producer.send_offsets_to_transaction, offsets, group)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[SyncProducer]:
+        """``with producer.transaction():`` begins a transaction, commits it when the block
+        ends, and aborts it (re-raising) when the block raises or the commit cannot happen."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            self._abort_if_open()
+            raise
+        try:
+            self.commit_transaction()
+        except TransactionAbortableError:
+            self._abort_if_open()
+            raise
+
+    def _abort_if_open(self) -> None:
+        if self._producer.in_transaction:
+            self.abort_transaction()
 
     # -- closing ---------------------------------------------------------------------
 
@@ -284,7 +316,7 @@ class SyncProducer:
             if self._closing is None:
                 self._finalizer.detach()
                 _live.discard(self)
-                self._closing = self._start_close(limit)
+                self._closing = _start_close(self._portal, self._producer, limit)
             closing = self._closing
         try:
             closing.result(limit + _GRACE)
@@ -296,15 +328,6 @@ class SyncProducer:
             if closing.done():
                 self._thread.join(_JOIN_TIMEOUT)
 
-    def _start_close(self, timeout: float) -> concurrent.futures.Future[None]:
-        loop, producer = self._loop, self._producer
-        try:
-            return asyncio.run_coroutine_threadsafe(_close_and_stop(producer, timeout), loop)
-        except RuntimeError:  # the loop is gone already
-            done: concurrent.futures.Future[None] = concurrent.futures.Future()
-            done.set_result(None)
-            return done
-
     # -- plumbing --------------------------------------------------------------------
 
     def _check_thread(self) -> None:
@@ -314,29 +337,25 @@ class SyncProducer:
                 "(e.g. from a delivery callback): that would wait for itself forever"
             )
 
-    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    def _submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
         if self._closing is not None:
-            coro.close()
             raise ProducerClosedError("the producer is closed; no more records are accepted")
         try:
-            return asyncio.run_coroutine_threadsafe(coro, self._loop)
-        except RuntimeError:
-            coro.close()
+            return self._portal.start_task_soon(fn, *args)
+        except RuntimeError:  # the portal stopped (anyio's RunFinishedError is one too)
             raise ProducerClosedError("the producer's event loop is not running") from None
 
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        try:
-            self._check_thread()
-        except RuntimeError:
-            coro.close()
-            raise
-        future = self._submit(coro)
-        return self._wait(future, timeout, "the producer")
+    def _call(self, timeout: float, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await fn(*args)`` on the producer's loop, waiting at most ``timeout`` seconds."""
+        self._check_thread()
+        return self._wait(self._submit(fn, *args), timeout, "the producer")
 
     @staticmethod
     def _wait(future: concurrent.futures.Future[T], timeout: float | None, what: str) -> T:
         try:
             return future.result(timeout)
+        except concurrent.futures.CancelledError:  # the portal cancelled it: the producer closed meanwhile
+            raise ProducerClosedError("the producer closed before the call completed") from None
         except TimeoutError:
             if future.done():  # the work itself raised a TimeoutError (e.g. KafkaTimeoutError)
                 raise
@@ -349,54 +368,59 @@ class SyncProducer:
             raise
 
 
-def _new_event_loop(use_uvloop: bool | None) -> asyncio.AbstractEventLoop:
-    if use_uvloop is not False:
+async def _begin_transaction(producer: Producer) -> None:
+    producer.begin_transaction()  # on the loop's thread, where the producer's state lives
+
+
+def _start_portal(use_uvloop: bool | None, name: str) -> tuple[BlockingPortal, threading.Thread]:
+    """A thread running an event loop that serves a blocking portal until the portal stops.
+
+    ``use_uvloop``: None for uvloop when it is installed. Once the portal stops, anyio cancels
+    what is left on the loop and closes it, and the thread ends.
+    """
+    if use_uvloop is None:
+        use_uvloop = importlib.util.find_spec("uvloop") is not None
+    ready: concurrent.futures.Future[BlockingPortal] = concurrent.futures.Future()
+
+    async def serve() -> None:
+        async with BlockingPortal() as portal:
+            ready.set_result(portal)
+            await portal.sleep_until_stopped()
+
+    def run() -> None:
         try:
-            import uvloop
-        except ImportError:
-            if use_uvloop:
-                raise
-        else:
-            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-            return loop
-    return asyncio.new_event_loop()
+            anyio.run(serve, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:  # pragma: no cover - defensive: never let the thread die silently
+                log.exception("aioprod SyncProducer event loop failed")
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return ready.result(), thread
 
 
-def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(loop)
+def _start_close(portal: BlockingPortal, producer: Producer, timeout: float) -> concurrent.futures.Future[None]:
+    """Close the producer on its loop, then stop the portal (and so the thread); the close's future."""
     try:
-        loop.run_forever()
-        # Let callbacks scheduled while the loop was stopping run (their sends fail with
-        # ProducerClosedError instead of leaving their callers waiting), then cancel leftovers.
-        loop.run_until_complete(_cancel_leftovers())
-        loop.run_until_complete(loop.shutdown_asyncgens())
-    except Exception:  # pragma: no cover - defensive: never let the thread die silently
-        log.exception("aioprod SyncProducer event loop failed")
-    finally:
-        loop.close()
+        return portal.start_task_soon(_close_and_stop, producer, portal, timeout)
+    except RuntimeError:  # the portal stopped already
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done.set_result(None)
+        return done
 
 
-async def _cancel_leftovers() -> None:
-    await asyncio.sleep(0)
-    current = asyncio.current_task()
-    tasks = [t for t in asyncio.all_tasks() if t is not current]
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        await asyncio.wait(tasks, timeout=_GRACE)
-
-
-async def _close_and_stop(producer: Producer, timeout: float) -> None:
+async def _close_and_stop(producer: Producer, portal: BlockingPortal, timeout: float) -> None:
     try:
         await producer.close(timeout)
     finally:
-        asyncio.get_running_loop().stop()
+        await portal.stop(cancel_remaining=True)
 
 
-def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(loop.stop)
-    thread.join(_JOIN_TIMEOUT)
+async def _enqueue(send: Callable[[], Awaitable[_Settling[T]]], delivery: concurrent.futures.Future[T]) -> None:
+    """Queue records on the loop and tie their outcome to ``delivery`` (not holding the SyncProducer)."""
+    _chain(await send(), delivery)
 
 
 class _Delivery(concurrent.futures.Future[T]):
@@ -438,11 +462,13 @@ def _chain(source: _Settling[T], target: concurrent.futures.Future[T]) -> None:
     source.add_done_callback(copy)
 
 
-def _abandoned(loop: asyncio.AbstractEventLoop, producer: Producer, name: str) -> None:
+def _abandoned(portal: BlockingPortal, producer: Producer, thread: threading.Thread) -> None:
     """A SyncProducer was garbage-collected while open: close it without blocking."""
-    warnings.warn(f"SyncProducer ({name}) was never closed; closing it now", ResourceWarning, stacklevel=2)
-    with contextlib.suppress(RuntimeError):
-        asyncio.run_coroutine_threadsafe(_close_and_stop(producer, _ATEXIT_CLOSE_TIMEOUT), loop)
+    warnings.warn(f"SyncProducer ({thread.name}) was never closed; closing it now", ResourceWarning, stacklevel=2)
+    if threading.current_thread() is thread:  # dropped by a callback on its own loop, where the portal refuses calls
+        threading.Thread(target=_start_close, args=(portal, producer, _ATEXIT_CLOSE_TIMEOUT), daemon=True).start()
+    else:
+        _start_close(portal, producer, _ATEXIT_CLOSE_TIMEOUT)
 
 
 @atexit.register

@@ -1,4 +1,8 @@
-"""Shared fixtures: brokers started by the suite, unique topics, read-back helpers."""
+"""Shared fixtures: brokers started by the suite, unique topics, read-back helpers.
+
+Every test that starts a broker is marked ``integration``, so that ``-m "not integration"``
+starts none; the guard below enforces it (see ``tests/test_integration_marker.py``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import random
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +21,78 @@ from tests.brokers import MockCluster, TansuBroker, docker_available, kafka_cont
 from tests.fakes.clock import VirtualClock
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.network import MemoryNetwork
+
+#: Fixtures that start (or stand for) a real broker.
+BROKER_FIXTURES = frozenset({"tansu_broker", "kafka_bootstrap", "mock3"})
+#: Set in a test that is not marked integration: the Tansu binary of any process it starts.
+GUARD_ENV = "CALF_TANSU_BIN"
+
+
+def unmarked_broker_message(what: str) -> str:
+    return f"{what}, but the test is not marked integration: add @pytest.mark.integration (or pytestmark)"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that asks for a broker fixture must be marked integration (checked before setup)."""
+    if item.get_closest_marker("integration") is not None:
+        return
+    used = sorted(BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+    if used:
+        pytest.fail(unmarked_broker_message(f"{item.nodeid} uses the broker fixture {', '.join(used)}"), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def guard_binary(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A stand-in Tansu binary that leaves a trace and exits 1; (binary, trace file)."""
+    directory = tmp_path_factory.mktemp("broker-guard")
+    binary, trace = directory / "tansu", directory / "started"
+    binary.write_text(f"#!/bin/sh\necho \"$*\" >> '{trace}'\necho 'no broker outside integration tests' >&2\nexit 1\n")
+    binary.chmod(0o755)
+    return binary, trace
+
+
+@pytest.fixture(autouse=True)
+def no_broker_unless_integration(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, guard_binary: tuple[Path, Path]
+) -> Iterator[None]:
+    """Outside integration tests, starting a broker fails the test, in this process or a child.
+
+    In-process, ``EmbeddedBroker`` finds no binary and librdkafka's mock cluster is refused;
+    a child process (``python -m aioprod.cli smoke``) gets a Tansu binary that only leaves a
+    trace, checked after the test.
+    """
+    if request.node.get_closest_marker("integration") is not None:
+        yield
+        return
+    import confluent_kafka
+
+    import aioprod.embedded
+
+    binary, trace = guard_binary
+    trace.unlink(missing_ok=True)
+    monkeypatch.setattr(aioprod.embedded, "broker_binary", _no_tansu)
+    monkeypatch.setattr(confluent_kafka, "Producer", _no_mock_cluster(confluent_kafka.Producer))
+    monkeypatch.setenv(GUARD_ENV, str(binary))
+    yield
+    if trace.exists():
+        trace.unlink()
+        pytest.fail(unmarked_broker_message("a child process of this test started the Tansu broker"), pytrace=False)
+
+
+def _no_tansu() -> str:
+    pytest.fail(unmarked_broker_message("this test starts the embedded Tansu broker"), pytrace=False)
+
+
+def _no_mock_cluster(producer_class: Any) -> Any:
+    """``confluent_kafka.Producer`` that refuses to start librdkafka's mock cluster."""
+
+    def producer(config: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if "test.mock.num.brokers" in config:
+            pytest.fail(unmarked_broker_message("this test starts librdkafka's mock cluster"), pytrace=False)
+        return producer_class(config, *args, **kwargs)
+
+    return producer
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,14 @@
 """Broker error codes in :mod:`aioprod.errors` against the Kafka protocol reference table.
 
-The reference lives outside the repository, at ``../shared/kafka-protocol`` relative to the
-repository root (``AIOPROD_KAFKA_PROTOCOL_DIR`` overrides it). CI always has it, so a
-missing reference is a test failure, never a skip.
+The reference is the pinned copy in ``tests/kafka_protocol/errors.tsv``, and the outside one
+(``../shared/kafka-protocol`` or ``$AIOPROD_KAFKA_PROTOCOL_DIR``) too when present, so a newer
+Kafka's table shows drift (see ``tests/kafka_reference.py``).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import os
 import pickle
 import subprocess
 import sys
@@ -28,9 +27,9 @@ from aioprod.errors import (
     UnknownBrokerError,
     error_for_code,
 )
+from tests.kafka_reference import ENV_VAR, PINNED, reference_dirs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-ENV_VAR = "AIOPROD_KAFKA_PROTOCOL_DIR"
 HEADER = ["code", "name", "retriable", "exception", "message"]
 
 #: The client-side error tree; broker error classes must stay out of it.
@@ -57,9 +56,13 @@ class RefRow:
     retriable: bool
 
 
-def reference_dir() -> Path:
-    override = os.environ.get(ENV_VAR)
-    return Path(override) if override else REPO_ROOT.parent / "shared" / "kafka-protocol"
+REFERENCES = reference_dirs()
+
+
+@pytest.fixture(params=list(REFERENCES))
+def reference(request: pytest.FixtureRequest) -> Path:
+    """The root of one protocol reference: the pinned copy, then the outside one if present."""
+    return REFERENCES[request.param]
 
 
 @functools.cache
@@ -77,23 +80,17 @@ def _load_reference(path: Path) -> tuple[RefRow, ...]:
     return tuple(rows)
 
 
-def reference_rows() -> tuple[RefRow, ...]:
-    """Every row of errors.tsv; fails (does not skip) the calling test if it is missing."""
-    directory = reference_dir()
-    tsv = directory / "errors.tsv"
+def reference_rows(root: Path = PINNED) -> tuple[RefRow, ...]:
+    """Every row of the reference's errors.tsv; fails (does not skip) the calling test if it is missing."""
+    tsv = root / "errors.tsv"
     if not tsv.is_file():
-        how = f"${ENV_VAR}" if os.environ.get(ENV_VAR) else f"<repo>/../shared/kafka-protocol (set ${ENV_VAR})"
-        pytest.fail(
-            f"Kafka protocol reference table not found: {tsv} does not exist.\n"
-            f"The broker error tests need it; it is looked up at {how}.",
-            pytrace=False,
-        )
+        pytest.fail(f"Kafka protocol error table not found: {tsv} (from ${ENV_VAR})", pytrace=False)
     return _load_reference(tsv)
 
 
-def error_rows() -> tuple[RefRow, ...]:
+def error_rows(root: Path = PINNED) -> tuple[RefRow, ...]:
     """Reference rows that are errors (everything but code 0, NONE)."""
-    return tuple(row for row in reference_rows() if row.code != 0)
+    return tuple(row for row in reference_rows(root) if row.code != 0)
 
 
 def expected_class_name(protocol_name: str) -> str:
@@ -119,21 +116,21 @@ def module_broker_classes() -> dict[str, type[BrokerResponseError]]:
 # --- the table against the reference ------------------------------------------------------
 
 
-def test_reference_has_none_and_is_sane() -> None:
-    rows = reference_rows()
+def test_reference_has_none_and_is_sane(reference: Path) -> None:
+    rows = reference_rows(reference)
     assert RefRow(0, "NONE", False) in rows
     assert len({row.code for row in rows}) == len(rows)
     assert len({row.name for row in rows}) == len(rows)
 
 
-def test_module_table_matches_reference() -> None:
+def test_module_table_matches_reference(reference: Path) -> None:
     table = [(code, name, retriable) for code, name, retriable, _, _ in errors._BROKER_ERROR_TABLE]
-    expected = sorted((row.code, row.name, row.retriable) for row in error_rows())
+    expected = sorted((row.code, row.name, row.retriable) for row in error_rows(reference))
     assert table == expected
 
 
-def test_every_reference_code_has_its_class() -> None:
-    for row in error_rows():
+def test_every_reference_code_has_its_class(reference: Path) -> None:
+    for row in error_rows(reference):
         assert row.code in ERRORS_BY_CODE, f"no class for {row.name} ({row.code})"
         cls = ERRORS_BY_CODE[row.code]
         assert cls.__name__ == expected_class_name(row.name)
@@ -145,8 +142,8 @@ def test_every_reference_code_has_its_class() -> None:
         assert isinstance(cls.description, str) and cls.description
 
 
-def test_no_extra_codes_or_classes() -> None:
-    assert set(ERRORS_BY_CODE) == {row.code for row in error_rows()}
+def test_no_extra_codes_or_classes(reference: Path) -> None:
+    assert set(ERRORS_BY_CODE) == {row.code for row in error_rows(reference)}
     assert 0 not in ERRORS_BY_CODE
     classes = module_broker_classes()
     assert set(classes) == {cls.__name__ for cls in ERRORS_BY_CODE.values()} | {

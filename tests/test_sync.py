@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import gc
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from aioprod import RecordMetadata, SyncProducer
+from aioprod import RecordMetadata, SyncProducer, TopicPartition
 from aioprod.errors import (
     ConfigError,
     KafkaError,
@@ -25,7 +27,7 @@ from aioprod.errors import (
 )
 from aioprod.sync import _Delivery
 from tests.brokers import TansuBroker, free_port, tansu
-from tests.readback import read_topic
+from tests.readback import read_committed_from_markers, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -185,16 +187,17 @@ def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: Tansu
     with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
 
         def callback(_: concurrent.futures.Future[RecordMetadata]) -> None:
-            try:
-                producer.send(topic, b"from the callback")
-            except BaseException as exc:
-                seen.append(exc)
+            for call in (lambda: producer.send(topic, b"from the callback"), lambda: producer.submit(_noop)):
+                try:
+                    call()
+                except BaseException as exc:
+                    seen.append(exc)
             done.set()
 
         producer.send(topic, b"x").add_done_callback(callback)
         assert done.wait(30)
-    assert len(seen) == 1 and isinstance(seen[0], RuntimeError)
-    assert "its own thread" in str(seen[0])
+    assert len(seen) == 2 and all(isinstance(exc, RuntimeError) for exc in seen)
+    assert all("its own thread" in str(exc) for exc in seen)
 
 
 def test_submit_runs_a_coroutine_on_the_producer_loop(tansu_broker: TansuBroker, topic: str) -> None:
@@ -207,13 +210,32 @@ def test_submit_runs_a_coroutine_on_the_producer_loop(tansu_broker: TansuBroker,
     assert len(offsets) == 10
 
 
+async def _loop_type(_producer: Any) -> type:
+    import asyncio
+
+    return type(asyncio.get_running_loop())
+
+
 def test_uvloop_is_used_when_installed(tansu_broker: TansuBroker) -> None:
     import uvloop
 
     with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
-        assert isinstance(producer._loop, uvloop.Loop)
+        assert issubclass(producer.submit(_loop_type).result(10), uvloop.Loop)
     with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, use_uvloop=False) as producer:
-        assert not isinstance(producer._loop, uvloop.Loop)
+        assert not issubclass(producer.submit(_loop_type).result(10), uvloop.Loop)
+
+
+def test_everything_works_without_uvloop(
+    tansu_broker: TansuBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvloop is an optional extra (aioprod[speed]): without it, asyncio's own loop serves."""
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if it were not installed
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+        assert producer.submit(_loop_type).result(10).__module__.startswith("asyncio.")
+        assert producer.send_and_wait(topic, b"on asyncio's loop").topic == topic
+    with pytest.raises(ImportError):
+        SyncProducer(bootstrap_servers=tansu_broker.bootstrap, use_uvloop=True)
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"on asyncio's loop"]
 
 
 class Interrupted(BaseException):
@@ -283,3 +305,19 @@ def test_a_shared_failure_does_not_grow_its_traceback_per_result_call() -> None:
     while tb is not None:
         depth, tb = depth + 1, tb.tb_next
     assert depth <= 4
+
+
+def test_transactions_from_a_thread(tansu_broker: TansuBroker, topic: str) -> None:
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, transactional_id=f"{topic}-sync") as p:
+        with p.transaction():
+            p.send(topic, b"kept", partition=0)
+            p.send_offsets_to_transaction({TopicPartition(topic, 0): 3}, "sync-group")
+        with pytest.raises(ZeroDivisionError), p.transaction():
+            p.send(topic, b"dropped", partition=0)
+            p.flush()
+            1 / 0  # noqa: B018
+        p.begin_transaction()
+        p.send(topic, b"also kept", partition=0)
+        p.commit_transaction()
+    visible = asyncio.run(read_committed_from_markers(tansu_broker.bootstrap, topic, 1))
+    assert visible[0] == [b"kept", b"also kept"]

@@ -60,11 +60,9 @@ def broker(port: int, tls: bool, sasl: bool) -> None:
 
     \b
     Examples:
-      aioprod broker
-      aioprod broker --port 19092
-      aioprod broker --tls --sasl     # prints the -X options a client needs
-      # then, in another shell:
-      aioprod smoke -b 127.0.0.1:9092
+      aioprod broker                     # then: aioprod smoke -b 127.0.0.1:9092
+      aioprod broker --port 19092        # then: aioprod smoke -b 127.0.0.1:19092
+      aioprod broker --tls --sasl        # prints the -X options a client needs
 
     With --tls or --sasl, TLS and SASL are served by a small gateway in front of Tansu;
     the CA, and the generated password (never printed), are written to a private

@@ -1,4 +1,4 @@
-"""What the commands share: options, one-line errors, exit codes, the event loop, the broker.
+"""What the commands share: options, one-line errors, exit codes, logging, the event loop, output.
 
 Exit codes (also in ``docs/cli.md`` and ``aioprod --help``):
 
@@ -6,21 +6,38 @@ Exit codes (also in ``docs/cli.md`` and ``aioprod --help``):
 - 1: the command ran and failed (records failed, a check failed, a broker or connection error)
 - 2: usage error (unknown flag, bad ``-X key=value``, missing bootstrap servers)
 - 130: interrupted (Ctrl-C)
+
+Producer options come from, lowest precedence first: the command's own defaults, a Java
+``.properties`` file (``-F``), ``AIOPROD_<OPTION>`` environment variables, then ``-X``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+import dataclasses
+import functools
+import importlib.metadata
+import logging
+import os
+import re
+import signal
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich import box
 from rich.console import Console
+from rich.table import Table
 
-from aioprod.config import ProducerConfig
+from aioprod.cli.properties import PropertiesError, load_properties
+from aioprod.cli.stats import AckTracker
+from aioprod.config import ProducerConfig, check_option
 from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError
 from aioprod.errors import ConfigError
+from aioprod.producer.producer import Producer
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -28,7 +45,14 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 BOOTSTRAP_ENV = "AIOPROD_BOOTSTRAP_SERVERS"
+CONFIG_FILE_ENV = "AIOPROD_CONFIG_FILE"
+ENV_PREFIX = "AIOPROD_"
 DEBUG_META = "aioprod.debug"
+VERBOSITY_META = "aioprod.verbosity"
+OUTCOMES_META = "aioprod.outcomes"
+DEFAULT_DOCS_URL = "https://aioprod.readthedocs.io/"
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,6 +89,21 @@ def describe(exc: BaseException | None) -> str:
     return one_line(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
 
 
+def warn(message: str) -> None:
+    """One ``aioprod: warning: ...`` line on stderr."""
+    click.echo(f"aioprod: warning: {one_line(message)}", err=True)
+
+
+def docs_url(page: str = "") -> str:
+    """The documentation site (the package metadata's Documentation URL), or one page of it."""
+    try:
+        urls = importlib.metadata.metadata("aioprod").get_all("Project-URL") or []
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree without metadata
+        urls = []
+    base = next((url.split(",", 1)[1].strip() for url in urls if url.startswith("Documentation,")), DEFAULT_DOCS_URL)
+    return base.rstrip("/") + "/" + page
+
+
 # -- options --------------------------------------------------------------------------------
 
 
@@ -73,9 +112,14 @@ def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None
         ctx.meta[DEBUG_META] = True
 
 
+def _add_verbosity(ctx: click.Context, _param: click.Parameter, value: int) -> None:
+    ctx.meta[VERBOSITY_META] = ctx.meta.get(VERBOSITY_META, 0) + value
+    log_to_stderr(ctx.meta[VERBOSITY_META])
+
+
 def debug_option(f: F) -> F:
-    """``--debug``: on a failure, print the traceback too (accepted before or after the command)."""
-    option = click.option(
+    """``--debug`` (a traceback on failure) and ``-v/-vv`` (logging), before or after the command."""
+    debug = click.option(
         "--debug",
         is_flag=True,
         expose_value=False,
@@ -84,29 +128,145 @@ def debug_option(f: F) -> F:
         callback=_set_debug,
         help="On failure, also print the Python traceback.",
     )
-    return option(f)
+    verbose = click.option(
+        "-v",
+        "--verbose",
+        count=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_add_verbosity,
+        help="Log what the producer does on stderr: -v for INFO, -vv for DEBUG (WARNING always).",
+    )
+    return verbose(debug(f))
 
 
-def bootstrap_option(f: F) -> F:
-    return click.option(
-        "-b",
-        "--bootstrap-servers",
-        "bootstrap",
-        metavar="HOST:PORT[,...]",
-        envvar=BOOTSTRAP_ENV,
-        show_envvar=True,
-        help="Brokers to bootstrap from.",
-    )(f)
+@dataclass(frozen=True)
+class ClientOptions:
+    """Where a command's producer options come from: -b, -F and -X (and the environment)."""
+
+    bootstrap: str | None
+    config_file: Path | None
+    overrides: tuple[str, ...]
+
+    def sources(self) -> list[tuple[str, str, str]]:
+        """``(key, value, where)`` from the file, the environment, then ``-X``: later ones win."""
+        found: list[tuple[str, str, str]] = []
+        if self.config_file is not None:
+            try:
+                pairs = load_properties(self.config_file)
+            except PropertiesError as exc:
+                raise CliUsageError(str(exc)) from exc
+            found += [(key, value, f"{self.config_file}:{line}") for key, value, line in pairs]
+        for name in ENV_OPTIONS:
+            variable = ENV_PREFIX + name.upper()
+            if variable in os.environ and name != "bootstrap_servers":  # that one is -b's variable
+                found.append((name, os.environ[variable], f"${variable}"))
+        found += [(key, value, f"-X {key}") for key, value in parse_pairs(self.overrides, "-X")]
+        return found
+
+    def resolve_bootstrap(self) -> str | None:
+        """``-b``/``$AIOPROD_BOOTSTRAP_SERVERS`` or ``-X bootstrap.servers``, else the file's."""
+        pairs = self.sources()
+        from_x = [value for key, value, where in pairs if where.startswith("-X") and _is_bootstrap_key(key)]
+        if from_x and self.bootstrap:
+            raise CliUsageError(f"bootstrap servers given twice: -b/{BOOTSTRAP_ENV} and -X bootstrap.servers")
+        if from_x or self.bootstrap:
+            return from_x[-1] if from_x else self.bootstrap
+        from_file = [value for key, value, _ in pairs if _is_bootstrap_key(key)]
+        return from_file[-1] if from_file else None
+
+    def require_bootstrap(self) -> str:
+        servers = self.resolve_bootstrap()
+        if not servers:
+            raise CliUsageError(f"no bootstrap servers: pass -b HOST:PORT or set {BOOTSTRAP_ENV}")
+        return servers
+
+    def sets(self, name: str) -> bool:
+        """Whether the file, the environment or ``-X`` sets the option ``name`` (snake_case)."""
+        return any(_snake(key) == name for key, _, _ in self.sources())
+
+    def producer_options(self, bootstrap: str, **defaults: Any) -> dict[str, Any]:
+        """The options for :class:`~aioprod.Producer`, validated now so a typo is a usage error.
+
+        ``defaults`` are the command's own choices; the file, the environment and ``-X``
+        override them, in that order. A bad option names where it came from.
+        """
+        options: dict[str, Any] = {check_option(key, value): value for key, value in defaults.items()}
+        for key, value, where in self.sources():
+            if _is_bootstrap_key(key):
+                continue
+            try:
+                name = check_option(key, value)
+            except ConfigError as exc:
+                raise CliUsageError(f"bad producer option ({where}): {exc}") from exc
+            options[name] = value
+            log.info("option %s=%s (%s)", name, _shown(name, value), where)
+        merged = dict(options)
+        merged["bootstrap_servers"] = bootstrap
+        try:
+            config = ProducerConfig.from_options(merged)
+        except ConfigError as exc:
+            raise CliUsageError(f"bad producer option: {exc}") from exc
+        if log.isEnabledFor(logging.DEBUG):
+            shown = (f"{f.name}={_shown(f.name, getattr(config, f.name))}" for f in dataclasses.fields(config))
+            log.debug("producer options: %s", ", ".join(shown))
+        return merged
 
 
-def config_option(f: F) -> F:
-    return click.option(
-        "-X",
-        "overrides",
-        metavar="KEY=VALUE",
-        multiple=True,
-        help="A producer option, Java/librdkafka name (e.g. -X linger.ms=5 -X acks=1). Repeatable.",
-    )(f)
+def _shown(key: str, value: Any) -> str:
+    """A value fit for a log line: secrets are never printed."""
+    secret = any(word in _snake(key) for word in ("password", "secret", "token", "jaas"))
+    return "<hidden>" if secret and value else str(value)
+
+
+#: Options settable as ``AIOPROD_<NAME>``: every configuration field a string can express
+#: (not the callables and objects only Python code can pass, like serializers or an SSLContext).
+ENV_OPTIONS = tuple(
+    f.name
+    for f in dataclasses.fields(ProducerConfig)
+    if f.init and re.search(r"\b(str|int|bool|Secret)\b", str(f.type))
+)
+
+
+def client_options(f: F) -> F:
+    """``-b``, ``-F`` and ``-X``, handed to the command as one ``client: ClientOptions``."""
+
+    @functools.wraps(f)
+    def command(
+        *args: Any, bootstrap: str | None, config_file: Path | None, overrides: tuple[str, ...], **kw: Any
+    ) -> Any:
+        return f(*args, client=ClientOptions(bootstrap, config_file, overrides), **kw)
+
+    options = [
+        click.option(
+            "-b",
+            "--bootstrap-servers",
+            "bootstrap",
+            metavar="HOST:PORT[,...]",
+            envvar=BOOTSTRAP_ENV,
+            show_envvar=True,
+            help="Brokers to bootstrap from.",
+        ),
+        click.option(
+            "-F",
+            "--config-file",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            envvar=CONFIG_FILE_ENV,
+            show_envvar=True,
+            help="Producer options from a Java .properties file (as kcat -F, or the Kafka tools' --producer.config).",
+        ),
+        click.option(
+            "-X",
+            "overrides",
+            metavar="KEY=VALUE",
+            multiple=True,
+            help="A producer option, Java/librdkafka name (e.g. -X linger.ms=5 -X acks=1). Repeatable; "
+            "also AIOPROD_<NAME> in the environment (AIOPROD_LINGER_MS=5).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command  # type: ignore[return-value]
 
 
 def parse_pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
@@ -128,72 +288,191 @@ def _is_bootstrap_key(key: str) -> bool:
     return _snake(key) in ("bootstrap_servers", "metadata_broker_list")
 
 
-def overrides_option(overrides: tuple[str, ...], name: str) -> bool:
-    """Whether ``-X`` sets the option ``name`` (snake_case), in any spelling."""
-    return any(_snake(key) == name for key, _ in parse_pairs(overrides, "-X"))
-
-
-def resolve_bootstrap(bootstrap: str | None, overrides: tuple[str, ...]) -> str | None:
-    """The bootstrap servers from ``-b``/``$AIOPROD_BOOTSTRAP_SERVERS`` or ``-X bootstrap.servers``."""
-    from_x = [value for key, value in parse_pairs(overrides, "-X") if _is_bootstrap_key(key)]
-    if from_x and bootstrap:
-        raise CliUsageError(f"bootstrap servers given twice: -b/{BOOTSTRAP_ENV} and -X bootstrap.servers")
-    return from_x[-1] if from_x else (bootstrap or None)
-
-
-def require_bootstrap(bootstrap: str | None, overrides: tuple[str, ...]) -> str:
-    servers = resolve_bootstrap(bootstrap, overrides)
-    if not servers:
-        raise CliUsageError(f"no bootstrap servers: pass -b HOST:PORT or set {BOOTSTRAP_ENV}")
-    return servers
-
-
-def producer_options(bootstrap: str, overrides: tuple[str, ...], **defaults: Any) -> dict[str, Any]:
-    """The options for :class:`~aioprod.Producer`, validated now so a typo is a usage error.
-
-    ``defaults`` are the command's own choices; ``-X`` overrides them.
-    """
-    options: dict[str, Any] = {}
-    for key, value in [*defaults.items(), *parse_pairs(overrides, "-X")]:
-        if not _is_bootstrap_key(key):
-            options[key] = value
-    options = _dedupe(options)
-    options["bootstrap_servers"] = bootstrap
-    try:
-        ProducerConfig.from_options(options)
-    except ConfigError as exc:
-        raise CliUsageError(f"bad producer option: {exc}") from exc
-    return options
-
-
-def _dedupe(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Later spellings of one option win (``-X linger.ms=1`` over a default ``linger_ms``)."""
-    by_name: dict[str, tuple[str, Any]] = {}
-    for key, value in options.items():
-        by_name[_snake(key)] = (key, value)
-    return dict(by_name.values())
+def parse_delimiter(text: str, flag: str) -> bytes:
+    """A delimiter as kcat takes it: ``\\n \\r \\t \\0 \\\\`` and ``\\xNN`` escapes, else UTF-8 text."""
+    out = bytearray()
+    index = 0
+    simple = {"n": b"\n", "r": b"\r", "t": b"\t", "0": b"\0", "\\": b"\\"}
+    while index < len(text):
+        char = text[index]
+        if char == "\\" and index + 1 < len(text):
+            escaped = text[index + 1]
+            if escaped in simple:
+                out += simple[escaped]
+                index += 2
+                continue
+            if escaped == "x":
+                digits = text[index + 2 : index + 4]
+                try:
+                    out.append(int(digits, 16))
+                except ValueError:
+                    raise CliUsageError(f"{flag} {text!r}: \\x needs two hex digits") from None
+                index += 4
+                continue
+        out += char.encode()
+        index += 1
+    if not out:
+        raise CliUsageError(f"{flag} must not be empty")
+    return bytes(out)
 
 
 # -- running --------------------------------------------------------------------------------
 
 
+class _StderrHandler(logging.Handler):
+    """Log records as ``aioprod: warning: ...`` lines (with time and logger when verbose)."""
+
+    def __init__(self, verbosity: int) -> None:
+        super().__init__()
+        self.set_verbosity(verbosity)
+
+    def set_verbosity(self, verbosity: int) -> None:
+        self.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO if verbosity else logging.WARNING)
+        self.verbose = verbosity > 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = one_line(record.getMessage())
+            if self.verbose:
+                stamp = logging.Formatter().formatTime(record, "%H:%M:%S")
+                line = f"{stamp}.{int(record.msecs):03d} {record.levelname:<7} {record.name}: {message}"
+            else:
+                line = f"aioprod: {record.levelname.lower()}: {message}"
+            click.echo(line, err=True)
+        except Exception:  # pragma: no cover - logging must never break the command
+            self.handleError(record)
+
+
+_stderr_logging: tuple[_StderrHandler, int, bool] | None = None  # (handler, previous level, previous propagate)
+
+
+def log_to_stderr(verbosity: int) -> None:
+    """The ``aioprod`` loggers on stderr while a command runs: WARNING, or more with -v/-vv.
+
+    Called for each ``-v`` option parsed; :func:`stop_logging_to_stderr` undoes it.
+    """
+    global _stderr_logging
+    logger = logging.getLogger("aioprod")
+    if _stderr_logging is None:
+        _stderr_logging = (_StderrHandler(verbosity), logger.level, logger.propagate)
+        logger.addHandler(_stderr_logging[0])
+        logger.propagate = False
+    handler = _stderr_logging[0]
+    handler.set_verbosity(verbosity)
+    logger.setLevel(handler.level)
+
+
+def stop_logging_to_stderr() -> None:
+    global _stderr_logging
+    if _stderr_logging is not None:
+        handler, level, propagate = _stderr_logging
+        logger = logging.getLogger("aioprod")
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+        _stderr_logging = None
+
+
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """Run the command's coroutine on uvloop when it is installed (faster I/O), else asyncio."""
+    """Run the command's coroutine on uvloop when it is installed (``aioprod[speed]``), else asyncio."""
+    loop_factory = None
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(main)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        result: T = runner.run(main)
-        return result
+        pass
+    else:
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(_interruptible(main))
+
+
+async def _interruptible(main: Coroutine[Any, Any, T]) -> T:
+    """Ctrl-C cancels the command, every time it is pressed, then raises KeyboardInterrupt.
+
+    asyncio's runner cancels once and raises KeyboardInterrupt wherever the second Ctrl-C
+    lands, where an ``except BaseException`` may turn it into something else; a second
+    cancellation instead stops whatever the command is waiting for (delivering what was
+    queued, see :func:`open_producer`).
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+        return await main
+    try:
+        return await main
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+@contextlib.asynccontextmanager
+async def open_producer(options: Mapping[str, Any], outcomes: AckTracker | None = None) -> AsyncIterator[Producer]:
+    """A started producer, closed on the way out, delivering what is queued.
+
+    On Ctrl-C (the command's task cancelled) too, as Kafka's console producer and kcat do:
+    the command stops producing and the records already handed over are delivered; a second
+    Ctrl-C abandons them, and they are counted as unsent.
+    """
+    producer = Producer(options)
+    await producer.start()
+    try:
+        yield producer
+    except asyncio.CancelledError:
+        if outcomes is not None and outcomes.outstanding:
+            warn(f"interrupted: delivering the {outcomes.outstanding:,} records queued (Ctrl-C again to abandon them)")
+        raise
+    finally:
+        await producer.close()
+
+
+def record_outcomes(outcomes: Any) -> None:
+    """Let Ctrl-C report this command's delivered/failed/unsent counts (see ``main``)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[OUTCOMES_META] = outcomes
+
+
+def plain_output(out: Console) -> bool:
+    """Plain tables (no box, no colour) when piped, or with ``NO_COLOR`` set (no-color.org)."""
+    return not out.is_terminal or os.environ.get("NO_COLOR", "") != ""
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A rich console; wide when not a terminal so piped tables do not wrap."""
+    """A rich console (which honours NO_COLOR); wide when not a terminal so piped tables do not wrap."""
     out = Console(stderr=stderr, highlight=False)
     if not out.is_terminal:
         out.width = max(out.width, 160)
     return out
+
+
+def table(out: Console, *columns: str, title: str | None = None, right: tuple[str, ...] = ()) -> Table:
+    """A table for ``out``: boxed on a terminal, plain aligned columns when piped or NO_COLOR."""
+    plain = plain_output(out)
+    result = Table(
+        title=title,
+        box=None if plain else box.HEAVY_HEAD,
+        show_edge=not plain,
+        pad_edge=not plain,
+        header_style="" if plain else "bold",
+        title_style="" if plain else "italic",
+        title_justify="left" if plain else "center",
+    )
+    for name in columns:
+        result.add_column(name, justify="right" if name in right else "left")
+    return result
 
 
 @contextlib.contextmanager

@@ -1,13 +1,16 @@
 """The ``aioprod`` command group: registers the commands and turns every failure into one line.
 
 Failures are for people, not for debuggers: one ``aioprod: error: ...`` line on stderr
-and a documented exit code; ``--debug`` adds the traceback.
+and a documented exit code, usage mistakes included (click's "did you mean" kept);
+``--debug`` adds the traceback. Ctrl-C says what became of the records sent so far.
 """
 
 from __future__ import annotations
 
+import sys
 import traceback
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import click
 
@@ -16,10 +19,15 @@ from aioprod.cli.broker import broker
 from aioprod.cli.common import (
     DEBUG_META,
     EXIT_INTERRUPTED,
+    EXIT_OK,
+    OUTCOMES_META,
     CliError,
     CliUsageError,
     debug_option,
     describe,
+    docs_url,
+    one_line,
+    stop_logging_to_stderr,
 )
 from aioprod.cli.metadata import metadata
 from aioprod.cli.perf import perf
@@ -41,7 +49,8 @@ class AioprodGroup(click.Group):
                 _print_traceback(exc)
             raise
         except KeyboardInterrupt:
-            click.echo("aioprod: interrupted", err=True)
+            outcomes = ctx.meta.get(OUTCOMES_META)
+            click.echo(f"aioprod: interrupted{': ' + outcomes.counts() if outcomes is not None else ''}", err=True)
             raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         except Exception as exc:
             if ctx.meta.get(DEBUG_META):
@@ -49,6 +58,40 @@ class AioprodGroup(click.Group):
             if isinstance(exc, ConfigError):
                 raise CliUsageError(describe(exc)) from exc
             raise CliError(describe(exc)) from exc
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """As click's, but a usage error is one ``aioprod: error: ...`` line too (exit code 2)."""
+        try:
+            if not standalone_mode:
+                return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            _exit_usage(exc)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("aioprod: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            stop_logging_to_stderr()
+        sys.exit(result if isinstance(result, int) else EXIT_OK)
+
+
+def _exit_usage(exc: click.UsageError) -> NoReturn:
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `aioprod` alone: the help is the answer
+        exc.show()
+        sys.exit(exc.exit_code)
+    where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    click.echo(f"aioprod: error: {one_line(exc.format_message())}{where}", err=True)
+    sys.exit(exc.exit_code)
 
 
 def _print_traceback(exc: BaseException) -> None:
@@ -58,10 +101,13 @@ def _print_traceback(exc: BaseException) -> None:
 @click.group(
     cls=AioprodGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog="""\b
+    epilog=f"""\b
 Environment:
   AIOPROD_BOOTSTRAP_SERVERS  default for -b/--bootstrap-servers
+  AIOPROD_CONFIG_FILE        default for -F/--config-file
+  AIOPROD_<OPTION>           a producer option, e.g. AIOPROD_LINGER_MS=10 (-X wins)
   AIOPROD_DEBUG=1            same as --debug
+  NO_COLOR                   plain output, no colours or boxes
 
 \b
 Exit codes:
@@ -70,7 +116,7 @@ Exit codes:
   2    usage error (unknown flag, bad -X option, no bootstrap servers)
   130  interrupted (Ctrl-C)
 
-Details: docs/cli.md""",
+Documentation: {docs_url("cli/")}""",
 )
 @click.version_option(__version__, "-V", "--version", prog_name="aioprod")
 @debug_option
@@ -78,7 +124,8 @@ def cli() -> None:
     """aioprod: an asyncio-native Apache Kafka producer, from the command line.
 
     Producer options are given as -X key=value with the Java client's names
-    (e.g. -X linger.ms=10 -X acks=1 -X compression.type=lz4), on every command
+    (e.g. -X linger.ms=10 -X acks=1 -X compression.type=lz4), from a Java .properties
+    file with -F, or as AIOPROD_<OPTION> environment variables, on every command
     that produces.
 
     \b

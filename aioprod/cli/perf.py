@@ -1,10 +1,14 @@
 """``aioprod perf``: the producer's throughput and ack latency, like kafka-producer-perf-test.
 
 Same flags and the same arithmetic as the Java tool, so numbers can be put side by side:
-records/s over the time from the first send to the last ack, MB/s as payload MiB per
-second, and per-record latency from the ``send()`` call to the ack. ``--throughput``
-paces sends to a target rate the way Java's ThroughputThrottler does (sleep only when
-ahead of schedule by a couple of milliseconds).
+records/s over the whole run (the first send to the last outcome, as Java's tool), MB/s as
+payload MiB per second, and per-record latency from the ``send()`` call to the ack.
+``--throughput`` paces sends to a target rate the way Java's ThroughputThrottler does
+(sleep only when ahead of schedule by a couple of milliseconds).
+
+While it runs: a progress bar with rate and ETA on a terminal, else an interim line every
+``--reporting-interval`` (5 s) on stderr, as Java's tool prints; a new kind of failure is
+reported the moment it first happens.
 """
 
 from __future__ import annotations
@@ -15,46 +19,62 @@ import dataclasses
 import json
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
+from aioprod.cli.cluster import topic_problem, watch_topic
 from aioprod.cli.common import (
+    ClientOptions,
     CliError,
-    bootstrap_option,
+    CliUsageError,
+    client_options,
     cluster_or_embedded,
-    config_option,
     console,
     debug_option,
     describe,
     embedded_hint,
-    producer_options,
-    resolve_bootstrap,
+    open_producer,
+    parse_delimiter,
+    record_outcomes,
     run,
+    table,
+    warn,
 )
 from aioprod.cli.metrics_table import java_style_lines
 from aioprod.cli.stats import AckTracker, LatencySummary
 from aioprod.metrics import MetricsSnapshot
-from aioprod.producer.producer import Producer
 
 _MIN_SLEEP = 0.002  # as Java's throttler: shorter waits are not worth a sleep
+_MIB = 1024 * 1024
 
 
 @dataclass
 class PerfResult:
     topic: str
     records: int
-    record_size: int
+    record_size: int | None
+    payloads: int | None
+    keys: int | None
     throughput_limit: float | None
     bootstrap: str
     embedded_broker: bool
     acked: int
     failed: int
+    unsent: int
+    acked_bytes: int
     elapsed: float
     latency: LatencySummary
     first_error: str | None
@@ -65,29 +85,34 @@ class PerfResult:
 
     @property
     def mb_per_sec(self) -> float:
-        return self.records_per_sec * self.record_size / (1024 * 1024)
+        return self.acked_bytes / _MIB / self.elapsed if self.elapsed > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` form, rounded as docs/cli.md shows: seconds to 4 places, rates to 1
+        (records/s) and 4 (MB/s), latencies to 2 (ms)."""
         latency = self.latency
         return {
             "topic": self.topic,
             "records": self.records,
             "record_size": self.record_size,
+            "payloads": self.payloads,
+            "keys": self.keys,
             "throughput_limit": self.throughput_limit,
             "bootstrap": self.bootstrap,
             "embedded_broker": self.embedded_broker,
             "acked": self.acked,
             "failed": self.failed,
-            "elapsed_s": self.elapsed,
-            "records_per_sec": self.records_per_sec,
-            "mb_per_sec": self.mb_per_sec,
+            "unsent": self.unsent,
+            "elapsed_s": round(self.elapsed, 4),
+            "records_per_sec": round(self.records_per_sec, 1),
+            "mb_per_sec": round(self.mb_per_sec, 4),
             "latency_ms": {
-                "avg": latency.avg,
-                "max": latency.max,
-                "p50": latency.p50,
-                "p95": latency.p95,
-                "p99": latency.p99,
-                "p99_9": latency.p999,
+                "avg": round(latency.avg, 2),
+                "max": round(latency.max, 2),
+                "p50": round(latency.p50, 2),
+                "p95": round(latency.p95, 2),
+                "p99": round(latency.p99, 2),
+                "p99_9": round(latency.p999, 2),
             },
             "first_error": self.first_error,
         }
@@ -99,84 +124,170 @@ def payload(size: int) -> bytes:
     return bytes(rng.randrange(65, 91) for _ in range(size))
 
 
-@contextlib.asynccontextmanager
-async def live_progress(progress: Progress | None, total: int, tracker: AckTracker) -> AsyncIterator[None]:
-    """Refresh the bar from the ack counters ten times a second (not once per record)."""
-    if progress is None:
-        yield
-        return
-    task = progress.add_task("acked", total=total)
+def load_payloads(path: Path, delimiter: bytes) -> list[bytes]:
+    """The payload file split at ``delimiter``, empty pieces dropped (Java's --payload-file)."""
+    payloads = [piece for piece in path.read_bytes().split(delimiter) if piece]
+    if not payloads:
+        raise CliUsageError(f"--payload-file {path}: no payloads in it")
+    return payloads
 
-    async def tick() -> None:
+
+class Reporter:
+    """What the user sees while the run goes: a bar on a terminal, else interim lines; failures at once."""
+
+    def __init__(self, err: Console, total: int, interval: float) -> None:
+        self._err = err
+        self._total = total
+        self._interval = interval
+        self._kinds: set[str] = set()
+        self.progress: Progress | None = None
+        if err.is_terminal:
+            self.progress = Progress(
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]} records/s"),
+                TextColumn("{task.fields[failed]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=err,
+                transient=True,
+            )
+
+    def failed(self, exc: BaseException, _tag: Any) -> None:
+        """A new kind of failure is said the moment it first happens; later ones are counted."""
+        kind = type(exc).__name__
+        if kind not in self._kinds:
+            self._kinds.add(kind)
+            warn(f"records are failing: {describe(exc)}")
+
+    @contextlib.asynccontextmanager
+    async def running(self, tracker: AckTracker) -> AsyncIterator[None]:
+        task = asyncio.create_task(self._bar(tracker) if self.progress is not None else self._lines(tracker))
+        try:
+            if self.progress is None:
+                yield
+            else:
+                with self.progress:
+                    yield
+        finally:
+            task.cancel()
+            await asyncio.wait([task])
+
+    async def _bar(self, tracker: AckTracker) -> None:
+        assert self.progress is not None
+        bar = self.progress.add_task("acked", total=self._total, rate="0", failed="")
+        started = time.perf_counter()
         while True:
-            progress.update(task, completed=tracker.acked + tracker.failed)
+            done = tracker.acked + tracker.failed + tracker.unsent
+            rate = tracker.acked / max(time.perf_counter() - started, 1e-9)
+            failed = f"[red]{tracker.failed:,} failed" if tracker.failed else ""
+            self.progress.update(bar, completed=done, rate=f"{rate:,.0f}", failed=failed)
             await asyncio.sleep(0.1)
 
-    with progress:
-        ticker = asyncio.create_task(tick())
-        try:
-            yield
-        finally:
-            ticker.cancel()
-            await asyncio.wait([ticker])
-            progress.update(task, completed=tracker.acked + tracker.failed)
+    async def _lines(self, tracker: AckTracker) -> None:
+        tracker.window()
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(self._interval)
+            now = time.perf_counter()
+            window = tracker.window()
+            seconds = now - last
+            last = now
+            self._err.print(
+                f"aioprod perf: {window.acked:,} records acked, {window.failed:,} failed, "
+                f"{window.acked / seconds:,.1f} records/s, {window.avg_ms:.2f} ms avg latency, "
+                f"{window.max_ms:.2f} ms max latency; in total {tracker.sent:,} sent, "
+                f"{tracker.acked:,} acked, {tracker.failed:,} failed, {tracker.outstanding:,} awaiting an ack",
+                markup=False,
+                highlight=False,
+            )
 
 
 async def run_perf(
-    options: dict[str, Any], topic: str, records: int, record_size: int, rate: float | None, progress: Progress | None
-) -> tuple[AckTracker, float, MetricsSnapshot]:
-    """Send ``records`` records, paced to ``rate`` records/s if given; (tracker, elapsed s,
-    the producer's metrics once every record has its outcome)."""
-    value = payload(record_size)
-    tracker = AckTracker()
-    async with Producer(options) as producer:
-        await producer.partitions_for(topic)  # metadata (and auto-creation) is not part of the measurement
-        async with live_progress(progress, records, tracker):
-            started = time.perf_counter()
-            for i in range(records):
-                if rate is not None:
-                    ahead = started + i / rate - time.perf_counter()
-                    if ahead > _MIN_SLEEP:
-                        await asyncio.sleep(ahead)
-                sent_at = time.perf_counter()
-                try:
-                    future = await producer.send(topic, value)
-                except (TypeError, ValueError) as exc:
-                    tracker.fail(exc)
-                    continue
-                tracker.track(future, sent_at)
-            await tracker.wait()
-            elapsed = (tracker.last_ack or time.perf_counter()) - started
-        metrics = producer.metrics_snapshot()
-    return tracker, elapsed, metrics
+    options: dict[str, Any],
+    topic: str,
+    records: int,
+    values: Callable[[int], bytes],
+    keys: int | None,
+    rate: float | None,
+    tracker: AckTracker,
+    reporter: Reporter,
+) -> tuple[float, str, MetricsSnapshot]:
+    """Send ``records`` records, paced to ``rate`` records/s if given; (elapsed s, topic
+    problem, the producer's metrics once every record has its outcome)."""
+    check = watch_topic(options, topic)
+    try:
+        async with open_producer(options, tracker) as producer:
+            try:
+                await producer.partitions_for(topic)  # metadata (and auto-creation) is not part of the measurement
+            except Exception as exc:
+                where = options["bootstrap_servers"]
+                raise CliError(f"perf run failed on {where}: {describe(exc)}{topic_problem(check)}") from exc
+            async with reporter.running(tracker):
+                started = time.perf_counter()
+                for i in range(records):
+                    if rate is not None:
+                        ahead = started + i / rate - time.perf_counter()
+                        if ahead > _MIN_SLEEP:
+                            await asyncio.sleep(ahead)
+                    value = values(i)
+                    key = None if keys is None else b"key-%d" % (i % keys)
+                    sent_at = time.perf_counter()
+                    try:
+                        future = await producer.send(topic, value, key)
+                    except (TypeError, ValueError) as exc:
+                        tracker.fail(exc)
+                        continue
+                    tracker.track(future, sent_at, len(value))
+                await tracker.wait()
+                # The whole run, failures and stalls included (Java's tool does the same).
+                elapsed = time.perf_counter() - started
+            metrics = producer.metrics_snapshot()
+    finally:
+        check.cancel()
+    return elapsed, topic_problem(check), metrics
 
 
 def render(result: PerfResult, out: Console) -> None:
     latency = result.latency
     limit = "unlimited" if result.throughput_limit is None else f"{result.throughput_limit:,g} records/s"
     where = f"{result.bootstrap} (embedded Tansu broker)" if result.embedded_broker else result.bootstrap
-    out.print(f"aioprod perf: {result.records:,} records of {result.record_size:,} bytes to {result.topic}")
-    table = Table()
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_row("cluster", where)
-    table.add_row("configured throughput", limit)
-    table.add_row("records acked", f"{result.acked:,}")
-    table.add_row("records failed", f"{result.failed:,}")
-    table.add_row("elapsed", f"{result.elapsed:.3f} s")
-    table.add_row("records/s", f"{result.records_per_sec:,.1f}")
-    table.add_row("MB/s", f"{result.mb_per_sec:,.2f}")
-    table.add_row("avg latency", f"{latency.avg:.2f} ms")
-    table.add_row("max latency", f"{latency.max:.2f} ms")
+    size = f"{result.record_size:,} bytes" if result.record_size is not None else f"{result.payloads:,} payloads"
+    out.print(f"aioprod perf: {result.records:,} records of {size} to {result.topic}", markup=False)
+    rows = table(out, "metric", "value", right=("value",))
+    rows.add_row("cluster", where)
+    rows.add_row("configured throughput", limit)
+    if result.keys is not None:
+        rows.add_row("keys", f"{result.keys:,} distinct")
+    rows.add_row("records acked", f"{result.acked:,}")
+    rows.add_row("records failed", f"{result.failed:,}")
+    if result.unsent:
+        rows.add_row("records unsent", f"{result.unsent:,}")
+    rows.add_row("elapsed", f"{result.elapsed:.3f} s")
+    rows.add_row("records/s", f"{result.records_per_sec:,.1f}")
+    rows.add_row("MB/s", f"{result.mb_per_sec:,.2f}")
+    rows.add_row("avg latency", f"{latency.avg:.2f} ms")
+    rows.add_row("max latency", f"{latency.max:.2f} ms")
     for name, value in (("p50", latency.p50), ("p95", latency.p95), ("p99", latency.p99), ("p99.9", latency.p999)):
-        table.add_row(f"{name} latency", f"{value:.2f} ms")
-    out.print(table)
+        rows.add_row(f"{name} latency", f"{value:.2f} ms")
+    out.print(rows)
 
 
 @click.command(short_help="Measure throughput and ack latency, like kafka-producer-perf-test.")
 @click.option("-t", "--topic", required=True, help="Topic to produce to.")
 @click.option("-n", "--num-records", type=click.IntRange(min=1), required=True, help="How many records to send.")
-@click.option("-s", "--record-size", type=click.IntRange(min=0), required=True, help="Value size in bytes.")
+@click.option("-s", "--record-size", type=click.IntRange(min=0), help="Value size in bytes (or --payload-file).")
+@click.option(
+    "--payload-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Values picked at random from this file's pieces (or --record-size).",
+)
+@click.option("--payload-delimiter", metavar="DELIM", default="\\n", show_default=True, help="Splits the payload file.")
+@click.option(
+    "--keys", type=click.IntRange(min=1), help="Key the records with N distinct keys (key-0 ... key-N-1, cycled)."
+)
 @click.option(
     "--throughput",
     type=float,
@@ -184,8 +295,15 @@ def render(result: PerfResult, out: Console) -> None:
     show_default=True,
     help="Target records/s; -1 (or any value <= 0) means as fast as possible.",
 )
-@bootstrap_option
-@config_option
+@click.option(
+    "--reporting-interval",
+    type=click.IntRange(min=1),
+    default=5000,
+    show_default=True,
+    metavar="MS",
+    help="Interim lines on stderr this often (when stderr is not a terminal).",
+)
+@client_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object instead of a table.")
 @click.option(
     "--print-metrics",
@@ -196,62 +314,85 @@ def render(result: PerfResult, out: Console) -> None:
 def perf(
     topic: str,
     num_records: int,
-    record_size: int,
+    record_size: int | None,
+    payload_file: Path | None,
+    payload_delimiter: str,
+    keys: int | None,
     throughput: float,
-    bootstrap: str | None,
-    overrides: tuple[str, ...],
+    reporting_interval: int,
+    client: ClientOptions,
     as_json: bool,
     print_metrics: bool,
 ) -> None:
     """Measure throughput and ack latency, like kafka-producer-perf-test.
 
-    Shows a live progress bar (on stderr, when it is a terminal), then records/s, MB/s
-    (MiB of payload per second), average and max latency and its p50/p95/p99/p99.9,
-    where latency is from the send() call to the broker's ack, per record.
+    Values are --record-size random uppercase letters, or pieces of --payload-file
+    picked at random; keys are null, or --keys N distinct keys. Reports records/s
+    and MB/s over the whole run (first send to last outcome), average and max latency
+    and its p50/p95/p99/p99.9, where latency is from the send() call to the ack.
 
-    Without -b (or AIOPROD_BOOTSTRAP_SERVERS) the run uses an embedded Tansu broker on
-    loopback, and says so: useful to try the tool, not to judge a cluster.
-    Exits 1 if any record failed.
+    While running: a progress bar with rate and ETA when stderr is a terminal,
+    otherwise an interim line every --reporting-interval ms; the first failure of
+    each kind is printed when it happens. Without -b (or AIOPROD_BOOTSTRAP_SERVERS)
+    the run uses an embedded Tansu broker on loopback, and says so: useful to try
+    the tool, not to judge a cluster. Exits 1 if any record failed.
 
     \b
     Examples:
       aioprod perf --topic perf --num-records 100000 --record-size 100
       aioprod perf -b kafka1:9092 -t perf -n 1000000 -s 1024 --throughput 50000 -X linger.ms=10
-      aioprod perf -b kafka1:9092 -t perf -n 100000 -s 100 -X acks=1 -X compression.type=lz4 --json
+      aioprod perf -b kafka1:9092 -t perf -n 100000 --payload-file events.jsonl --keys 1000 --json
       aioprod perf -t perf -n 100000 -s 100 --print-metrics
     """
-    servers = resolve_bootstrap(bootstrap, overrides)
-    options = producer_options(servers or "127.0.0.1:9092", overrides)
+    if (record_size is None) == (payload_file is None):
+        raise CliUsageError("give either --record-size or --payload-file (not both)")
+    servers = client.resolve_bootstrap()
+    options = client.producer_options(servers or "127.0.0.1:9092")
+    if payload_file is not None:
+        payloads = load_payloads(payload_file, parse_delimiter(payload_delimiter, "--payload-delimiter"))
+        rng = random.Random()
+        values: Callable[[int], bytes] = lambda _i: payloads[rng.randrange(len(payloads))]  # noqa: E731
+    else:
+        assert record_size is not None
+        fixed = payload(record_size)
+        values = lambda _i: fixed  # noqa: E731
     rate = throughput if throughput > 0 else None
     out = console()
     err = console(stderr=True)
+    acked_bytes = 0
+
+    def on_ack(_metadata: Any, size: int) -> None:
+        nonlocal acked_bytes
+        acked_bytes += size
+
+    reporter = Reporter(err, num_records, reporting_interval / 1000)
+    tracker = AckTracker(on_ack=on_ack, on_error=reporter.failed)
+    record_outcomes(tracker)
     with cluster_or_embedded(servers) as (target, broker):
         options["bootstrap_servers"] = target
         if broker is not None:
             err.print(f"No bootstrap servers given: using an embedded Tansu broker on {target} (memory storage)")
-        progress = None
-        if err.is_terminal:
-            progress = Progress(
-                TextColumn("[progress.description]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=err,
-                transient=True,
-            )
         try:
-            tracker, elapsed, metrics = run(run_perf(options, topic, num_records, record_size, rate, progress))
+            elapsed, problem, metrics = run(
+                run_perf(options, topic, num_records, values, keys, rate, tracker, reporter)
+            )
+        except CliError:
+            raise
         except Exception as exc:
             raise CliError(f"perf run failed on {target}: {describe(exc)}{embedded_hint(broker)}") from exc
     result = PerfResult(
         topic=topic,
         records=num_records,
         record_size=record_size,
+        payloads=None if payload_file is None else len(payloads),
+        keys=keys,
         throughput_limit=rate,
         bootstrap=target,
         embedded_broker=broker is not None,
         acked=tracker.acked,
         failed=tracker.failed,
+        unsent=tracker.unsent,
+        acked_bytes=acked_bytes,
         elapsed=elapsed,
         latency=tracker.summary(),
         first_error=describe(tracker.first_error) if tracker.first_error is not None else None,
@@ -263,4 +404,4 @@ def perf(
         if print_metrics:
             click.echo("\n".join(java_style_lines(metrics)))
     if result.failed:
-        raise CliError(f"{result.failed:,} of {num_records:,} records failed (first: {result.first_error})")
+        raise CliError(f"{result.failed:,} of {num_records:,} records failed (first: {result.first_error}){problem}")

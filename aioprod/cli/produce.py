@@ -3,7 +3,8 @@
 Input is read in chunks on a worker thread so that a slow or interactive stdin never
 blocks the event loop (the producer's sender keeps running while we wait for input), and
 each line is sent as soon as it arrives. Bytes pass through unchanged; failures are
-reported per line number and make the exit code 1.
+reported per line number and make the exit code 1. A line is split into headers, key and
+value the way kcat and Kafka's console producer do it (``-K``, ``-k``, ``--parse-headers``).
 """
 
 from __future__ import annotations
@@ -11,29 +12,32 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import json
 import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import IO, Any
 
 import click
 
+from aioprod.cli.cluster import topic_problem, watch_topic
 from aioprod.cli.common import (
+    ClientOptions,
     CliError,
-    CliUsageError,
-    bootstrap_option,
-    config_option,
+    client_options,
     debug_option,
     describe,
+    open_producer,
+    parse_delimiter,
     parse_pairs,
-    producer_options,
-    require_bootstrap,
+    record_outcomes,
     run,
 )
 from aioprod.cli.stats import AckTracker
 from aioprod.errors import KafkaError
-from aioprod.producer.producer import Producer
+from aioprod.producer.record_future import RecordMetadata
 
 _CHUNK = 64 * 1024
 
@@ -80,97 +84,204 @@ async def read_chunks(stream: IO[bytes]) -> AsyncIterator[bytes]:
         yield item
 
 
-async def read_lines(stream: IO[bytes]) -> AsyncIterator[bytes]:
-    """The stream's lines without their ``\\n`` (or ``\\r\\n``); a last unterminated line counts."""
+async def read_records(stream: IO[bytes], delimiter: bytes) -> AsyncIterator[bytes]:
+    """The stream split at ``delimiter``; a last unterminated record counts.
+
+    With the default newline delimiter a trailing ``\\r`` is dropped too (CRLF input).
+    """
+    crlf = delimiter == b"\n"
     pending = b""
     async for chunk in read_chunks(stream):
         pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            yield line.removesuffix(b"\r")
+        *records, pending = pending.split(delimiter)
+        for record in records:
+            yield record.removesuffix(b"\r") if crlf else record
     if pending:
-        yield pending.removesuffix(b"\r")
+        yield pending.removesuffix(b"\r") if crlf else pending
+
+
+Headers = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """How a line becomes a record: ``[HEADERS <hdelim>] [KEY <sep>] VALUE``."""
+
+    key_separator: bytes | None = None
+    fixed_key: bytes | None = None
+    empty_is_null: bool = False
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    headers_delimiter: bytes | None = None  # --parse-headers
+    headers_separator: bytes = b","
+    headers_key_separator: bytes = b":"
+
+    def split(self, line: bytes) -> tuple[bytes | None, bytes | None, Headers]:
+        """(key, value, headers) of one line, as kcat and kafka-console-producer read it."""
+        headers: Headers = list(self.headers)
+        if self.headers_delimiter is not None:
+            head, sep, line = line.partition(self.headers_delimiter)
+            if not sep:
+                raise ValueError(f"no headers delimiter {self.headers_delimiter!r} in the line (--parse-headers)")
+            headers += self._parse_headers(head)
+        key: bytes | None = self.fixed_key
+        value: bytes | None = line
+        if self.key_separator is not None:
+            head, sep, tail = line.partition(self.key_separator)
+            if sep:  # as kcat: a line without the separator is a value (with the -k key, if any)
+                key, value = head, tail
+        if self.empty_is_null:
+            key = key or None
+            value = value or None
+        return key, value, headers
+
+    def _parse_headers(self, text: bytes) -> Headers:
+        out: Headers = []
+        for item in text.split(self.headers_separator) if text else []:
+            name, sep, value = item.partition(self.headers_key_separator)
+            try:
+                out.append((name.decode(), value if sep else None))  # no separator: a null value
+            except UnicodeDecodeError:
+                raise ValueError(f"header name {name!r} is not UTF-8") from None
+        return out
+
+
+def report_line(line_number: int, metadata: RecordMetadata | None, error: BaseException | None) -> str:
+    """One JSON delivery report (``--report``)."""
+    if metadata is None:
+        return json.dumps({"line": line_number, "error": describe(error)})
+    return json.dumps(
+        {
+            "line": line_number,
+            "topic": metadata.topic,
+            "partition": metadata.partition,
+            "offset": metadata.offset,
+            "timestamp": metadata.timestamp,
+        }
+    )
 
 
 async def produce_lines(
     options: dict[str, Any],
     topic: str,
     stream: IO[bytes],
-    key_separator: bytes | None,
-    headers: list[tuple[str, bytes | None]],
+    delimiter: bytes,
+    line_format: LineFormat,
     partition: int | None,
-) -> tuple[int, int]:
-    """Send every line; (records acked, records failed). Failures are reported as they happen."""
-
-    def report(exc: BaseException, line_number: int) -> None:
-        click.echo(f"line {line_number}: {describe(exc)}", err=True)
-
-    tracker = AckTracker(on_error=report)
-    async with Producer(options) as producer:
-        line_number = 0
-        async for line in read_lines(stream):
-            line_number += 1
-            key: bytes | None = None
-            value = line
-            if key_separator is not None:
-                head, sep, tail = line.partition(key_separator)
-                if sep:  # as kcat: a line without the separator is a value with no key
-                    key, value = head, tail
-            sent_at = time.perf_counter()
-            try:
-                future = await producer.send(topic, value, key, partition=partition, headers=headers)
-            except (TypeError, ValueError) as exc:  # this record is wrong (too large, no such partition)
-                tracker.fail(exc, line_number)
-                continue
-            except KafkaError as exc:  # the cluster is: every later line would wait max.block.ms too
-                raise CliError(f"stopped at line {line_number}: {describe(exc)}") from exc
-            tracker.track(future, sent_at, line_number)
-        await tracker.wait()
-    return tracker.acked, tracker.failed
+    tracker: AckTracker,
+) -> None:
+    """Send every line; failures are reported as they happen, on stderr (and stdout with --report)."""
+    check = watch_topic(options, topic)
+    try:
+        async with open_producer(options, tracker) as producer:
+            line_number = 0
+            async for line in read_records(stream, delimiter):
+                line_number += 1
+                try:
+                    key, value, headers = line_format.split(line)
+                except ValueError as exc:
+                    tracker.fail(exc, line_number)
+                    continue
+                sent_at = time.perf_counter()
+                try:
+                    future = await producer.send(topic, value, key, partition=partition, headers=headers)
+                except (TypeError, ValueError) as exc:  # this record is wrong (too large, no such partition)
+                    tracker.fail(exc, line_number)
+                    continue
+                except KafkaError as exc:  # the cluster is: every later line would wait max.block.ms too
+                    raise CliError(f"stopped at line {line_number}: {describe(exc)}{topic_problem(check)}") from exc
+                tracker.track(future, sent_at, line_number)
+            await tracker.wait()
+    finally:
+        check.cancel()
 
 
 @click.command(short_help="Produce one record per input line, like kcat -P.")
 @click.argument("topic")
 @click.argument("input_file", metavar="[FILE|-]", type=click.File("rb"), default="-")
-@bootstrap_option
+@client_options
 @click.option("-K", "--key-separator", metavar="SEP", help="Split each line into KEY SEP VALUE (first SEP).")
+@click.option(
+    "-k", "--key", "fixed_key", metavar="KEY", help="The key of every record (a line split by -K keeps its own)."
+)
+@click.option("-D", "--delimiter", metavar="DELIM", default="\\n", show_default=True, help="Record delimiter.")
+@click.option("-Z", "--null-empty", is_flag=True, help="Send an empty key or value as null (kcat -Z).")
 @click.option("-H", "--header", "headers", metavar="KEY=VALUE", multiple=True, help="Add a header to every record.")
+@click.option(
+    "--parse-headers",
+    is_flag=True,
+    help="Each line starts with headers: K1:V1,K2:V2<TAB>rest (as kafka-console-producer parse.headers).",
+)
+@click.option("--headers-delimiter", metavar="DELIM", default="\\t", show_default=True, help="Ends the headers.")
+@click.option("--headers-separator", metavar="SEP", default=",", show_default=True, help="Between headers.")
+@click.option(
+    "--headers-key-separator", metavar="SEP", default=":", show_default=True, help="Between a header's key and value."
+)
 @click.option("-p", "--partition", type=click.IntRange(min=0), help="Send every record to this partition.")
-@config_option
+@click.option("--report", is_flag=True, help="Print a JSON delivery report line per record on stdout.")
 @debug_option
 def produce(
     topic: str,
     input_file: IO[bytes],
-    bootstrap: str | None,
+    client: ClientOptions,
     key_separator: str | None,
+    fixed_key: str | None,
+    delimiter: str,
+    null_empty: bool,
     headers: tuple[str, ...],
+    parse_headers: bool,
+    headers_delimiter: str,
+    headers_separator: str,
+    headers_key_separator: str,
     partition: int | None,
-    overrides: tuple[str, ...],
+    report: bool,
 ) -> None:
     """Produce one record per line of FILE (default: standard input), like kcat -P.
 
-    Lines end with \\n (a trailing \\r is dropped too); an empty line is an empty record.
-    With -K, the text before the first SEP is the key and the rest the value; a line
-    without SEP has no key. Without -p, records with keys go where the Java client puts
-    them (murmur2), keyless ones are spread by the sticky partitioner.
+    Lines end with \\n (a trailing \\r is dropped too), or with -D DELIM; an empty line is
+    an empty record (null with -Z). With -K, the text before the first SEP is the key
+    and the rest the value; a line without SEP has no key, or the -k key. Without -p,
+    records with keys go where the Java client puts them (murmur2), keyless ones are
+    spread by the sticky partitioner. Delimiters and separators take \\n \\r \\t \\0
+    \\xNN escapes, as kcat's.
 
     A line that fails is reported as "line N: error" on stderr and the others still go;
-    the exit code is then 1.
+    the exit code is then 1. --report prints one JSON line per record on stdout:
+    {"line": N, "partition": P, "offset": O, ...} or {"line": N, "error": "..."}.
 
     \b
     Examples:
       echo hello | aioprod produce greetings -b localhost:9092
       aioprod produce orders -b localhost:9092 -K : orders.txt      # lines "key:value"
-      aioprod produce events -H source=cli -H v=2 -p 0 -X acks=1 events.jsonl
+      aioprod produce events -H source=cli -p 0 -X acks=1 --report events.jsonl
+      printf 'trace:abc\\tk1:v1\\n' | aioprod produce t -b localhost:9092 --parse-headers -K :
+      aioprod produce t -F client.properties -D '\\0' -Z records.bin
     """
-    servers = require_bootstrap(bootstrap, overrides)
-    options = producer_options(servers, overrides)
-    if key_separator == "":
-        raise CliUsageError("--key-separator must not be empty")
-    header_list: list[tuple[str, bytes | None]] = [(k, v.encode()) for k, v in parse_pairs(headers, "--header")]
-    separator = key_separator.encode() if key_separator is not None else None
-    acked, failed = run(produce_lines(options, topic, input_file, separator, header_list, partition))
-    summary = f"{acked:,} record{'' if acked == 1 else 's'} produced to {topic!r}"
-    if failed:
-        raise CliError(f"{summary}; {failed:,} failed (lines above)")
+    servers = client.require_bootstrap()
+    options = client.producer_options(servers)
+    line_format = LineFormat(
+        key_separator=parse_delimiter(key_separator, "--key-separator") if key_separator is not None else None,
+        fixed_key=fixed_key.encode() if fixed_key is not None else None,
+        empty_is_null=null_empty,
+        headers=tuple((k, v.encode()) for k, v in parse_pairs(headers, "--header")),
+        headers_delimiter=parse_delimiter(headers_delimiter, "--headers-delimiter") if parse_headers else None,
+        headers_separator=parse_delimiter(headers_separator, "--headers-separator"),
+        headers_key_separator=parse_delimiter(headers_key_separator, "--headers-key-separator"),
+    )
+    record_delimiter = parse_delimiter(delimiter, "--delimiter")
+
+    def on_ack(metadata: RecordMetadata, line_number: int) -> None:
+        if report:
+            click.echo(report_line(line_number, metadata, None))
+
+    def on_error(exc: BaseException, line_number: int) -> None:
+        click.echo(f"line {line_number}: {describe(exc)}", err=True)
+        if report:
+            click.echo(report_line(line_number, None, exc))
+
+    tracker = AckTracker(on_ack=on_ack, on_error=on_error)
+    record_outcomes(tracker)
+    run(produce_lines(options, topic, input_file, record_delimiter, line_format, partition, tracker))
+    summary = f"{tracker.acked:,} record{'' if tracker.acked == 1 else 's'} produced to {topic!r}"
+    if tracker.failed or tracker.unsent:
+        raise CliError(f"{summary}; {tracker.failed + tracker.unsent:,} failed (lines above)")
     click.echo(f"aioprod: {summary}", err=True)

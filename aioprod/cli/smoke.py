@@ -11,6 +11,7 @@ offset + 1 rather than the log end, so on Tansu the run sends one record per bat
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,24 +19,23 @@ from typing import Any
 
 import click
 
+from aioprod.cli.cluster import topic_problem, watch_topic
 from aioprod.cli.common import (
+    ClientOptions,
     CliError,
     CliUsageError,
-    bootstrap_option,
+    client_options,
     cluster_or_embedded,
-    config_option,
     console,
     debug_option,
     describe,
     embedded_hint,
-    overrides_option,
-    producer_options,
-    resolve_bootstrap,
+    open_producer,
+    record_outcomes,
     run,
 )
 from aioprod.cli.stats import AckTracker, LatencySummary
 from aioprod.config import ProducerConfig
-from aioprod.producer.producer import Producer
 from aioprod.producer.record_future import RecordMetadata
 
 
@@ -78,21 +78,30 @@ TANSU_NOTE = "Tansu's ListOffsets counts batches, not records: sent one record p
 
 
 async def run_smoke(
-    options: dict[str, Any], topic: str, records: int, *, embedded: bool, batch_size_given: bool
+    options: dict[str, Any], topic: str, records: int, tracker: AckTracker, *, embedded: bool, batch_size_given: bool
 ) -> SmokeResult:
     """Produce ``records`` keyed records to ``topic`` and collect what the check needs."""
-    async with Producer(options) as probe:
-        result = SmokeResult(topic, records, before=await probe.end_offsets(topic))
-        tansu = embedded or probe.cluster().cluster_id == TANSU_CLUSTER_ID
+    check = watch_topic(options, topic)
+    try:
+        async with open_producer(options) as probe:
+            try:
+                before = await probe.end_offsets(topic)
+            except Exception as exc:
+                where = options["bootstrap_servers"]
+                raise CliError(f"smoke test failed on {where}: {describe(exc)}{topic_problem(check)}") from exc
+            result = SmokeResult(topic, records, before=before)
+            tansu = embedded or probe.cluster().cluster_id == TANSU_CLUSTER_ID
+    finally:
+        check.cancel()
     if tansu and not batch_size_given:
         options = {**options, "batch_size": 1}
         result.notes.append(TANSU_NOTE)
 
-    def on_ack(metadata: RecordMetadata) -> None:
+    def on_ack(metadata: RecordMetadata, _tag: Any) -> None:
         result.acked_offsets[metadata.partition].append(metadata.offset)
 
-    tracker = AckTracker(on_ack=on_ack)
-    async with Producer(options) as producer:
+    tracker.on_ack = on_ack
+    async with open_producer(options, tracker) as producer:
         started = time.perf_counter()
         for i in range(records):
             sent_at = time.perf_counter()
@@ -104,6 +113,30 @@ async def run_smoke(
     result.acked, result.failed, result.first_error = tracker.acked, tracker.failed, tracker.first_error
     result.latency = tracker.summary()
     return result
+
+
+def as_dict(result: SmokeResult, cluster: str, embedded: bool, problems: list[str]) -> dict[str, Any]:
+    """The ``--json`` form of the report."""
+    latency = result.latency or LatencySummary(0, 0, 0, 0, 0, 0, 0)
+    return {
+        "ok": not problems,
+        "cluster": cluster,
+        "embedded_broker": embedded,
+        "topic": result.topic,
+        "records": result.records,
+        "acked": result.acked,
+        "failed": result.failed,
+        "partitions": len(result.after),
+        "partitions_written": sum(1 for offsets in result.acked_offsets.values() if offsets),
+        "end_offsets": {
+            str(p): {"before": result.before.get(p, 0), "after": end} for p, end in sorted(result.after.items())
+        },
+        "elapsed_s": round(result.elapsed, 4),
+        "records_per_sec": round(result.acked / result.elapsed if result.elapsed > 0 else 0.0, 1),
+        "latency_ms": {"p50": round(latency.p50, 2), "p99": round(latency.p99, 2), "max": round(latency.max, 2)},
+        "notes": result.notes,
+        "problems": problems,
+    }
 
 
 def report(result: SmokeResult, cluster: str, problems: list[str]) -> list[tuple[str, str]]:
@@ -125,14 +158,14 @@ def report(result: SmokeResult, cluster: str, problems: list[str]) -> list[tuple
 
 
 @click.command()
-@bootstrap_option
+@client_options
 @click.option(
     "-n", "--records", default=1000, show_default=True, type=click.IntRange(min=1), help="How many records to produce."
 )
 @click.option("-t", "--topic", default="aioprod-smoke", show_default=True, help="Topic (auto-created if allowed).")
-@config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @debug_option
-def smoke(bootstrap: str | None, records: int, topic: str, overrides: tuple[str, ...]) -> None:
+def smoke(client: ClientOptions, records: int, topic: str, as_json: bool) -> None:
     """Produce records and check that the broker stored exactly them.
 
     Without -b (or AIOPROD_BOOTSTRAP_SERVERS), an embedded Tansu broker is started on a
@@ -146,18 +179,20 @@ def smoke(bootstrap: str | None, records: int, topic: str, overrides: tuple[str,
     Examples:
       aioprod smoke
       aioprod smoke -b kafka1:9092 --records 10000 --topic smoke-test
-      aioprod smoke -b localhost:9092 -X acks=1 -X max.block.ms=5000
+      aioprod smoke -b localhost:9092 -X acks=1 -X max.block.ms=5000 --json
     """
-    servers = resolve_bootstrap(bootstrap, overrides)
-    # Validate -X before starting anything, with a placeholder address when none is given.
-    options = producer_options(servers or "127.0.0.1:9092", overrides)
+    servers = client.resolve_bootstrap()
+    # Validate the options before starting anything, with a placeholder address when none is given.
+    options = client.producer_options(servers or "127.0.0.1:9092")
     if ProducerConfig.from_options(options).acks == 0:
         raise CliUsageError("smoke checks every acknowledgement, and acks=0 asks for none: use acks=1 or all")
     out = console()
+    tracker = AckTracker()
+    record_outcomes(tracker)
     with cluster_or_embedded(servers) as (target, broker):
         options["bootstrap_servers"] = target
         cluster = f"{target} (embedded Tansu broker, memory storage)" if broker else target
-        if broker is not None:
+        if broker is not None and not as_json:
             out.print(f"No bootstrap servers given: started an embedded Tansu broker on {target}")
         try:
             result = run(
@@ -165,16 +200,22 @@ def smoke(bootstrap: str | None, records: int, topic: str, overrides: tuple[str,
                     options,
                     topic,
                     records,
+                    tracker,
                     embedded=broker is not None,
-                    batch_size_given=overrides_option(overrides, "batch_size"),
+                    batch_size_given=client.sets("batch_size"),
                 )
             )
+        except CliError:
+            raise
         except Exception as exc:
             raise CliError(f"smoke test failed on {target}: {describe(exc)}{embedded_hint(broker)}") from exc
     problems = result.problems()
-    out.print(f"aioprod smoke: {'FAILED' if problems else 'OK'}", style="bold red" if problems else "bold green")
-    for label, text in report(result, cluster, problems):
-        out.print(f"  {label:<12} {text}", markup=False)
+    if as_json:
+        click.echo(json.dumps(as_dict(result, cluster, broker is not None, problems)))
+    else:
+        out.print(f"aioprod smoke: {'FAILED' if problems else 'OK'}", style="bold red" if problems else "bold green")
+        for label, text in report(result, cluster, problems):
+            out.print(f"  {label:<12} {text}", markup=False)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CliError(f"smoke test failed: {problems[0]}{more}")

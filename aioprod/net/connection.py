@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import aioprod
 from aioprod.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProtocolError
 from aioprod.net.tls import connection_error
 from aioprod.protocol import versions
@@ -198,7 +199,7 @@ class BrokerConnection:
     async def _negotiate(self) -> None:
         version = ApiVersionsRequest.MAX_VERSION
         while True:
-            request = ApiVersionsRequest(client_software_name="aioprod", client_software_version="0.1.0")
+            request = ApiVersionsRequest(client_software_name="aioprod", client_software_version=aioprod.__version__)
             frame = await self._send(request, version, raw=True)
             outcome = versions.read_api_versions_response(frame, version)
             if isinstance(outcome, ApiVersionsResponse):

@@ -500,6 +500,11 @@ class Producer:
 
     # -- transactions ------------------------------------------------------------------
 
+    @property
+    def in_transaction(self) -> bool:
+        """A transaction is open (begun, not yet committed or aborted)."""
+        return self._txn is not None and self._txn.in_transaction
+
     def begin_transaction(self) -> None:
         """Start a transaction: records sent until it commits are written atomically, and
         only readers with ``isolation.level=read_committed`` see them, once committed."""
@@ -557,8 +562,7 @@ class Producer:
             raise
 
     async def _abort_if_open(self) -> None:
-        txn = self._txn
-        if txn is not None and txn.in_transaction:
+        if self.in_transaction:
             await self.abort_transaction()
 
     def _transactions(self, name: str) -> TransactionManager:

@@ -41,9 +41,8 @@ def test_serves_until_sigint_then_exits_0() -> None:
         assert proc.stdout is not None
         banner = proc.stdout.readline()  # printed once the broker accepts connections
         assert f"listening on 127.0.0.1:{port}" in banner, banner + (proc.stderr.read() if proc.stderr else "")
-        result = aioprod("metadata", "-b", f"127.0.0.1:{port}", "-t", "from-the-test")
+        result = aioprod("smoke", "-b", f"127.0.0.1:{port}", "-n", "10")
         assert result.exit_code == 0, result.output
-        assert "from-the-test" in result.stdout
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -75,6 +74,8 @@ def test_tls_and_sasl_broker_prints_the_client_options_but_not_the_password() ->
         assert password not in banner
         overrides = hint.split(f"-b 127.0.0.1:{port} ")[1].split(" -X sasl.password=")[0].split()
         args = [*overrides, "-X", f"sasl.password={password}"]
+        produced = aioprod("produce", "secured", "-b", f"127.0.0.1:{port}", *args, input="x\n")
+        assert produced.exit_code == 0, produced.output
         result = aioprod("metadata", "-b", f"127.0.0.1:{port}", "-t", "secured", *args)
         assert result.exit_code == 0, result.output
         assert "secured" in result.stdout and password not in result.output
@@ -84,3 +85,15 @@ def test_tls_and_sasl_broker_prints_the_client_options_but_not_the_password() ->
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert password not in out + err
+
+
+def test_help_examples_name_the_port_they_start() -> None:
+    """Point 8: each example's smoke command targets the port its broker command listens on."""
+    result = aioprod("broker", "--help")
+    assert result.exit_code == 0
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    examples = [line for line in lines if line.startswith("aioprod broker") and "aioprod smoke" in line]
+    assert len(examples) >= 2
+    for line in examples:
+        port = line.split("--port")[1].split()[0] if "--port" in line else "9092"
+        assert f"aioprod smoke -b 127.0.0.1:{port}" in line, line

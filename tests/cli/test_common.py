@@ -64,5 +64,71 @@ def test_top_level_help_documents_exit_codes_and_environment() -> None:
         assert text in result.stdout
 
 
-def test_unknown_flag_is_click_usage_error() -> None:
-    assert aioprod("smoke", "--no-such-flag").exit_code == 2
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["smoke", "--recrods", "5"], "No such option '--recrods'. (Did you mean one of: '--records'"),
+        (["smok"], "No such command 'smok'. Did you mean 'smoke'?"),
+        (["perf", "-n", "10", "-s", "1"], "Missing option '-t' / '--topic'."),
+        (["perf", "-t", "t", "-n", "many", "-s", "1"], "Invalid value for '-n' / '--num-records': 'many'"),
+        (["produce"], "Missing argument 'TOPIC'."),
+    ],
+    ids=["unknown-flag", "unknown-command", "missing-option", "bad-value", "missing-argument"],
+)
+def test_usage_errors_are_one_line_with_did_you_mean(bootstrap: str, args: list[str], expected: str) -> None:
+    """Point 3: click's usage errors in the documented form: one ``aioprod: error:`` line, exit 2."""
+    result = aioprod(*args, env={"AIOPROD_BOOTSTRAP_SERVERS": bootstrap}, input="")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"aioprod: error: {expected}")
+    assert result.stderr.rstrip().endswith("--help')")  # and where to read more
+
+
+def test_did_you_mean_answers_in_the_spelling_asked() -> None:
+    """Point 8: a dotted (Java) name gets a dotted suggestion, a snake one a snake suggestion."""
+    dotted = aioprod("perf", "-t", "t", "-n", "1", "-s", "1", "-X", "linger.mss=5")
+    assert "did you mean 'linger.ms'?" in dotted.stderr
+    snake = aioprod("perf", "-t", "t", "-n", "1", "-s", "1", "-X", "linger_mss=5")
+    assert "did you mean 'linger_ms'?" in snake.stderr
+
+
+def test_help_links_the_documentation_site() -> None:
+    """Point 8: pip users have no docs/ folder: the epilogue links the site's CLI page."""
+    import importlib.metadata
+
+    result = aioprod("--help")
+    assert "docs/cli.md" not in result.stdout
+    site = dict(url.split(", ", 1) for url in importlib.metadata.metadata("aioprod").get_all("Project-URL") or [])
+    assert f"Documentation: {site['Documentation'].rstrip('/')}/cli/" in result.stdout
+
+
+def test_every_option_has_an_environment_variable() -> None:
+    """Point 7: AIOPROD_<OPTION> for each -X option (shown by -v with where each came from)."""
+    import dataclasses
+
+    from aioprod.cli.common import ENV_OPTIONS
+    from aioprod.config import ProducerConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ProducerConfig)}
+    samples = {
+        "transactional_id": "txn",
+        "compression_level": "1",
+        "compression_type": "gzip",
+        "sasl_mechanism": "PLAIN",
+        "sasl_password": "hunter2-sasl",
+        "ssl_key_password": "hunter2-key",
+        "sasl_jaas_config": "hunter2-jaas",
+    }
+    env = {}
+    for name in ENV_OPTIONS:
+        if name == "bootstrap_servers":
+            continue
+        default = defaults[name]
+        value = str(default).lower() if isinstance(default, bool) else "x" if default is None else str(default)
+        env[f"AIOPROD_{name.upper()}"] = samples.get(name, value)
+    result = aioprod("-v", "metadata", "-b", f"127.0.0.1:{free_port()}", env={**env, "AIOPROD_MAX_BLOCK_MS": "200"})
+    assert result.exit_code != 0  # nothing listens (and transactions may be refused): only the options matter here
+    for variable in env:
+        assert f"(${variable})" in result.stderr, variable
+    assert "hunter2" not in result.stderr  # secrets are logged as <hidden>

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tests.cli.conftest import aioprod
+from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +52,50 @@ def test_bad_option_names_it() -> None:
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1
     assert "compression_type" in result.stderr and "brotli" in result.stderr
+
+
+def decimals(value: float) -> int:
+    text = repr(value)
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def test_json_numbers_are_rounded_as_documented(bootstrap: str, topic: str) -> None:
+    """Point 4: seconds to 4 places, records/s to 1, MB/s to 4, latencies to 2 (docs/cli.md)."""
+    result = aioprod("perf", "-b", bootstrap, "-t", topic, "-n", "300", "-s", "33", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert decimals(report["elapsed_s"]) <= 4
+    assert decimals(report["records_per_sec"]) <= 1
+    assert decimals(report["mb_per_sec"]) <= 4
+    assert all(decimals(v) <= 2 for v in report["latency_ms"].values())
+
+
+def test_payload_file_and_keys(bootstrap: str, topic: str, tmp_path: Path) -> None:
+    """Point 7: values drawn from --payload-file, keys from --keys N, all read back."""
+    payloads = tmp_path / "payloads.txt"
+    payloads.write_bytes(b"alpha\nbeta\n\ngamma-gamma\n")  # the empty piece is dropped, as Java's tool does
+    result = aioprod("perf", "-b", bootstrap, "-t", topic, "-n", "200", "--payload-file", str(payloads), "--keys", "3")
+    assert result.exit_code == 0, result.output
+    assert "3 payloads" in result.stdout and "3 distinct" in result.stdout
+    records = read_topic(bootstrap, topic)
+    assert len(records) == 200
+    assert {r.value for r in records} <= {b"alpha", b"beta", b"gamma-gamma"}
+    assert {r.key for r in records} == {b"key-0", b"key-1", b"key-2"}
+    # One key, one partition (murmur2, as the Java client).
+    assert all(len({r.partition for r in records if r.key == key}) == 1 for key in (b"key-0", b"key-1", b"key-2"))
+    both = aioprod("perf", "-b", bootstrap, "-t", topic, "-n", "1", "-s", "1", "--payload-file", str(payloads))
+    assert both.exit_code == 2 and "either --record-size or --payload-file" in both.stderr
+
+
+def test_a_terminal_gets_a_progress_bar_with_rate_and_eta(bootstrap: str, topic: str) -> None:
+    """Point 2: on a terminal, a live bar (records, rate, ETA) instead of interim lines."""
+    result = aioprod(
+        "perf", "-b", bootstrap, "-t", topic, "-n", "3000", "-s", "10", "--throughput", "3000",
+        env={"TTY_COMPATIBLE": "1"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "records/s" in result.stderr and "ETA" in result.stderr and "/3000" in result.stderr
+    assert "aioprod perf: " not in result.stderr  # no interim lines on a terminal
 
 
 def test_print_metrics_lists_the_java_metrics(bootstrap: str, topic: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,87 @@ def test_malformed_header_is_a_usage_error() -> None:
     result = aioprod("produce", "t", "-b", "127.0.0.1:9", "-H", "novalue", input="x\n")
     assert result.exit_code == 2
     assert "--header 'novalue': expected KEY=VALUE" in result.stderr
+
+
+def test_delimiter_fixed_key_and_empty_as_null(bootstrap: str, topic: str) -> None:
+    """Point 7: -D splits records, -k keys them all, -Z sends an empty value as null (as kcat)."""
+    result = aioprod("produce", topic, "-b", bootstrap, "-D", "\\0", "-k", "fixed", "-Z", input=b"a\nb\0\0last")
+    assert result.exit_code == 0, result.output
+    records = sorted(read_topic(bootstrap, topic), key=lambda r: (r.partition, r.offset))
+    assert sorted((r.key, r.value) for r in records if r.value is not None) == [
+        (b"fixed", b"a\nb"),
+        (b"fixed", b"last"),
+    ]
+    assert [(r.key, r.value) for r in records if r.value is None] == [(b"fixed", None)]
+
+
+def test_headers_on_each_line(bootstrap: str, topic: str) -> None:
+    """Point 7: --parse-headers reads HEADERS<TAB>KEY:VALUE lines, as kafka-console-producer does."""
+    lines = "trace:abc,flag\tk1:v1\n\tk2:v2\n"  # a header without ':' has a null value; no headers at all
+    result = aioprod("produce", topic, "-b", bootstrap, "--parse-headers", "-K", ":", "-H", "source=cli", input=lines)
+    assert result.exit_code == 0, result.output
+    got = {(r.key, r.value): r.headers for r in read_topic(bootstrap, topic)}
+    assert got == {
+        (b"k1", b"v1"): (("source", b"cli"), ("trace", b"abc"), ("flag", None)),
+        (b"k2", b"v2"): (("source", b"cli"),),
+    }
+    bad = aioprod("produce", topic, "-b", bootstrap, "--parse-headers", input="no tab here\n")
+    assert bad.exit_code == 1
+    assert "line 1: ValueError: no headers delimiter" in bad.stderr
+
+
+def test_report_line_per_record(bootstrap: str, topic: str) -> None:
+    """Point 7: --report prints one JSON line per record: where it landed, or why it failed."""
+    too_big = "x" * 5000
+    result = aioprod(
+        "produce", topic, "-b", bootstrap, "--report", "-X", "max.request.size=2000", input=f"a\n{too_big}\nb\n"
+    )
+    assert result.exit_code == 1
+    reports = {r["line"]: r for r in map(json.loads, result.stdout.splitlines())}
+    assert sorted(reports) == [1, 2, 3]
+    assert reports[2]["error"].startswith("RecordTooLargeError")
+    stored = {(r.partition, r.offset): r.value for r in read_topic(bootstrap, topic)}
+    for line, value in ((1, b"a"), (3, b"b")):
+        assert reports[line]["topic"] == topic
+        assert stored[(reports[line]["partition"], reports[line]["offset"])] == value
+
+
+def test_config_file_environment_and_x_in_that_order(bootstrap: str, topic: str, tmp_path: Path) -> None:
+    """Point 7: -F (Java .properties) < AIOPROD_<OPTION> < -X; the file may name the brokers."""
+    config = tmp_path / "client.properties"
+    config.write_text(
+        f"# as for kafka-console-producer --producer.config\nbootstrap.servers={bootstrap}\nmax.request.size : 2000\n"
+    )
+    big = "x" * 5000 + "\n"
+    from_file = aioprod("produce", topic, "-F", str(config), input=big)
+    assert from_file.exit_code == 1 and "RecordTooLargeError" in from_file.stderr
+    from_env = aioprod("produce", topic, "-F", str(config), input=big, env={"AIOPROD_MAX_REQUEST_SIZE": "100000"})
+    assert from_env.exit_code == 0, from_env.output
+    from_x = aioprod(
+        "produce", topic, "-F", str(config), "-X", "max.request.size=2000", input=big,
+        env={"AIOPROD_MAX_REQUEST_SIZE": "100000"},
+    )  # fmt: skip
+    assert from_x.exit_code == 1 and "RecordTooLargeError" in from_x.stderr
+    assert len(read_topic(bootstrap, topic)) == 1
+    via_env = aioprod("produce", topic, input="y\n", env={"AIOPROD_CONFIG_FILE": str(config)})
+    assert via_env.exit_code == 0, via_env.output
+    config.write_text("linger.mss=5\n")
+    typo = aioprod("produce", topic, "-b", bootstrap, "-F", str(config), input="x\n")
+    assert typo.exit_code == 2
+    assert typo.stderr == (
+        f"aioprod: error: bad producer option ({config}:1): unknown option 'linger.mss' (did you mean 'linger.ms'?)\n"
+    )
+
+
+def test_verbose_logging(bootstrap: str, topic: str) -> None:
+    """Point 7: -v logs INFO (the options given, and where from), -vv DEBUG too; secrets never."""
+    env = {"AIOPROD_LINGER_MS": "7"}
+    quiet = aioprod("produce", topic, "-b", bootstrap, "-X", "acks=1", input="x\n", env=env)
+    assert quiet.exit_code == 0 and quiet.stderr == "aioprod: 1 record produced to '" + topic + "'\n"
+    info = aioprod("-v", "produce", topic, "-b", bootstrap, "-X", "acks=1", input="x\n", env=env)
+    assert info.exit_code == 0, info.output
+    assert re.search(r"INFO +aioprod\.cli\.common: option linger_ms=7 \(\$AIOPROD_LINGER_MS\)", info.stderr)
+    assert re.search(r"INFO +aioprod\.cli\.common: option acks=1 \(-X acks\)", info.stderr)
+    assert "DEBUG" not in info.stderr
+    debug = aioprod("produce", topic, "-b", bootstrap, "-vv", input="x\n", env=env)
+    assert re.search(r"DEBUG +aioprod\.cli\.common: producer options: .*linger_ms=7", debug.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -39,10 +40,23 @@ def test_smoke_fails_with_one_line_when_the_cluster_is_unreachable() -> None:
     port = free_port()  # nothing listens here
     result = aioprod("smoke", "-b", f"127.0.0.1:{port}", "-X", "max.block.ms=500")
     assert result.exit_code == 1
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith(f"aioprod: error: smoke test failed on 127.0.0.1:{port}: KafkaTimeoutError")
+    warning, error = result.stderr.splitlines()  # the connection warning at once, the failure at the end
+    assert warning.startswith("aioprod: warning: ") and f"127.0.0.1:{port}" in warning and "refused" in warning
+    assert error.startswith(f"aioprod: error: smoke test failed on 127.0.0.1:{port}: KafkaTimeoutError")
     assert "Traceback" not in result.output
+
+
+def test_json_report(bootstrap: str, topic: str) -> None:
+    """Point 4: --json is the report as one object, nothing else on stdout."""
+    result = aioprod("smoke", "-b", bootstrap, "--topic", topic, "--records", "120", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert (report["records"], report["acked"], report["failed"]) == (120, 120, 0)
+    assert report["topic"] == topic and report["embedded_broker"] is False
+    advanced = sum(p["after"] - p["before"] for p in report["end_offsets"].values())
+    assert advanced == 120
+    assert report["latency_ms"]["p50"] <= report["latency_ms"]["p99"] <= report["latency_ms"]["max"]
 
 
 def test_smoke_refuses_acks_0_because_there_is_nothing_to_check() -> None:

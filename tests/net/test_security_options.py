@@ -78,7 +78,7 @@ def test_secrets_never_appear_in_repr_or_str() -> None:
             "given twice",
         ),
         ({"security_protocol": "SASL_SSL", "sasl_jaas_config": f"nonsense {SECRET}"}, "sasl_jaas_config"),
-        ({"sasl.pasword": SECRET}, "did you mean 'sasl_password'"),
+        ({"sasl.pasword": SECRET}, "did you mean 'sasl.password'"),
     ],
 )
 def test_mistakes_are_named_and_never_echo_a_secret(options: dict[str, object], message: str) -> None:

@@ -11,6 +11,8 @@ from aioprod import Producer
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, RecordTooLargeError
 from tests.brokers import TansuBroker, free_port
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 async def producer(tansu_broker: TansuBroker) -> Any:

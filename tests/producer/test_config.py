@@ -43,6 +43,7 @@ def test_config_is_frozen() -> None:
     ("options", "message"),
     [
         ({"bootstrap_servers": "h:1", "lingr_ms": 5}, "unknown option 'lingr_ms' (did you mean 'linger_ms'?)"),
+        ({"bootstrap_servers": "h:1", "lingr.ms": 5}, "unknown option 'lingr.ms' (did you mean 'linger.ms'?)"),
         ({"bootstrap_servers": "h:1", "linger_ms": -1}, "linger_ms must be >= 0, got -1"),
         ({"bootstrap_servers": "h:1", "batch_size": 0}, "batch_size must be >= 1"),
         ({"bootstrap_servers": "h:1", "linger_ms": "soon"}, "linger_ms must be an integer"),

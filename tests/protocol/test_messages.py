@@ -1,4 +1,4 @@
-"""Message codecs, framing and version negotiation.
+"""The declared messages (``aioprod.protocol.messages``).
 
 * Round trips of every declared message at every version, with values generated from the
   schema itself (so new messages are covered without new code), through the bare body
@@ -6,24 +6,17 @@
 * A differential check of every one of those encodings against kafka-python's
   independent, JSON-driven codec, and golden bytes against aiokafka's and kafka-python's
   hand-written protocol classes, in both directions.
-* Headers, :class:`FrameDecoder`, malformed input, and the ApiVersions fallback.
+* Annotations and defaults of the declared dataclasses.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import random
-import struct
-import tracemalloc
-import uuid
 from collections.abc import Callable
-from functools import cache
 from typing import Any
 
 import pytest
 from aiokafka.protocol import admin as aio_admin
-from aiokafka.protocol import api as aio_api
 from aiokafka.protocol import coordination as aio_coordination
 from aiokafka.protocol import metadata as aio_metadata
 from aiokafka.protocol import offset as aio_offset
@@ -37,9 +30,7 @@ from kafka.protocol import metadata as kp_metadata
 from kafka.protocol import producer as kp_producer
 from kafka.protocol import sasl as kp_sasl
 
-from aioprod.errors import ProtocolError, UnsupportedVersionError
 from aioprod.protocol import messages as m
-from aioprod.protocol import versions
 from aioprod.protocol.framing import (
     FrameDecoder,
     decode_request_body,
@@ -48,8 +39,6 @@ from aioprod.protocol.framing import (
     encode_request,
     encode_response,
     peek_correlation_id,
-    request_header_version,
-    response_header_version,
 )
 from aioprod.protocol.schema import (
     Array,
@@ -63,82 +52,15 @@ from aioprod.protocol.schema import (
     decode_struct,
     encode_struct,
 )
-
-MESSAGE_CLASSES: list[type[Message]] = [cls for req in m.ALL_REQUESTS for cls in (req, req.RESPONSE)]
-CASES = [(cls, v) for cls in MESSAGE_CLASSES for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1)]
-
-
-def case_id(case: tuple[type[Message], int]) -> str:
-    return f"{case[0].__name__}-v{case[1]}"
-
-
-# --- value strategies derived from the schema -------------------------------------------------
-
-_INT_RANGES = {
-    "int8": (-(1 << 7), (1 << 7) - 1),
-    "int16": (-(1 << 15), (1 << 15) - 1),
-    "uint16": (0, (1 << 16) - 1),
-    "int32": (-(1 << 31), (1 << 31) - 1),
-    "int64": (-(1 << 63), (1 << 63) - 1),
-}
-
-
-def _int_strategy(name: str) -> st.SearchStrategy[int]:
-    low, high = _INT_RANGES[name]
-    return st.integers(low, high) | st.sampled_from([low, -1 if low else 0, 0, high])
-
-
-def wire_strategy(wire: WireType, version: int, flexible: bool, nullable: bool) -> st.SearchStrategy[Any]:
-    base: st.SearchStrategy[Any]
-    if isinstance(wire, Array):
-        base = st.lists(wire_strategy(wire.item, version, flexible, False), max_size=3)
-    elif isinstance(wire, StructType):
-        base = struct_strategy(wire.cls, version, flexible)
-    elif wire.name in _INT_RANGES:
-        base = _int_strategy(wire.name)
-    elif wire.name == "float64":
-        base = st.floats(allow_nan=False)
-    elif wire.name == "bool":
-        base = st.booleans()
-    elif wire.name == "string":
-        base = st.text(max_size=12)
-    elif wire.name in ("bytes", "records"):
-        base = st.binary(max_size=24)
-    elif wire.name == "uuid":
-        base = st.uuids()
-    else:  # pragma: no cover - a new wire type needs a strategy here
-        raise AssertionError(f"no strategy for {wire!r}")
-    return st.none() | base if nullable else base
-
-
-@cache
-def struct_strategy(cls: type[Struct], version: int, flexible: bool) -> st.SearchStrategy[Any]:
-    """Instances of ``cls`` valid at ``version``: absent fields keep their defaults."""
-    kwargs = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        spec: FieldSpec = f.metadata["kafka"]
-        if version in spec.versions:
-            kwargs[f.name] = wire_strategy(spec.type, version, flexible, version in spec.nullable)
-    return st.builds(cls, **kwargs)
-
-
-def at_version(obj: Any, version: int) -> Any:
-    """``obj`` as it reads back at ``version``: fields absent there take their defaults."""
-    if isinstance(obj, list):
-        return [at_version(item, version) for item in obj]
-    if not isinstance(obj, Struct):
-        return obj
-    values = {}
-    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
-        spec: FieldSpec = f.metadata["kafka"]
-        if version in spec.versions:
-            values[f.name] = at_version(getattr(obj, f.name), version)
-    return type(obj)(**values)
-
-
-def message_strategy(cls: type[Message], version: int) -> st.SearchStrategy[Any]:
-    return struct_strategy(cls, version, cls.is_flexible(version))
-
+from tests.protocol.references import (
+    KP,
+    KPM,
+    kp_api_versions_v3,
+    kp_produce_v10_obj,
+    produce_kp_obj,
+    produce_ours,
+)
+from tests.protocol.strategies import CASES, MESSAGE_CLASSES, at_version, case_id, message_strategy
 
 # --- kafka-python's independent codec -----------------------------------------------------------
 
@@ -280,23 +202,6 @@ def test_default_instance_encodes_at_every_version(cls: type[Message]) -> None:
 
 # --- golden bytes: requests against aiokafka's and kafka-python's classes ---------------------
 
-KP = kp_producer
-KPM = kp_metadata
-
-
-def _produce_ours(tid: str | None = "txn") -> m.ProduceRequest:
-    return m.ProduceRequest(
-        transactional_id=tid,
-        acks=-1,
-        timeout_ms=30000,
-        topic_data=[
-            m.ProduceRequestTopic(
-                "alpha", [m.ProduceRequestPartition(0, b"batch-0"), m.ProduceRequestPartition(3, None)]
-            ),
-            m.ProduceRequestTopic("beta", []),
-        ],
-    )
-
 
 def _produce_aiokafka(version: int) -> bytes:
     cls = getattr(aio_produce, f"ProduceRequest_v{version}")
@@ -304,22 +209,7 @@ def _produce_aiokafka(version: int) -> bytes:
 
 
 def _produce_kp(version: int) -> bytes:
-    return bytes(_produce_kp_obj(version).encode())
-
-
-def _produce_kp_obj(version: int) -> Any:
-    pd = KP.ProduceRequest.TopicProduceData.PartitionProduceData
-    return KP.ProduceRequest[version](
-        transactional_id="txn",
-        acks=-1,
-        timeout_ms=30000,
-        topic_data=[
-            KP.ProduceRequest.TopicProduceData(
-                name="alpha", partition_data=[pd(index=0, records=b"batch-0"), pd(index=3, records=None)]
-            ),
-            KP.ProduceRequest.TopicProduceData(name="beta", partition_data=[]),
-        ],
-    )
+    return bytes(produce_kp_obj(version).encode())
 
 
 def _metadata_ours(version: int, topics: list[str] | None) -> m.MetadataRequest:
@@ -350,9 +240,9 @@ def _metadata_kp(version: int, topics: list[str] | None) -> bytes:
 
 GOLDEN_REQUESTS: list[tuple[str, Request, int, Callable[[], bytes]]] = []
 for _v in range(3, 8):
-    GOLDEN_REQUESTS.append(("produce-aiokafka", _produce_ours(), _v, lambda v=_v: _produce_aiokafka(v)))
+    GOLDEN_REQUESTS.append(("produce-aiokafka", produce_ours(), _v, lambda v=_v: _produce_aiokafka(v)))
 for _v in range(3, 12):
-    GOLDEN_REQUESTS.append(("produce-kafka-python", _produce_ours(), _v, lambda v=_v: _produce_kp(v)))
+    GOLDEN_REQUESTS.append(("produce-kafka-python", produce_ours(), _v, lambda v=_v: _produce_kp(v)))
 for _v in range(1, 6):
     for _topics in (None, [], ["a", "topic-β"]):
         GOLDEN_REQUESTS.append(
@@ -767,50 +657,7 @@ GOLDEN_RESPONSES: list[tuple[str, type[Response], int, Callable[[], bytes], Resp
 
 
 def _kp_produce_v10() -> bytes:
-    return bytes(_kp_produce_v10_obj().encode())
-
-
-def _kp_produce_v10_obj() -> Any:
-    r = KP.ProduceResponse
-    t = r.TopicProduceResponse
-    p = t.PartitionProduceResponse
-    resp = r[10](
-        responses=[
-            t(
-                name="a",
-                partition_responses=[
-                    p(
-                        index=0,
-                        error_code=6,
-                        base_offset=-1,
-                        current_leader=p.LeaderIdAndEpoch(leader_id=2, leader_epoch=9),
-                    ),
-                    p(index=1, error_code=0, base_offset=5),
-                ],
-            )
-        ],
-        throttle_time_ms=0,
-        node_endpoints=[r.NodeEndpoint(node_id=2, host="h2", port=9093, rack=None)],
-    )
-    return resp
-
-
-def _kp_api_versions_v3() -> bytes:
-    return bytes(_kp_api_versions_v3_obj().encode())
-
-
-def _kp_api_versions_v3_obj() -> Any:
-    r = KPM.ApiVersionsResponse
-    resp = r[3](
-        error_code=0,
-        api_keys=[r.ApiVersion(api_key=0, min_version=3, max_version=11)],
-        throttle_time_ms=0,
-        supported_features=[r.SupportedFeatureKey(name="metadata.version", min_version=1, max_version=20)],
-        finalized_features_epoch=7,
-        finalized_features=[r.FinalizedFeatureKey(name="metadata.version", max_version_level=20, min_version_level=20)],
-        zk_migration_ready=True,
-    )
-    return resp
+    return bytes(kp_produce_v10_obj().encode())
 
 
 GOLDEN_RESPONSES += [
@@ -836,7 +683,7 @@ GOLDEN_RESPONSES += [
         "api-versions-v3-tagged",
         m.ApiVersionsResponse,
         3,
-        _kp_api_versions_v3,
+        kp_api_versions_v3,
         m.ApiVersionsResponse(
             api_keys=[m.ApiVersionsResponseApiKey(0, 3, 11)],
             supported_features=[m.ApiVersionsResponseSupportedFeature("metadata.version", 1, 20)],
@@ -860,544 +707,3 @@ def test_golden_response_decode(
     flexible = cls.is_flexible(version)
     assert decode_struct(cls, body, version, flexible) == expected
     assert encode_struct(expected, version, flexible) == body
-
-
-def test_tagged_fields_are_omitted_at_their_defaults() -> None:
-    partition = m.ProduceResponsePartition(0, 0, 5)
-    plain = encode_struct(partition, 10, True)
-    assert plain.endswith(b"\x00")  # no tagged fields
-    moved = dataclasses.replace(partition, current_leader=m.ProduceResponseLeaderIdAndEpoch(1, -1))
-    tagged = encode_struct(moved, 10, True)
-    # one tagged field: tag 0, 9 bytes: leader id, epoch, the struct's own empty tagged fields
-    assert tagged == plain[:-1] + b"\x01\x00\x09" + struct.pack(">ii", 1, -1) + b"\x00"
-    assert decode_struct(m.ProduceResponsePartition, tagged, 10, True) == moved
-
-
-def test_unknown_tagged_fields_are_skipped() -> None:
-    body = bytearray(encode_struct(m.ProduceResponsePartition(0, 0, 5), 10, True))
-    body[-1:] = b"\x02\x05\x02\xaa\xbb\x00\x00"  # unknown tag 5, and tag 0 with an empty struct body
-    with pytest.raises(ProtocolError):  # tag 0 is CurrentLeader, which needs 8 bytes
-        decode_struct(m.ProduceResponsePartition, bytes(body), 10, True)
-    body[-7:] = b"\x01\x05\x02\xaa\xbb"
-    assert decode_struct(m.ProduceResponsePartition, bytes(body), 10, True) == m.ProduceResponsePartition(0, 0, 5)
-
-
-# --- headers --------------------------------------------------------------------------------------
-
-
-def test_header_versions() -> None:
-    assert request_header_version(m.ProduceRequest, 8) == 1
-    assert request_header_version(m.ProduceRequest, 9) == 2
-    assert request_header_version(m.ApiVersionsRequest, 3) == 2
-    assert request_header_version(m.SaslHandshakeRequest, 1) == 1
-    assert response_header_version(m.ProduceResponse, 8) == 0
-    assert response_header_version(m.ProduceResponse, 9) == 1
-    for version in range(5):
-        assert response_header_version(m.ApiVersionsResponse, version) == 0
-
-
-def test_request_header_v1_matches_aiokafka() -> None:
-    ours = encode_request(_produce_ours(), 7, 1234, "my-client")
-    ref_struct = aio_produce.ProduceRequest_v7(
-        "txn", -1, 30000, [("alpha", [(0, b"batch-0"), (3, None)]), ("beta", [])]
-    )
-    ref = bytes(aio_api.RequestHeader_v1(ref_struct, 1234, "my-client").encode()) + bytes(ref_struct.encode())
-    assert ours == struct.pack(">i", len(ref)) + ref
-    assert ours[4:14] == struct.pack(">hhih", 0, 7, 1234, 9)
-
-
-def test_request_header_v2_matches_kafka_python() -> None:
-    ours = encode_request(_produce_ours(), 9, 99, "c")
-    ref = _produce_kp_obj(9)
-    ref.with_header(correlation_id=99, client_id="c")
-    assert ours == bytes(ref.encode(header=True, framed=True))
-    # api key, version, correlation id, classic (non-compact) client id, empty tagged fields
-    assert ours[4:16] == struct.pack(">hhih", 0, 9, 99, 1) + b"c" + b"\x00"
-
-
-def test_request_header_null_client_id() -> None:
-    frame = encode_request(m.ApiVersionsRequest(), 0, 1, None)
-    assert frame == struct.pack(">ihhih", 10, 18, 0, 1, -1)
-    header, reader = decode_request_header(frame[4:])
-    assert header.client_id is None and reader.remaining == 0
-
-
-def test_request_header_v2_tagged_fields_skipped() -> None:
-    frame = bytearray(encode_request(m.ApiVersionsRequest("a", "b"), 3, 5, "c"))
-    # give the header one tagged field (tag 7, 2 bytes); the size prefix is not read here
-    at = 4 + 2 + 2 + 4 + 2 + 1
-    assert frame[at] == 0
-    frame[at : at + 1] = b"\x01\x07\x02zz"
-    header, reader = decode_request_header(bytes(frame[4:]))
-    assert decode_request_body(reader, header, m.ApiVersionsRequest) == m.ApiVersionsRequest("a", "b")
-
-
-def test_encode_request_rejects_undeclared_version() -> None:
-    with pytest.raises(ProtocolError) as info:
-        encode_request(_produce_ours(), 2, 1, None)
-    assert info.value.remote is False
-    with pytest.raises(ProtocolError):
-        encode_request(_produce_ours(), 13, 1, None)
-
-
-def test_response_header_v0_and_v1() -> None:
-    resp = m.MetadataResponse(brokers=[m.MetadataResponseBroker(1, "h", 9092)], cluster_id="c", controller_id=1)
-    v8 = encode_response(resp, 8, 77)
-    assert v8[4:8] == struct.pack(">i", 77)
-    assert v8[8:] == encode_struct(resp, 8, False)
-    v9 = encode_response(resp, 9, 77)
-    assert v9[4:9] == struct.pack(">i", 77) + b"\x00"
-    assert v9[9:] == encode_struct(resp, 9, True)
-    for frame, version in ((v8, 8), (v9, 9)):
-        assert struct.unpack(">i", frame[:4])[0] == len(frame) - 4
-        assert decode_response(frame[4:], m.MetadataResponse, version) == resp
-    # a header v1 with a tagged field of its own
-    with_tag = v9[4:8] + b"\x01\x03\x01\xff" + v9[9:]
-    assert decode_response(with_tag, m.MetadataResponse, 9) == resp
-    # reading a v1 header frame as v0 is caught by the trailing/garbled bytes
-    with pytest.raises(ProtocolError):
-        decode_response(v9[4:], m.MetadataResponse, 8)
-
-
-def test_api_versions_response_header_is_always_v0() -> None:
-    resp = m.ApiVersionsResponse(api_keys=[m.ApiVersionsResponseApiKey(18, 0, 4)])
-    for version in (3, 4):
-        frame = encode_response(resp, version, 5)
-        assert frame[4:8] == b"\x00\x00\x00\x05"
-        assert frame[8:] == encode_struct(resp, version, True)  # no header tagged-field byte
-        assert decode_response(frame[4:], m.ApiVersionsResponse, version) == resp
-    # kafka-python writes the same header
-    ref = _kp_api_versions_v3_obj()
-    ref.with_header(correlation_id=5)
-    ref_frame = bytes(ref.encode(header=True, framed=True))
-    assert ref_frame[4:8] == b"\x00\x00\x00\x05"
-    assert decode_response(ref_frame[4:], m.ApiVersionsResponse, 3).zk_migration_ready is True
-
-
-def test_response_frames_from_kafka_python_with_header_v1() -> None:
-    ref = _kp_produce_v10_obj()
-    ref.with_header(correlation_id=321)
-    frame = bytes(ref.encode(header=True, framed=True))
-    frames = FrameDecoder().feed(frame)
-    assert len(frames) == 1 and peek_correlation_id(frames[0]) == 321
-    decoded = decode_response(frames[0], m.ProduceResponse, 10)
-    assert decoded.node_endpoints == [m.ProduceResponseNodeEndpoint(2, "h2", 9093, None)]
-
-
-# --- FrameDecoder --------------------------------------------------------------------------------
-
-
-def _frames(bodies: list[bytes]) -> bytes:
-    return b"".join(struct.pack(">i", len(b)) + b for b in bodies)
-
-
-BODIES = st.lists(st.binary(max_size=40), max_size=6)
-
-
-@settings(max_examples=150, deadline=None)
-@given(BODIES, st.data())
-def test_frame_decoder_random_chunks(bodies: list[bytes], data: st.DataObject) -> None:
-    stream = _frames(bodies)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
-    decoder = FrameDecoder()
-    got: list[bytes] = []
-    start = 0
-    for cut in [*cuts, len(stream)]:
-        got += decoder.feed(stream[start:cut])
-        start = cut
-    assert got == bodies
-    assert decoder.buffered == 0
-
-
-@settings(max_examples=60, deadline=None)
-@given(BODIES)
-def test_frame_decoder_whole_and_bytewise(bodies: list[bytes]) -> None:
-    stream = _frames(bodies)
-    assert FrameDecoder().feed(stream) == bodies
-    decoder = FrameDecoder()
-    got: list[bytes] = []
-    for i in range(len(stream)):
-        got += decoder.feed(stream[i : i + 1])
-    assert got == bodies
-    assert decoder.feed(b"") == []
-
-
-@settings(max_examples=60, deadline=None)
-@given(BODIES, st.binary(min_size=1, max_size=30))
-def test_frame_decoder_trailing_partial_frame(bodies: list[bytes], tail: bytes) -> None:
-    partial = _frames([tail])[: 4 + len(tail) - 1]  # one byte short
-    decoder = FrameDecoder()
-    assert decoder.feed(_frames(bodies) + partial) == bodies
-    assert decoder.buffered == len(partial) - 4  # the size prefix has been consumed
-    assert decoder.feed(tail[-1:]) == [tail]
-    assert decoder.buffered == 0
-
-
-def test_frame_decoder_empty_frames() -> None:
-    decoder = FrameDecoder()
-    assert decoder.feed(b"\x00\x00\x00\x00") == [b""]
-    assert decoder.feed(b"\x00\x00\x00\x00\x00\x00\x00\x01x\x00\x00\x00\x00") == [b"", b"x", b""]
-
-
-def test_frame_decoder_rejects_bad_sizes() -> None:
-    with pytest.raises(ProtocolError):
-        FrameDecoder().feed(b"\xff\xff\xff\xff")
-    with pytest.raises(ProtocolError):
-        FrameDecoder().feed(b"\x80\x00\x00\x00")
-    with pytest.raises(ProtocolError):
-        FrameDecoder(max_frame_size=100).feed(struct.pack(">i", 101))
-    assert FrameDecoder(max_frame_size=100).feed(struct.pack(">i", 100) + b"x" * 100) == [b"x" * 100]
-
-
-def test_frame_decoder_does_not_allocate_claimed_size() -> None:
-    decoder = FrameDecoder()
-    tracemalloc.start()
-    try:
-        assert decoder.feed(struct.pack(">i", 200 * 1024 * 1024) + b"abc") == []
-        for _ in range(100):
-            assert decoder.feed(b"x" * 10) == []
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 1024 * 1024
-    assert decoder.buffered == 1003
-
-
-# --- malformed input ------------------------------------------------------------------------------
-
-
-def test_truncated_and_trailing_bytes() -> None:
-    resp = m.MetadataResponse(
-        brokers=[m.MetadataResponseBroker(1, "h", 9092)],
-        topics=[m.MetadataResponseTopic(0, "t", partitions=[m.MetadataResponsePartition(0, 0, 1, 1, [1], [1], [])])],
-    )
-    for version in (1, 9, 12):
-        body = encode_struct(resp, version, version >= 9)
-        for cut in range(len(body)):
-            with pytest.raises(ProtocolError):
-                decode_struct(m.MetadataResponse, body[:cut], version, version >= 9)
-        with pytest.raises(ProtocolError, match="trailing"):
-            decode_struct(m.MetadataResponse, body + b"\x00", version, version >= 9)
-        # A whole response frame is delimited by its size: bytes after the last field are
-        # ignored, as the Java client and librdkafka do.
-        frame = b"\x00\x00\x00\x01" + (b"\x00" if version >= 9 else b"") + body + b"!"
-        assert decode_response(frame, m.MetadataResponse, version) == decode_struct(
-            m.MetadataResponse, body, version, version >= 9
-        )
-
-
-def test_huge_counts_and_lengths_are_refused_cheaply() -> None:
-    tracemalloc.start()
-    try:
-        # brokers array claiming 2**31-1 entries
-        with pytest.raises(ProtocolError):
-            decode_struct(m.MetadataResponse, b"\x7f\xff\xff\xff" + b"\x00" * 16, 1, False)
-        # compact array claiming 2**35 entries
-        with pytest.raises(ProtocolError):
-            decode_struct(m.SaslHandshakeResponse, b"\x00\x00" + b"\x7f\xff\xff\xff", 0, False)
-        with pytest.raises(ProtocolError):
-            decode_struct(m.MetadataResponse, b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff\x0f" + b"\x00" * 8, 9, True)
-        # bytes claiming 2 GiB
-        with pytest.raises(ProtocolError):
-            decode_struct(m.SaslAuthenticateResponse, b"\x00\x00\xff\xff" + b"\x7f\xff\xff\xff" + b"\x00" * 8, 0, False)
-        # a tagged field claiming more than remains
-        with pytest.raises(ProtocolError):
-            decode_struct(m.ApiVersionsResponse, b"\x00\x00\x01\x00\x00\x00\x00\x01\x00\xff\xff\xff\x0f", 3, True)
-        # a tagged field count far beyond the data
-        with pytest.raises(ProtocolError):
-            decode_struct(m.ApiVersionsResponse, b"\x00\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff\x0f", 3, True)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 1024 * 1024
-
-
-def test_negative_lengths() -> None:
-    with pytest.raises(ProtocolError):  # non-nullable array with length -1
-        decode_struct(m.SaslHandshakeResponse, b"\x00\x00\xff\xff\xff\xff", 0, False)
-    with pytest.raises(ProtocolError):  # non-nullable string with length -1
-        decode_struct(m.SaslHandshakeRequest, b"\xff\xff", 0, False)
-    with pytest.raises(ProtocolError):  # nullable array, length -2
-        decode_struct(m.MetadataRequest, b"\xff\xff\xff\xfe", 1, False)
-    assert decode_struct(m.MetadataRequest, b"\xff\xff\xff\xff", 1, False) == m.MetadataRequest(topics=None)
-
-
-def test_bad_utf8() -> None:
-    with pytest.raises(ProtocolError, match="UTF-8"):
-        decode_struct(m.SaslHandshakeRequest, b"\x00\x02\xc3\x28", 0, False)
-
-
-def test_encoding_null_into_non_nullable_field() -> None:
-    with pytest.raises(ProtocolError) as info:
-        encode_struct(m.SaslHandshakeRequest(None), 0, False)  # type: ignore[arg-type]
-    assert info.value.remote is False
-    with pytest.raises(ProtocolError):  # topic names become nullable only in v10
-        encode_struct(m.MetadataRequest(topics=[m.MetadataRequestTopic(name=None)]), 9, True)
-    with pytest.raises(ProtocolError):  # the topic list is nullable from v1 on, but not its items
-        encode_struct(m.SaslHandshakeResponse(mechanisms=[None]), 0, False)  # type: ignore[list-item]
-    # ...but fine where the version allows it
-    encode_struct(m.MetadataRequest(topics=[m.MetadataRequestTopic(name=None)]), 10, True)
-
-
-def _mutate(data: st.DataObject, body: bytes) -> bytes:
-    buf = bytearray(body)
-    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
-        op = data.draw(st.sampled_from(["flip", "cut", "insert", "delete", "huge"]), label="op")
-        at = data.draw(st.integers(0, len(buf)), label="at")
-        if op == "flip" and buf:
-            buf[min(at, len(buf) - 1)] = data.draw(st.integers(0, 255))
-        elif op == "cut":
-            del buf[at:]
-        elif op == "insert":
-            buf[at:at] = data.draw(st.binary(min_size=1, max_size=4))
-        elif op == "delete":
-            del buf[at : at + data.draw(st.integers(1, 4))]
-        elif op == "huge":
-            buf[at : at + 4] = data.draw(
-                st.sampled_from([b"\x7f\xff\xff\xff", b"\xff\xff\xff\xfe", b"\xff\xff\xff\x0f"])
-            )
-    return bytes(buf)
-
-
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_mutated_encodings_decode_or_raise_protocol_error(data: st.DataObject) -> None:
-    cls, version = data.draw(st.sampled_from(CASES), label="case")
-    obj = data.draw(message_strategy(cls, version), label="message")
-    flexible = cls.is_flexible(version)
-    mutated = _mutate(data, encode_struct(obj, version, flexible))
-    with contextlib.suppress(ProtocolError):
-        decode_struct(cls, mutated, version, flexible)
-    frame = b"\x00\x00\x00\x01" + (b"\x00" if flexible and cls is not m.ApiVersionsResponse else b"") + mutated
-    if issubclass(cls, Response):
-        with contextlib.suppress(ProtocolError):
-            decode_response(frame, cls, version)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=64), st.sampled_from(CASES))
-def test_random_bytes_decode_or_raise_protocol_error(blob: bytes, case: tuple[type[Message], int]) -> None:
-    cls, version = case
-    with contextlib.suppress(ProtocolError):
-        decode_struct(cls, blob, version, cls.is_flexible(version))
-
-
-# --- version negotiation -------------------------------------------------------------------------
-
-BROKER = {0: (0, 11), 3: (0, 12), 18: (0, 4), 22: (0, 5), 2: (0, 8), 19: (2, 7)}
-
-
-def test_choose_version_picks_highest_common() -> None:
-    assert versions.choose_version(m.ProduceRequest, BROKER) == 11
-    assert versions.choose_version(m.MetadataRequest, BROKER) == 12
-    assert versions.choose_version(m.ListOffsetsRequest, BROKER) == 8
-    assert versions.choose_version(m.ProduceRequest, {0: (0, 5)}) == 5
-    assert versions.choose_version(m.ProduceRequest, {0: (3, 3)}) == 3
-    assert versions.choose_version(m.ProduceRequest, {0: (5, 40)}) == 11
-    assert versions.choose_version(m.CreateTopicsRequest, BROKER) == 7
-
-
-def test_choose_version_no_overlap() -> None:
-    with pytest.raises(UnsupportedVersionError) as info:
-        versions.choose_version(m.ProduceRequest, {0: (0, 2)})
-    text = str(info.value)
-    assert "Produce" in text and "3-11" in text and "0-2" in text
-    with pytest.raises(UnsupportedVersionError, match="12-14"):
-        versions.choose_version(m.ProduceRequest, {0: (12, 14)})
-    with pytest.raises(UnsupportedVersionError, match="InitProducerId"):
-        versions.choose_version(m.InitProducerIdRequest, {0: (0, 11)})
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.sampled_from(m.ALL_REQUESTS), st.integers(0, 20), st.integers(0, 20))
-def test_choose_version_property(request_cls: type[Request], low: int, high: int) -> None:
-    ceiling = versions.CLIENT_VERSION_CAPS.get(request_cls.API_KEY, request_cls.MAX_VERSION)
-    for cap, top in (
-        (None, ceiling),
-        (request_cls.MAX_VERSION, request_cls.MAX_VERSION),
-        (low, min(low, request_cls.MAX_VERSION)),
-    ):
-        common = [v for v in range(request_cls.MIN_VERSION, top + 1) if low <= v <= high]
-        broker = {request_cls.API_KEY: (low, high)}
-        if common:
-            assert versions.choose_version(request_cls, broker, max_version=cap) == max(common)
-        else:
-            with pytest.raises(UnsupportedVersionError):
-                versions.choose_version(request_cls, broker, max_version=cap)
-
-
-def test_client_version_caps() -> None:
-    """AddPartitionsToTxn v4+ is for brokers; EndTxn v5 needs transactions V2: opt-in only."""
-    broker = {24: (0, 5), 26: (0, 5), 0: (0, 11)}
-    assert versions.choose_version(m.AddPartitionsToTxnRequest, broker) == 3
-    assert versions.choose_version(m.EndTxnRequest, broker) == 4
-    assert versions.choose_version(m.EndTxnRequest, broker, max_version=5) == 5
-    assert versions.choose_version(m.EndTxnRequest, broker, max_version=99) == 5
-    assert versions.choose_version(m.ProduceRequest, broker, max_version=9) == 9
-    with pytest.raises(UnsupportedVersionError, match=r"client supports 0-3, broker supports 4-5"):
-        versions.choose_version(m.AddPartitionsToTxnRequest, {24: (4, 5)})
-    for key, cap in versions.CLIENT_VERSION_CAPS.items():
-        cls = {c.API_KEY: c for c in m.ALL_REQUESTS}[key]
-        assert cls.MIN_VERSION <= cap < cls.MAX_VERSION
-
-
-def _api_versions_frame(correlation_id: int, body: bytes) -> bytes:
-    """A raw response frame as FrameDecoder yields it: correlation id, then the body."""
-    return struct.pack(">i", correlation_id) + body
-
-
-# What a Kafka >= 2.4 broker sends for an ApiVersions version it does not know: an
-# ApiVersionsResponse v0 (header v0) with UNSUPPORTED_VERSION, listing its ApiVersions range.
-UNSUPPORTED_V0_LISTING = bytes.fromhex("00000007 0023 00000001 0012 0000 0002")
-# ... and what an older broker sends: no ApiVersions entry at all.
-UNSUPPORTED_V0_EMPTY = bytes.fromhex("00000007 0023 00000000")
-
-
-def test_api_versions_fallback_to_listed_version() -> None:
-    frames = FrameDecoder().feed(struct.pack(">i", len(UNSUPPORTED_V0_LISTING)) + UNSUPPORTED_V0_LISTING)
-    assert versions.read_api_versions_response(frames[0], 4) == 2
-    assert versions.read_api_versions_response(UNSUPPORTED_V0_LISTING, 3) == 2
-
-
-def test_api_versions_fallback_to_v0_without_listing() -> None:
-    assert versions.read_api_versions_response(UNSUPPORTED_V0_EMPTY, 4) == 0
-    assert versions.read_api_versions_response(UNSUPPORTED_V0_EMPTY, 1) == 0
-
-
-def test_api_versions_fallback_never_retries_same_or_higher() -> None:
-    claims_v9 = bytes.fromhex("00000007 0023 00000001 0012 0000 0009")
-    assert versions.read_api_versions_response(claims_v9, 4) == 3
-    assert versions.read_api_versions_response(claims_v9, 1) == 0
-    with pytest.raises(UnsupportedVersionError):
-        versions.read_api_versions_response(UNSUPPORTED_V0_EMPTY, 0)
-    only_high = bytes.fromhex("00000007 0023 00000001 0012 0005 0009")
-    with pytest.raises(UnsupportedVersionError, match="ApiVersions"):
-        versions.read_api_versions_response(only_high, 4)
-
-
-def test_api_versions_fallback_with_kafka_python_bytes() -> None:
-    """The v0 error body as kafka-python's codec writes it."""
-    r = KPM.ApiVersionsResponse
-    body = bytes(r[0](error_code=35, api_keys=[r.ApiVersion(api_key=18, min_version=0, max_version=3)]).encode())
-    assert versions.read_api_versions_response(_api_versions_frame(1, body), 4) == 3
-
-
-def test_api_versions_fallback_at_sent_version_is_tolerated() -> None:
-    """A broker that answers UNSUPPORTED_VERSION in the version we sent is understood too."""
-    resp = m.ApiVersionsResponse(error_code=35, api_keys=[m.ApiVersionsResponseApiKey(18, 0, 3)])
-    frame = encode_response(resp, 4, 9)[4:]
-    assert versions.read_api_versions_response(frame, 4) == 3
-
-
-# librdkafka's mock cluster answers ApiVersions v3/v4 with UNSUPPORTED_VERSION in a body
-# that is not valid v0 (seen with confluent-kafka 2.16); read at the version sent it lists
-# nothing, so the client falls back to v0, which the mock answers.
-UNSUPPORTED_MOCK = bytes.fromhex("00000001 0023 01 0012 0000 0002 00000000")
-
-
-def test_api_versions_mock_cluster_unsupported_falls_back_to_v0() -> None:
-    assert versions.read_api_versions_response(UNSUPPORTED_MOCK, 4) == 0
-    assert versions.read_api_versions_response(UNSUPPORTED_MOCK, 3) == 0
-
-
-def test_api_versions_unreadable_unsupported_steps_down_one_version() -> None:
-    truncated = bytes.fromhex("00000001 0023 00")
-    assert versions.read_api_versions_response(truncated, 3) == 2
-    assert versions.read_api_versions_response(truncated, 1) == 0
-    with pytest.raises(UnsupportedVersionError):
-        versions.read_api_versions_response(truncated, 0)
-
-
-def test_api_versions_success() -> None:
-    resp = m.ApiVersionsResponse(
-        api_keys=[m.ApiVersionsResponseApiKey(k, lo, hi) for k, (lo, hi) in sorted(BROKER.items())],
-        throttle_time_ms=3,
-        finalized_features_epoch=4,
-    )
-    for version in range(5):
-        expected = dataclasses.replace(resp, finalized_features_epoch=4 if version >= 3 else -1)
-        if version == 0:
-            expected.throttle_time_ms = 0
-        outcome = versions.read_api_versions_response(encode_response(resp, version, 1)[4:], version)
-        assert outcome == expected
-        assert isinstance(outcome, m.ApiVersionsResponse)
-        assert versions.broker_versions(outcome) == BROKER
-    # the same negotiation with kafka-python's bytes
-    outcome = versions.read_api_versions_response(_api_versions_frame(1, _kp_api_versions_v3()), 3)
-    assert isinstance(outcome, m.ApiVersionsResponse)
-    assert versions.choose_version(m.ProduceRequest, versions.broker_versions(outcome)) == 11
-
-
-def test_api_versions_other_errors_are_returned() -> None:
-    resp = m.ApiVersionsResponse(error_code=42)  # INVALID_REQUEST, sent at the request's version
-    outcome = versions.read_api_versions_response(encode_response(resp, 3, 1)[4:], 3)
-    assert outcome == resp
-    # and an error body in v0 form is read too, as the Java client does
-    outcome = versions.read_api_versions_response(_api_versions_frame(1, bytes.fromhex("002a00000000")), 3)
-    assert outcome == m.ApiVersionsResponse(error_code=42)
-
-
-def test_api_versions_malformed() -> None:
-    for frame in (b"", b"\x00\x00\x00\x01", b"\x00\x00\x00\x01\x00"):
-        with pytest.raises(ProtocolError):
-            versions.read_api_versions_response(frame, 3)
-    with pytest.raises(ValueError):
-        versions.read_api_versions_response(UNSUPPORTED_V0_LISTING, 5)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=40), st.integers(0, 4))
-def test_api_versions_random_bytes(blob: bytes, version: int) -> None:
-    try:
-        outcome = versions.read_api_versions_response(blob, version)
-    except (ProtocolError, UnsupportedVersionError):
-        return
-    assert isinstance(outcome, m.ApiVersionsResponse) or 0 <= outcome < version
-
-
-def test_fallback_loop_terminates() -> None:
-    """Driving the fallback like a connection does reaches a version the broker accepts."""
-    broker_max = 1
-
-    def broker(sent: int) -> bytes:
-        if sent > broker_max:
-            return UNSUPPORTED_V0_EMPTY
-        ok = m.ApiVersionsResponse(api_keys=[m.ApiVersionsResponseApiKey(18, 0, broker_max)])
-        return encode_response(ok, sent, 7)[4:]
-
-    version = m.ApiVersionsRequest.MAX_VERSION
-    for _ in range(10):
-        outcome = versions.read_api_versions_response(broker(version), version)
-        if isinstance(outcome, m.ApiVersionsResponse):
-            break
-        assert outcome < version
-        version = outcome
-    assert version == 0  # no listing: straight to v0, as the Java client does
-    assert isinstance(outcome, m.ApiVersionsResponse)
-
-
-def test_uuid_fields_round_trip_exactly() -> None:
-    topic_id = uuid.UUID("12345678-9abc-def0-1234-56789abcdef0")
-    req = m.MetadataRequest(topics=[m.MetadataRequestTopic(topic_id=topic_id, name=None)])
-    body = encode_struct(req, 12, True)
-    assert topic_id.bytes in body
-    assert decode_struct(m.MetadataRequest, body, 12, True).topics == [m.MetadataRequestTopic(topic_id, None)]
-
-
-def test_shuffled_stream_of_real_frames() -> None:
-    """Several real response frames in one stream, cut at random places."""
-    rng = random.Random(1234)
-    responses = [(m.MetadataResponse(cluster_id=f"c{i}", controller_id=i), 12) for i in range(3)] + [
-        (m.ProduceResponse(throttle_time_ms=i), 11) for i in range(3)
-    ]
-    stream = b"".join(encode_response(r, v, i) for i, (r, v) in enumerate(responses))
-    decoder = FrameDecoder()
-    frames: list[bytes] = []
-    pos = 0
-    while pos < len(stream):
-        step = rng.randint(1, 17)
-        frames += decoder.feed(stream[pos : pos + step])
-        pos += step
-    assert [peek_correlation_id(f) for f in frames] == list(range(6))
-    for frame, (resp, version) in zip(frames, responses, strict=True):
-        assert decode_response(frame, type(resp), version) == resp

@@ -1,17 +1,17 @@
 """Our message declarations against Kafka's JSON message specs, version by version.
 
-The specs live outside the package (``../shared/kafka-protocol`` next to the repository,
-or ``$AIOPROD_KAFKA_PROTOCOL_DIR``); they are read here and nowhere at runtime. For each
-declared request/response class and each version it declares, the field tree must equal
-the spec's: order, snake_case name, wire type, nullability, taggedness and tag number,
-and default value, in both directions (nothing missing, nothing extra).
+The specs are read here and nowhere at runtime: the pinned copy in ``tests/kafka_protocol``,
+and the outside reference (``../shared/kafka-protocol`` or ``$AIOPROD_KAFKA_PROTOCOL_DIR``)
+when present (see ``tests/kafka_reference.py``). For each declared request/response class and
+each version it declares, the field tree must equal the spec's: order, snake_case name, wire
+type, nullability, taggedness and tag number, and default value, in both directions (nothing
+missing, nothing extra).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import uuid
 from dataclasses import dataclass
 from functools import cache
@@ -22,9 +22,8 @@ import pytest
 
 from aioprod.protocol.messages import ALL_REQUESTS, snake_case
 from aioprod.protocol.schema import Array, FieldSpec, Message, Request, Response, Struct, StructType
-
-ENV_VAR = "AIOPROD_KAFKA_PROTOCOL_DIR"
-DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "kafka-protocol"
+from tests.kafka_reference import ENV_VAR, PINNED, reference_dirs
+from tests.protocol.strategies import CASES, MESSAGE_CLASSES, case_id
 
 PRIMITIVES = {
     "int8",
@@ -64,25 +63,22 @@ EXPECTED_RANGES = {
     "SaslAuthenticate": (0, 2),
 }
 
-MESSAGE_CLASSES: list[type[Message]] = [cls for req in ALL_REQUESTS for cls in (req, req.RESPONSE)]
-CASES = [(cls, v) for cls in MESSAGE_CLASSES for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1)]
+
+REFERENCES = reference_dirs()
 
 
-def message_dir() -> Path:
-    root = Path(os.environ.get(ENV_VAR) or DEFAULT_DIR)
-    directory = root / "message"
-    if not directory.is_dir():
-        pytest.fail(
-            f"Kafka message specs not found at {directory}: the spec drift test needs the "
-            f"kafka-protocol reference folder (default {DEFAULT_DIR}); point ${ENV_VAR} at it",
-            pytrace=False,
-        )
-    return directory
+@pytest.fixture(params=list(REFERENCES))
+def reference(request: pytest.FixtureRequest) -> Path:
+    """The root of one protocol reference: the pinned copy, then the outside one if present."""
+    root: Path = REFERENCES[request.param]
+    if not (root / "message").is_dir():
+        pytest.fail(f"Kafka message specs not found at {root / 'message'} (from ${ENV_VAR})", pytrace=False)
+    return root
 
 
 @cache
-def load_spec(name: str) -> dict[str, Any]:
-    path = message_dir() / f"{name}.json"
+def load_spec(name: str, root: Path = PINNED) -> dict[str, Any]:
+    path = root / "message" / f"{name}.json"
     if not path.is_file():
         pytest.fail(f"no spec file {path} for {name}", pytrace=False)
     text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("//"))
@@ -166,8 +162,8 @@ def _collect_structs(fields: list[dict[str, Any]], into: dict[str, list[dict[str
 
 
 @cache
-def spec_structs(name: str) -> dict[str, list[dict[str, Any]]]:
-    spec = load_spec(name)
+def spec_structs(name: str, root: Path = PINNED) -> dict[str, list[dict[str, Any]]]:
+    spec = load_spec(name, root)
     structs: dict[str, list[dict[str, Any]]] = {}
     for common in spec.get("commonStructs", []):
         structs[common["name"]] = common["fields"]
@@ -268,12 +264,11 @@ def compare(ours: tuple[FieldDesc, ...], theirs: tuple[FieldDesc, ...], path: st
     return problems
 
 
-def case_id(case: tuple[type[Message], int]) -> str:
-    return f"{case[0].__name__}-v{case[1]}"
-
-
-def test_spec_folder_is_present() -> None:
-    assert any(message_dir().glob("*Request.json"))
+def test_the_pinned_copy_holds_the_specs_of_the_declared_apis() -> None:
+    """Exactly the APIs the client speaks: a new one needs its specs pinned (tests/kafka_protocol)."""
+    pinned = {path.stem for path in (PINNED / "message").glob("*.json")}
+    assert pinned == {cls.__name__ for cls in MESSAGE_CLASSES}
+    assert (PINNED / "LICENSE").is_file() and (PINNED / "NOTICE").is_file()
 
 
 def test_declared_apis_and_ranges() -> None:
@@ -292,8 +287,8 @@ def test_declared_apis_and_ranges() -> None:
 
 
 @pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda c: c.__name__)
-def test_header(cls: type[Message]) -> None:
-    spec = load_spec(cls.__name__)
+def test_header(cls: type[Message], reference: Path) -> None:
+    spec = load_spec(cls.__name__, reference)
     assert spec["name"] == cls.__name__
     assert spec["apiKey"] == cls.API_KEY
     expected_type = "request" if issubclass(cls, Request) else "response"
@@ -311,14 +306,14 @@ def test_header(cls: type[Message]) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_fields_match_spec(case: tuple[type[Message], int]) -> None:
+def test_fields_match_spec(case: tuple[type[Message], int], reference: Path) -> None:
     cls, version = case
-    spec = load_spec(cls.__name__)
+    spec = load_spec(cls.__name__, reference)
     version = SAME_AS_PREVIOUS.get((cls.__name__.removesuffix("Request").removesuffix("Response"), version), version)
     assert in_range(spec["validVersions"], version)
     flexible = in_range(spec["flexibleVersions"], version)
     assert cls.is_flexible(version) == flexible
-    theirs = spec_fields(spec["fields"], version, spec_structs(cls.__name__))
+    theirs = spec_fields(spec["fields"], version, spec_structs(cls.__name__, reference))
     ours = our_fields(cls, version, flexible)
     problems = compare(ours, theirs, f"{cls.__name__} v{version}")
     assert not problems, "\n".join(problems)

@@ -1,0 +1,143 @@
+"""Asking a bootstrap server directly, without a producer: Metadata that creates nothing.
+
+A producer's metadata request may auto-create the topics it names; a command that only
+looks (``aioprod metadata -t``) or checks a topic before producing must not, so it sends
+its own request with ``allow_auto_topic_creation`` as it chooses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import MappingProxyType
+from typing import Any
+
+from aioprod.cluster.metadata import Broker, ClusterSnapshot, PartitionInfo, TopicInfo
+from aioprod.config import ProducerConfig
+from aioprod.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from aioprod.net.auth import ConnectionSecurity
+from aioprod.net.connection import BrokerConnection
+from aioprod.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
+
+log = logging.getLogger(__name__)
+
+
+async def ask_metadata(
+    config: ProducerConfig, topics: list[str] | None, *, allow_auto_topic_creation: bool = False
+) -> MetadataResponse:
+    """One Metadata request (``topics=None``: all) to the first bootstrap server that answers
+    within ``max_block_ms``."""
+    try:
+        async with asyncio.timeout(config.max_block_ms / 1000):
+            return await _ask_bootstrap(config, topics, allow_auto_topic_creation)
+    except TimeoutError as exc:
+        raise KafkaTimeoutError(f"no metadata from the bootstrap servers within {config.max_block_ms} ms") from exc
+
+
+async def _ask_bootstrap(config: ProducerConfig, topics: list[str] | None, auto_create: bool) -> MetadataResponse:
+    request = MetadataRequest(
+        topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
+        allow_auto_topic_creation=auto_create,
+    )
+    errors: list[KafkaError] = []
+    security = ConnectionSecurity.from_config(config)  # TLS and SASL, as the producer's connections
+    for index, (host, port) in enumerate(config.bootstrap_servers):
+        conn = BrokerConnection(
+            -1 - index,
+            host,
+            port,
+            client_id=config.client_id,
+            request_timeout=config.request_timeout_ms / 1000,
+            max_in_flight=1,
+            security=security,
+        )
+        try:
+            await conn.open(config.request_timeout_ms / 1000)
+            response: MetadataResponse = await conn.send(request)
+        except KafkaError as exc:
+            if not exc.retriable and not isinstance(exc, KafkaConnectionError):
+                raise  # wrong credentials, a TLS failure: another bootstrap server will say the same
+            errors.append(exc)
+            continue
+        finally:
+            conn.close()
+        return response
+    raise KafkaConnectionError(f"no bootstrap server answered: {'; '.join(str(e) for e in errors)}")
+
+
+def to_snapshot(response: MetadataResponse) -> tuple[ClusterSnapshot, dict[str, KafkaError]]:
+    """The cluster as the response describes it, and the topics it answered with an error."""
+    brokers = {b.node_id: Broker(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+    topics = {}
+    errors: dict[str, KafkaError] = {}
+    for t in response.topics:
+        if t.name is None:
+            continue
+        if t.error_code:
+            errors[t.name] = error_for_code(t.error_code, f"topic {t.name!r}")
+            continue
+        partitions = {
+            p.partition_index: PartitionInfo(
+                p.partition_index, p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes)
+            )
+            for p in t.partitions
+        }
+        topics[t.name] = TopicInfo(t.name, MappingProxyType(partitions))
+    snapshot = ClusterSnapshot(
+        MappingProxyType(brokers), MappingProxyType(topics), response.cluster_id, response.controller_id
+    )
+    return snapshot, errors
+
+
+async def missing_topic(config: ProducerConfig, topic: str) -> str | None:
+    """Why ``topic`` cannot be produced to, if the cluster says so now; else None.
+
+    Asks exactly as the producer will (auto-creation as configured), so on a cluster that
+    creates topics on first use this creates it, as producing would. A cluster that cannot
+    be reached says nothing here: the producer's own connection warnings tell that story.
+    """
+    try:
+        response = await ask_metadata(config, [topic], allow_auto_topic_creation=config.allow_auto_create_topics)
+    except KafkaError as exc:
+        log.debug("topic check for %r: %s", topic, exc)
+        return None
+    error = to_snapshot(response)[1].get(topic)
+    if isinstance(error, UnknownTopicOrPartitionError):
+        how = (
+            "and the cluster does not create topics on first use"
+            if config.allow_auto_create_topics
+            else "(and allow.auto.create.topics is false)"
+        )
+        return f"topic {topic!r} does not exist {how}"
+    if error is not None and not error.retriable:  # invalid name, not authorized
+        return f"topic {topic!r}: {error}"
+    return None  # there, or being created (LEADER_NOT_AVAILABLE)
+
+
+def watch_topic(options: dict[str, Any], topic: str) -> asyncio.Task[str | None]:
+    """Check ``topic`` in the background and warn at once if the cluster says it cannot be used.
+
+    The command goes on meanwhile (the producer waits ``max.block.ms`` for metadata, as
+    configured); the task's result, the problem or None, lets its final error say why.
+    """
+
+    async def check() -> str | None:
+        problem = await missing_topic(ProducerConfig.from_options(options), topic)
+        if problem is not None:
+            log.warning("%s; waiting up to max.block.ms for it", problem)
+        return problem
+
+    return asyncio.get_running_loop().create_task(check(), name=f"aioprod-cli-topic-check-{topic}")
+
+
+def topic_problem(check: asyncio.Task[str | None]) -> str:
+    """`` (topic 'x' does not exist ...)`` when the check found a problem, for an error message."""
+    if check.done() and not check.cancelled() and check.result() is not None:
+        return f" ({check.result()})"
+    return ""
