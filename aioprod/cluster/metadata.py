@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -112,6 +113,9 @@ class Metadata:
         self._topic_errors: dict[str, KafkaError] = {}
         #: The newest leader epoch seen per partition; answers older than it are ignored.
         self._leader_epochs: dict[tuple[str, int], int] = {}
+        #: Each topic's id (Metadata v10+): a new id is a topic deleted and created again,
+        #: whose epochs start over.
+        self._topic_ids: dict[str, uuid.UUID] = {}
         self._need_update = asyncio.Event()
         self._updated: asyncio.Future[None] | None = None
         self._pool_changed: asyncio.Future[None] | None = None
@@ -341,6 +345,12 @@ class Metadata:
             elif self._troubled.pop(t.name, None) is not None:
                 self._metrics.events.resolved(log, ("topic", t.name), "topic %r: metadata is back", t.name)
             known = old.topics.get(t.name)
+            if t.topic_id.int and self._topic_ids.get(t.name, t.topic_id) != t.topic_id:
+                known = None  # recreated: what was known of it is about another topic
+                for key in [k for k in self._leader_epochs if k[0] == t.name]:
+                    del self._leader_epochs[key]
+            if t.topic_id.int:
+                self._topic_ids[t.name] = t.topic_id
             parts: dict[int, PartitionInfo] = {}
             leaderless: list[tuple[int, int]] = []
             for p in t.partitions:

@@ -192,8 +192,8 @@ class BrokerConnection:
                     "closes like this when it rejects ours: check ssl_certificate_location)"
                 )
             self.close(error)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+            if not isinstance(exc, Exception):
+                raise  # a cancellation, KeyboardInterrupt or SystemExit is not a connection failure
             raise error from exc
 
     async def _negotiate(self) -> None:

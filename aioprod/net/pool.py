@@ -127,6 +127,8 @@ class ConnectionPool:
     async def get(self, node_id: int) -> BrokerConnection:
         """Wait for a connection to ``node_id``; raises the connect error on failure."""
         while True:
+            if self._closed:
+                raise KafkaConnectionError("the producer is closing: no new connections")
             conn = self.connection(node_id)
             if conn is not None:
                 return conn
@@ -266,6 +268,9 @@ class ConnectionPool:
                 state.connecting.cancel()
             if state.connection is not None:
                 state.connection.close()
+            for waiter in state.waiters:  # get() wakes up and sees the pool closed
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def close(self) -> None:
         self.close_now()

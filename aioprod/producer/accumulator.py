@@ -445,10 +445,11 @@ class RecordAccumulator:
     def has_queued(self) -> bool:
         return bool(self._batches)
 
-    def fail_all(self, error_for: Callable[[ProducerBatch], KafkaError]) -> None:
-        """Fail every queued batch, each with the error ``error_for`` gives it."""
+    def fail_all(self, error_for: Callable[[ProducerBatch], KafkaError]) -> list[ProducerBatch]:
+        """Fail every queued batch, each with the error ``error_for`` gives it; returns them."""
         batches, self._batches = self._batches, {}
-        for queue in batches.values():
-            for batch in queue:
-                batch.fail(error_for(batch))
-                self.complete(batch)
+        failed = [batch for queue in batches.values() for batch in queue]
+        for batch in failed:
+            batch.fail(error_for(batch))
+            self.complete(batch)
+        return failed

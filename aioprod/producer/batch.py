@@ -92,6 +92,7 @@ class ProducerBatch:
         "in_flight",
         "leader_epoch",
         "maybe_written",
+        "needs_new_sequence",
         "payload",
         "producer_epoch",
         "producer_id",
@@ -116,6 +117,9 @@ class ProducerBatch:
         #: Some attempt may have been written: its answer never came, or said the write's
         #: outcome is unknown. Only a sequence check by the broker (idempotence) clears it.
         self.maybe_written = False
+        #: The broker refused the batch's sequence and nothing of ours explains it: it is
+        #: not in the log, and cannot be written under its stamp (see idempotence.py).
+        self.needs_new_sequence = False
         #: The partition's leader epoch when the batch was last sent (KIP-951: a retry to
         #: a newer leader needs no backoff).
         self.leader_epoch = -1
@@ -167,7 +171,7 @@ class ProducerBatch:
     def unstamp(self) -> None:
         """Forget the sequence: only for a batch the broker said is not in its log."""
         self.producer_id = self.producer_epoch = self.base_sequence = -1
-        self.maybe_written = False
+        self.maybe_written = self.needs_new_sequence = False
 
     def split(self, max_bytes: int, new_builder: Callable[[int], RecordBatchBuilder]) -> list[ProducerBatch]:
         """Smaller batches holding this batch's records, in order, each up to ``max_bytes``

@@ -1,10 +1,12 @@
 """Producer identity and per-partition sequence numbers (KIP-98 idempotence, KIP-360 recovery).
 
 A batch is *stamped* (producer id, epoch, base sequence) when it is first sent, and keeps
-its stamp on every retry: that is what lets the broker recognise a batch it already wrote.
-A stamp is dropped only for a batch the broker has said is not in its log — it answered
-OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID to it, which a broker holding any
-attempt of that batch would not do — and never for a batch that may be there.
+its stamp on every retry, whatever identity the producer has meanwhile: that is what lets
+the broker recognise a batch it already wrote. A stamp is dropped only for a batch the
+broker refused for a sequence gap nothing of ours explains (OUT_OF_ORDER_SEQUENCE_NUMBER,
+UNKNOWN_PRODUCER_ID): a broker holding any attempt of it would not answer so, and the
+stamp cannot work any more. Batches behind it in the partition cannot be in the log either
+(the broker writes a partition's sequences without gaps), so they are renumbered with it.
 
 Each partition numbers its batches under its own identity: the producer's identity when
 the partition last started from sequence 0 (Java's ``TxnPartitionMap``). When a
@@ -48,7 +50,7 @@ class PartitionSequences:
         self.in_doubt = False
 
     def restart(self, identity: Identity, queue: deque[ProducerBatch]) -> None:
-        """Number from 0 under ``identity``; queued batches (none may be in the log) lose their stamps."""
+        """Number from 0 under ``identity``; queued batches (none is in the log) lose their stamps."""
         for batch in queue:
             if not batch.stamped:
                 break
@@ -103,15 +105,17 @@ class IdempotenceState:
         if self.producer_id < 0:
             return False
         entry = self.partition(batch.tp)
-        if batch.stamped and (batch.maybe_written or not (entry.in_doubt or entry.identity != self.identity)):
-            # A retry under its own stamp goes alone, so the broker sees sequences in order.
+        if batch.stamped and not batch.needs_new_sequence:
+            # A retry, under its own stamp: alone, so the broker sees sequences in order.
             return not entry.on_wire
-        if entry.in_doubt or entry.identity != self.identity:
-            if entry.on_wire or any(b.maybe_written for b in _stamped(queue)):
-                return False  # some batch of the partition may be in the log: wait for it
-            if entry.identity != self.identity:
+        stale = entry.identity != self.identity
+        if batch.stamped or entry.in_doubt or stale:
+            # The partition (re)starts its sequences first: once nothing of it is unanswered.
+            if entry.on_wire:
+                return False
+            if stale:
                 entry.restart(self.identity, queue)
-            elif entry.acked_next != entry.next_sequence:
+            elif batch.stamped or entry.acked_next != entry.next_sequence:
                 self.new_identity_needed = True  # the broker's next sequence is not ours
                 return False
             else:
@@ -155,6 +159,7 @@ class IdempotenceState:
         start again under a new identity; otherwise the batch is retried in order."""
         batch.maybe_written = False
         if gap:
+            batch.needs_new_sequence = True
             self.partition(batch.tp).in_doubt = True
 
     def split(self, batch: ProducerBatch) -> None:
@@ -169,15 +174,6 @@ class IdempotenceState:
             and sequence_before(other.base_sequence, batch.base_sequence)
             for other in self.partition(batch.tp).on_wire
         )
-
-
-def _stamped(queue: deque[ProducerBatch]) -> list[ProducerBatch]:
-    stamped = []
-    for batch in queue:
-        if not batch.stamped:
-            break
-        stamped.append(batch)
-    return stamped
 
 
 def sequence_before(a: int, b: int) -> bool:

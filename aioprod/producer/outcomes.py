@@ -22,28 +22,40 @@ from aioprod.errors import (
     KafkaConnectionError,
     KafkaError,
     MessageTooLargeError,
-    NetworkError,
-    NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     RecordListTooLargeError,
-    RequestTimedOutError,
     UnknownProducerIdError,
-    UnknownServerError,
     error_for_code,
 )
 from aioprod.net.pool import exponential_backoff
 from aioprod.producer.batch import ProducerBatch
 from aioprod.protocol.messages import ProduceResponse, ProduceResponsePartition
 
-#: Answers after which the broker may have written the batch (the leader appended it,
-#: then something failed) — a retry without idempotence may duplicate it.
-_MAYBE_WRITTEN = frozenset(
+#: Answers a broker gives before it appends the batch: this attempt is certainly not in the
+#: log. Any other error may come after the leader appended it (NOT_LEADER_OR_FOLLOWER, for
+#: one, answers a produce that waited for its replicas while leadership moved away).
+_NOT_WRITTEN = frozenset(
     {
-        RequestTimedOutError.code,
-        NotEnoughReplicasAfterAppendError.code,
-        NetworkError.code,
-        UnknownServerError.code,
+        2,  # CORRUPT_MESSAGE
+        3,  # UNKNOWN_TOPIC_OR_PARTITION
+        5,  # LEADER_NOT_AVAILABLE
+        10,  # MESSAGE_TOO_LARGE
+        18,  # RECORD_LIST_TOO_LARGE
+        19,  # NOT_ENOUGH_REPLICAS (checked before the append; ..._AFTER_APPEND is not)
+        21,  # INVALID_REQUIRED_ACKS
+        29,  # TOPIC_AUTHORIZATION_FAILED
+        32,  # INVALID_TIMESTAMP
+        43,  # UNSUPPORTED_FOR_MESSAGE_FORMAT
+        45,  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        47,  # INVALID_PRODUCER_EPOCH
+        48,  # INVALID_TXN_STATE
+        53,  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        59,  # UNKNOWN_PRODUCER_ID
+        76,  # UNSUPPORTED_COMPRESSION_TYPE
+        87,  # INVALID_RECORD
+        90,  # PRODUCER_FENCED
+        120,  # TRANSACTION_ABORTABLE
     }
 )
 _TOO_LARGE = frozenset({MessageTooLargeError.code, RecordListTooLargeError.code})
@@ -152,7 +164,7 @@ def _partition(
         decision.sequence_refused = True
         decision.unknown_producer = code == UnknownProducerIdError.code
         return decision
-    decision = _retry_or_fail(batch, error, now, policy, maybe_written=code in _MAYBE_WRITTEN, leader=leader)
+    decision = _retry_or_fail(batch, error, now, policy, maybe_written=code not in _NOT_WRITTEN, leader=leader)
     decision.refresh_metadata = error.invalid_metadata
     return decision
 

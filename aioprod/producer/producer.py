@@ -61,7 +61,7 @@ class Producer:
     ``await send(...)`` returns once the record is queued; the future it returns resolves
     with :class:`RecordMetadata` when the broker acknowledges the record, or fails with a
     :class:`~aioprod.errors.KafkaError`. Options: snake_case keywords or a mapping of
-    Java/librdkafka names (see ``docs/configuration.md``).
+    Java/librdkafka names (see the configuration guide).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, **options: Any) -> None:
@@ -179,12 +179,13 @@ class Producer:
             if txn is not None and not txn.failed:
                 try:
                     async with asyncio.timeout(timeout):
-                        await txn.end_on_close(self._fail_unsent, self.flush)
+                        await txn.end_on_close(self._fail_unsent, self._settle_transaction)
                 except (TimeoutError, KafkaError) as exc:
                     log.warning("could not abort transaction %r while closing: %r", txn.transactional_id, exc)
-            self._accumulator.closing = True
-            self._sender.stop()
-            await self._sender.wait_stopped(timeout)
+            if timeout is None or timeout > 0:  # close(0): nothing more is sent, even what lingers
+                self._accumulator.closing = True
+                self._sender.stop()
+                await self._sender.wait_stopped(timeout)
             tasks = self._release_now(timeout)
             if tasks:
                 await asyncio.wait(tasks)
@@ -224,8 +225,8 @@ class Producer:
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
-        if self._txn is not None:
-            self._txn.check_send()
+        txn = self._txn
+        txn_generation = 0 if txn is None else txn.check_send()
         if self._yield_first:
             # The last send() started a batch (so the one before it is complete): let the
             # sender drain it, or a caller sending in a tight loop starves it until the
@@ -292,6 +293,9 @@ class Producer:
             if self._state is not _STARTED or self._fatal is not None:
                 acc.pool.release(size)
                 self._raise_not_open()
+        if txn is not None and not txn.accepts(txn_generation):
+            acc.pool.release(size)  # the transaction ended while we waited
+            txn.check_send(txn_generation)
         created = acc.batches_created
         future = acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
         if acc.batches_created != created:
@@ -326,8 +330,8 @@ class Producer:
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
-        if self._txn is not None:
-            self._txn.check_send()
+        txn = self._txn
+        txn_generation = 0 if txn is None else txn.check_send()
         _check_topic(topic)
         count = len(values)
         if keys is not None and len(keys) != count:
@@ -368,6 +372,8 @@ class Producer:
         index = 0
         try:
             while index < count:
+                if txn is not None:
+                    txn.check_send(txn_generation)  # still the transaction this call began in
                 if bulk:
                     chosen = (
                         partition if partition is not None else partitioner.sticky(topic, all_partitions, available)
@@ -389,6 +395,9 @@ class Producer:
                     if self._state is not _STARTED or self._fatal is not None:
                         pool.release(size)
                         self._raise_not_open()
+                    if txn is not None and not txn.accepts(txn_generation):
+                        pool.release(size)
+                        txn.check_send(txn_generation)
                 if partition is not None:
                     chosen = partition
                 elif key is None:
@@ -519,14 +528,14 @@ class Producer:
         running, and calling ``commit_transaction()`` again waits for it.
         """
         txn = self._transactions("commit_transaction")
-        await txn.run("commit_transaction", lambda: txn.commit(self.flush))
+        await txn.run("commit_transaction", lambda: txn.commit(self._settle_transaction))
 
     async def abort_transaction(self) -> None:
         """Abort the transaction: records not sent yet fail with
         :class:`~aioprod.errors.TransactionAbortedError`, those written are never visible
         to ``read_committed`` readers."""
         txn = self._transactions("abort_transaction")
-        await txn.run("abort_transaction", lambda: txn.abort(self._fail_unsent, self.flush))
+        await txn.run("abort_transaction", lambda: txn.abort(self._fail_unsent, self._settle_transaction))
 
     async def send_offsets_to_transaction(
         self,
@@ -579,7 +588,13 @@ class Producer:
             error.__cause__ = cause
             return error
 
-        self._accumulator.fail_all(aborted)
+        self._sender.fail_queued(aborted)
+
+    async def _settle_transaction(self) -> None:
+        """Every record of the transaction has its outcome, and nothing is on the wire:
+        an EndTxn must not overtake a produce request (it would leave that write outside)."""
+        await self.flush()
+        await self._sender.quiet()
 
     def cluster(self) -> ClusterSnapshot:
         """The current metadata snapshot: brokers, topics, partitions, leaders."""

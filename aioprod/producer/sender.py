@@ -82,6 +82,8 @@ class Sender:
         self._mute = not config.enable_idempotence and config.max_in_flight_requests_per_connection == 1
         #: Batches on the wire, including ones that expired there and are still unanswered.
         self._in_flight: set[ProducerBatch] = set()
+        self._quiet = asyncio.Event()
+        self._quiet.set()
         #: The error that stopped this producer for good, if any.
         self.fatal: KafkaError | None = None
         #: Why a partition's sequence came in doubt last (said when a new identity is taken).
@@ -108,6 +110,17 @@ class Sender:
         """Finish what is queued, then end (close() bounds how long that may take)."""
         self._stopping = True
         self.wakeup()
+
+    def fail_queued(self, error_for: Callable[[ProducerBatch], KafkaError]) -> None:
+        """Fail every queued batch; a partition whose sequence a failed batch had taken is
+        then in doubt (the broker expects that sequence next)."""
+        for batch in self._acc.fail_all(error_for):
+            if self.idempotence is not None:
+                self.idempotence.failed(batch)
+
+    async def quiet(self) -> None:
+        """Wait until no request of this producer's is unanswered (expired batches included)."""
+        await self._quiet.wait()
 
     def abort_now(self, error: Callable[[bool], KafkaError]) -> list[asyncio.Task[None]]:
         """Stop at once: every unfinished record fails with ``error(possibly_persisted)``.
@@ -177,9 +190,10 @@ class Sender:
         for batch in acc.expired(now):
             self._finish(batch, batch.expiry_error(now, self._config.delivery_timeout_ms))
         txn = self.transactions
-        if txn is not None and txn.state is TxnState.ABORTABLE_ERROR and acc.has_queued:
-            # The transaction cannot commit: what it has not sent yet never will be.
-            acc.fail_all(lambda _batch: _aborted(txn.error))
+        if txn is not None and txn.state in _SWEPT and acc.has_queued:
+            # The transaction cannot commit, or is aborting: what it has not sent never will
+            # be, and what comes back for a retry is not sent again.
+            self.fail_queued(lambda _batch: _aborted(txn.error))
         cluster = self._metadata.snapshot
         ready, delay, unknown_leader = acc.ready(cluster, now)
         if unknown_leader:
@@ -208,6 +222,7 @@ class Sender:
             if ident is not None and ident.new_identity_needed:
                 ident.new_identity_needed = False
                 txn.sequence_in_doubt()
+                return 0.0  # sweep what the transaction can no longer send, at once
         elif ident is not None and ident.needs_producer_id and acc.has_queued:
             self._ensure_producer_id()
         if drained:
@@ -237,6 +252,7 @@ class Sender:
             part = None if info is None else info.partitions.get(tp.partition)
             batch.leader_epoch = -1 if part is None else part.leader_epoch
             self._in_flight.add(batch)
+            self._quiet.clear()
             if self._mute:
                 self._acc.muted.add(tp)
             parts = topics.get(tp.topic)
@@ -386,6 +402,8 @@ class Sender:
     def _returned(self, batch: ProducerBatch) -> None:
         batch.in_flight = False
         self._in_flight.discard(batch)
+        if not self._in_flight:
+            self._quiet.set()
         if self._mute:
             self._acc.muted.discard(batch.tp)
         if self.idempotence is not None:
@@ -487,6 +505,9 @@ def _also(
         return first(batch.tp) and then(batch, queue)
 
     return can_send
+
+
+_SWEPT = frozenset({TxnState.ABORTABLE_ERROR, TxnState.ABORTING})
 
 
 def _aborted(cause: KafkaError | None) -> TransactionAbortedError:

@@ -45,9 +45,11 @@ from aioprod.errors import (
     KafkaTimeoutError,
     NotCoordinatorError,
     OperationNotAttemptedError,
+    ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
     TransactionAbortableError,
+    TransactionAbortedError,
     TransactionalIdAuthorizationFailedError,
     TransactionStateError,
     UnknownMemberIdError,
@@ -85,6 +87,9 @@ R = TypeVar("R", bound=Response)
 
 GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
 
+#: Operations that take no arguments: calling one again waits for (or reports) the first.
+_RESUMABLE = frozenset({"start", "commit_transaction", "abort_transaction"})
+
 #: Answers after which the operation is tried again, the coordinator looked up anew first.
 _FIND_AGAIN = frozenset({CoordinatorNotAvailableError.code, NotCoordinatorError.code})
 #: Answers after which the operation is tried again as it is, after a backoff.
@@ -107,6 +112,17 @@ _FATAL = frozenset(
         InvalidTxnStateError.code,
         35,  # UNSUPPORTED_VERSION
         50,  # INVALID_TRANSACTION_TIMEOUT
+    }
+)
+#: Of those, the ones that are fatal when a produce request answers them: INVALID_PRODUCER_EPOCH
+#: and INVALID_TXN_STATE there mean this transaction is over (it timed out at the
+#: coordinator, say), so it is aborted and the producer goes on (KIP-588).
+_FATAL_FOR_RECORDS = frozenset(
+    {
+        ProducerFencedError.code,
+        TransactionalIdAuthorizationFailedError.code,
+        ClusterAuthorizationFailedError.code,
+        35,  # UNSUPPORTED_VERSION
     }
 )
 #: TxnOffsetCommit answers meaning the consumer group moved on: the offsets cannot commit.
@@ -178,12 +194,17 @@ class TransactionManager:
         #: Partitions in the AddPartitionsToTxn under way.
         self._pending: set[TopicPartition] = set()
         self._adding: asyncio.Task[None] | None = None
-        #: The coordinator has a transaction open (a partition or offsets were added).
+        #: The coordinator has a transaction open (a partition or offsets were added) ...
         self._started = False
+        #: ... or may have: a request that would open it went out without its answer.
+        self._maybe_started = False
         #: After the abort, bump the epoch (KIP-360): a sequence of this producer is in doubt.
         self._bump_epoch = False
         self._operation: tuple[str, asyncio.Task[None]] | None = None
-        self._collected = True
+        #: Why an operation's task was cancelled from outside, for its waiting caller.
+        self._cut_short: KafkaError | None = None
+        #: Counts transactions begun: a send() must queue into the one it started in.
+        self.generation = 0
         self._failures = 0
 
     # -- state -------------------------------------------------------------------------------
@@ -196,10 +217,21 @@ class TransactionManager:
     def in_transaction(self) -> bool:
         return self.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
 
-    def check_send(self) -> None:
-        """send() is allowed only inside a transaction that can still commit."""
-        if self.state is TxnState.IN_TRANSACTION:
-            return
+    def accepts(self, generation: int) -> bool:
+        """Records may still be queued into transaction ``generation``."""
+        return self.state is TxnState.IN_TRANSACTION and generation == self.generation
+
+    def check_send(self, generation: int | None = None) -> int:
+        """send() is allowed only inside a transaction that can still commit; with
+        ``generation`` (what this call returned when the send began), only in that same
+        transaction. Returns the current transaction's generation."""
+        if self.state is TxnState.IN_TRANSACTION and (generation is None or generation == self.generation):
+            return self.generation
+        if self.state is TxnState.IN_TRANSACTION or self.state is TxnState.COMMITTING:
+            raise TransactionStateError(
+                "the transaction this send() began in ended (it committed or aborted) before the record "
+                "could be queued; the record was not sent"
+            )
         if self.state is TxnState.ABORTABLE_ERROR:
             raise TransactionAbortableError(
                 f"the transaction cannot commit ({self.error}): call abort_transaction() first"
@@ -212,13 +244,15 @@ class TransactionManager:
 
     def begin(self, connections: list[BrokerConnection]) -> None:
         self._fail_if_busy("begin_transaction")
+        self._operation = None  # an earlier call's unreported outcome belongs to that transaction
         if self.state is not TxnState.READY:
             raise self._wrong_state("begin_transaction")
         self.v2 = _speaks_transactions_v2(connections)
         self._partitions.clear()
         self._to_add.clear()
         self._pending.clear()
-        self._started = False
+        self._started = self._maybe_started = False
+        self.generation += 1
         self.state = TxnState.IN_TRANSACTION
 
     def abortable(self, error: KafkaError) -> None:
@@ -259,7 +293,7 @@ class TransactionManager:
         ``maybeAddPartitionToTransaction``, but per batch): under v1 the partition joins in
         the next AddPartitionsToTxn, with every other partition new by then."""
         if self.v2:
-            self._started = True  # the produce request adds it (KIP-890)
+            self._maybe_started = True  # the produce request adds it (KIP-890)
         elif tp not in self._partitions and tp not in self._pending:
             self._to_add.add(tp)
 
@@ -289,22 +323,26 @@ class TransactionManager:
 
     async def run(self, name: str, make: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run transactional operation ``name`` as a task the call waits for, up to
-        ``max_block_ms``. Calling the same operation again (say, after a timeout) waits for
-        that task; an abort cancels a pending ``send_offsets_to_transaction``; any other
-        call while an operation runs fails at once."""
+        ``max_block_ms``. A commit, abort or start whose caller gave up (timed out, or was
+        cancelled) goes on, and calling it again waits for it, or reports how it ended; an
+        abort cancels a pending ``send_offsets_to_transaction``; any other call while an
+        operation runs fails at once."""
         op = self._operation
         task = None
-        if op is not None and not op[1].done() and op[0] != name:
+        if op is not None and op[0] == name and name in _RESUMABLE:
+            task = op[1]  # the same call again: its task, running or ended unreported
+        elif op is not None and not op[1].done():
             if not (name == "abort_transaction" and op[0] == "send_offsets_to_transaction"):
                 raise TransactionStateError(f"{op[0]}() is still in progress; {name}() must wait for it to end")
+            self._cut_short = TransactionAbortedError(
+                "abort_transaction() was called while send_offsets_to_transaction() was in progress"
+            )
             op[1].cancel()  # the offsets would be aborted with the rest anyway
             await asyncio.wait([op[1]])
-        elif op is not None and op[0] == name and not (op[1].done() and self._collected):
-            task = op[1]  # the same call again: wait for it (it may have ended meanwhile)
+            self._cut_short = None
         if task is None:
             task = asyncio.get_running_loop().create_task(make(), name=f"aioprod-txn-{name}")
             self._operation = (name, task)
-        self._collected = False
         try:
             async with asyncio.timeout(self._config.max_block_ms / 1000):
                 await asyncio.shield(task)
@@ -314,14 +352,23 @@ class TransactionManager:
                 f"call {name}() again to keep waiting"
             ) from None
         except asyncio.CancelledError:
-            if not task.done():
-                raise  # the operation goes on; calling it again waits for it
-            self._collected = True
+            current = asyncio.current_task()
+            if task.cancelled() and (current is None or not current.cancelling()):
+                # Not our caller's cancellation: an abort or close cut the operation short.
+                self._forget(task)
+                raise self._cut_short or ProducerClosedError(
+                    f"the producer closed while {name}() was in progress"
+                ) from None
             raise
         except BaseException:
-            self._collected = True
+            self._forget(task)
             raise
-        self._collected = True
+        self._forget(task)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        """The operation's outcome reached a caller: the next call starts afresh."""
+        if self._operation is not None and self._operation[1] is task:
+            self._operation = None
 
     async def initialize(self) -> None:
         self.state = TxnState.INITIALIZING
@@ -352,7 +399,7 @@ class TransactionManager:
             ) from self.error
         try:
             await self._wait_for_adds()
-            if self._started:
+            if self._started or self._maybe_started:
                 await self._end(commit=True)
         except KafkaError as exc:
             if self.failed or isinstance(exc, TransactionAbortableError):
@@ -373,8 +420,9 @@ class TransactionManager:
         await flush()  # what is on the wire comes back first
         if self._adding is not None:
             await asyncio.wait([self._adding])
-        if self._started:
-            await self._end(commit=False)
+        if self._started or self._maybe_started:
+            # Only maybe opened: the coordinator may answer that there is nothing to end.
+            await self._end(commit=False, nothing_open_is_fine=not self._started)
         if (self._bump_epoch or self._ident.in_doubt) and not self.v2:
             await self._bump()
         self._bump_epoch = False
@@ -391,6 +439,7 @@ class TransactionManager:
                 ) from self.error
             raise self._wrong_state("send_offsets_to_transaction")
         ident = self._ident
+        self._maybe_started = True
         if not self.v2:
             await self._coordinator_request(
                 TRANSACTION,
@@ -497,7 +546,7 @@ class TransactionManager:
         ident.set_producer_id(response.producer_id, response.producer_epoch)
         log.info("transactional producer %r: epoch bumped to %s", self.transactional_id, response.producer_epoch)
 
-    async def _end(self, *, commit: bool) -> None:
+    async def _end(self, *, commit: bool, nothing_open_is_fine: bool = False) -> None:
         ident = self._ident
         response = await self._coordinator_request(
             TRANSACTION,
@@ -511,7 +560,10 @@ class TransactionManager:
             EndTxnResponse,
             lambda r: [r.error_code],
             max_version=versions.TRANSACTIONS_V2_VERSIONS[EndTxnRequest.API_KEY] if self.v2 else None,
+            tolerate=frozenset({InvalidTxnStateError.code}) if nothing_open_is_fine else frozenset(),
         )
+        if response.error_code:
+            return  # tolerated: nothing was open
         if self.v2 and response.producer_id >= 0:
             # KIP-890: the coordinator bumped the epoch (or, past its maximum, gave a new id).
             ident.set_producer_id(response.producer_id, response.producer_epoch)
@@ -599,9 +651,11 @@ class TransactionManager:
         error_codes: Callable[[R], list[int]],
         *,
         max_version: int | None = None,
+        tolerate: frozenset[int] = frozenset(),
     ) -> R:
         """Send to the coordinator of ``key`` until it answers without a retriable error.
-        A fatal answer fails the producer; any other non-retriable one is raised."""
+        A fatal answer fails the producer; any other non-retriable one is raised; an answer
+        in ``tolerate`` is returned as it is."""
         while True:
             node = await self._coordinator(key_type, key)
             try:
@@ -615,7 +669,7 @@ class TransactionManager:
                 continue
             assert isinstance(response, response_cls)
             codes = [code for code in error_codes(response) if code]
-            if not codes:
+            if not codes or all(code in tolerate for code in codes):
                 self._failures = 0
                 return response
             code = next((c for c in codes if c in _FATAL), None) or next(
@@ -676,9 +730,10 @@ def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:
 
 
 def _is_fatal(error: KafkaError) -> bool:
+    """A record failed with an error the transactional producer cannot go on after."""
     cause: BaseException | None = error
     while cause is not None:
-        if isinstance(cause, BrokerResponseError) and cause.code in _FATAL:
+        if isinstance(cause, BrokerResponseError) and cause.code in _FATAL_FOR_RECORDS:
             return True
         cause = cause.__cause__
     return False

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import ProducerClosedError
+from aioprod.errors import KafkaError, ProducerClosedError
 from tests.conftest import Scripted
 
 
@@ -88,3 +88,19 @@ async def test_close_with_a_timeout_marks_in_flight_records_possibly_persisted(s
         await never_sent
     assert sent.value.possibly_persisted is True
     assert unsent.value.possibly_persisted is False
+
+
+async def test_close_ends_an_end_offsets_call_waiting_for_a_connection(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[2])
+    p = Producer(bootstrap_servers="127.0.0.1:9091", linger_ms=0)
+    await p.start()
+    await p.partitions_for("t")
+    scripted.network.black_holes.add(("127.0.0.1", 9092))  # connecting to node 2 never completes
+    asking = asyncio.ensure_future(p.end_offsets("t"))
+    await asyncio.sleep(1)
+    await p.close()
+    done, _ = await asyncio.wait([asking], timeout=60)
+    assert done, "end_offsets() still waits for a connection the closed producer will never make"
+    assert isinstance(asking.exception(), KafkaError)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 import pytest
 
 from aioprod import Producer
 from aioprod.errors import InvalidRecordError
+from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import Hold
+
+NOT_ENOUGH_REPLICAS = 19
 
 
 async def test_a_batch_in_doubt_keeps_its_identity_when_another_partition_fails(scripted: Scripted) -> None:
@@ -35,3 +39,74 @@ async def test_a_batch_in_doubt_keeps_its_identity_when_another_partition_fails(
         after = await p.send_and_wait("t", b"B2", partition=0)
     assert cluster.partition("t", 0).values == [b"A0", b"B1", b"B2"]
     assert (md.offset, after.offset) == (1, 2)
+
+
+async def test_retries_of_a_partition_survive_an_identity_change_caused_elsewhere(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=100, retry_backoff_max_ms=100
+    ) as p:
+        await p.send_and_wait("t", b"w0", partition=0)
+        await p.send_and_wait("t", b"w1", partition=1)
+        node1 = cluster.nodes[1]
+        node1.stalling = True  # A and B both go out before node 1 looks at either
+        a = await p.send("t", b"A", partition=0)
+        await asyncio.sleep(0.05)
+        b = await p.send("t", b"B", partition=0)
+        await asyncio.sleep(0.05)
+        # Partition 1 fails a batch for good: its sequence is in doubt, and the next batch
+        # there makes the producer take a new identity.
+        cluster.nodes[2].script = deque([InvalidRecordError.code])
+        c = await p.send("t", b"C", partition=1)
+        await asyncio.gather(c, return_exceptions=True)
+        await p.send_and_wait("t", b"D", partition=1)
+        assert len(cluster.requests_of(m.InitProducerIdRequest)) == 2
+        # Node 1 answers A with a retriable error (not written); B's answer is lost.
+        node1.script = deque([NOT_ENOUGH_REPLICAS, Hold])
+        node1.release()
+        await asyncio.sleep(0.05)
+        cluster.disconnect(1)
+        outcome = await asyncio.gather(a, b, return_exceptions=True)
+        assert not any(isinstance(o, BaseException) for o in outcome), outcome
+    assert cluster.partition("t", 0).values == [b"w0", b"A", b"B"]
+
+
+async def test_a_batch_written_before_its_leader_answered_not_leader_is_not_written_twice(
+    scripted: Scripted,
+) -> None:
+    # Kafka answers NOT_LEADER_OR_FOLLOWER to a produce that waited in purgatory after the
+    # leader appended it (Partition.checkEnoughReplicasReachOffset, leadership lost): the
+    # batch may be in the log and on the new leader. Its retry must keep its stamp.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    cluster.kip951 = False
+    real_produce = cluster._produce
+
+    def appended_then_lost_leadership(node, request, version):  # type: ignore[no-untyped-def]
+        response, hold = real_produce(node, request, version)
+        part = response.responses[0].partition_responses[0]
+        if node.node_id == 1 and part.error_code == 0 and cluster.partition("t", 0).leader == 1:
+            cluster.move_leader("t", 0, 2)  # the follower had it: node 2 leads now
+            part.error_code, part.base_offset = 6, -1  # NOT_LEADER_OR_FOLLOWER
+        return response, hold
+
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=1000, retry_backoff_max_ms=1000
+    ) as p:
+        await p.send_and_wait("t", b"w1", partition=1)
+        cluster._produce = appended_then_lost_leadership  # type: ignore[method-assign]
+        a = await p.send("t", b"A", partition=0)
+        while not cluster.partition("t", 0).log:
+            await asyncio.sleep(0.01)
+        cluster._produce = real_produce  # type: ignore[method-assign]
+        # While A waits out its backoff, partition 1 fails a batch for good and the next
+        # batch there takes a new identity.
+        cluster.nodes[2].script = deque([InvalidRecordError.code])
+        c = await p.send("t", b"C", partition=1)
+        await asyncio.gather(c, return_exceptions=True)
+        await p.send_and_wait("t", b"D", partition=1)
+        await a
+    assert cluster.partition("t", 0).values == [b"A"]

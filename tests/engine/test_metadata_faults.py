@@ -182,3 +182,17 @@ async def test_setup_timeout_bounds_a_connect_that_never_completes(scripted: Scr
 
 NOT_LEADER = NotLeaderOrFollowerError.code
 _ = deque
+
+
+async def test_a_recreated_topic_is_followed_to_its_new_leader(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1])
+    for leader in (2, 1, 2, 1):  # some leader changes: the partition is at leader epoch 4
+        cluster.move_leader("t", 0, leader)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, delivery_timeout_ms=30_000) as p:
+        await p.send_and_wait("t", b"before", partition=0)
+        cluster.create_topic("t", leaders=[2])  # deleted and created again: node 2 leads, epoch 0
+        md = await p.send_and_wait("t", b"after", partition=0)  # the old leader (node 1) does not know it
+    assert md.offset == 0
+    assert cluster.partition("t", 0).values == [b"after"]

@@ -12,8 +12,10 @@ from aioprod import Producer, TopicPartition
 from aioprod.errors import (
     ConfigError,
     CoordinatorLoadInProgressError,
+    DeliveryTimeoutError,
     InvalidRecordError,
     KafkaTimeoutError,
+    ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
     TransactionAbortableError,
@@ -27,6 +29,8 @@ from tests.fakes.coordinator import Lost
 
 LOADING = CoordinatorLoadInProgressError.code
 CONCURRENT = 51
+NOT_ENOUGH_REPLICAS = 19
+UNKNOWN_PRODUCER_ID = 59
 
 
 @pytest.fixture
@@ -217,7 +221,7 @@ async def test_a_sequence_in_doubt_aborts_the_transaction_and_bumps_the_epoch(cl
         p.begin_transaction()
         cluster.nodes[1].stalling = True  # never answered: its sequence is in doubt
         lost = await p.send("t", b"lost", partition=0)
-        with pytest.raises(Exception):  # noqa: B017 - delivery timeout
+        with pytest.raises(DeliveryTimeoutError):
             await lost
         cluster.disconnect(1)
         cluster.nodes[1].release()
@@ -261,3 +265,178 @@ def test_transactional_settings_that_cannot_work_are_config_errors() -> None:
         Producer(bootstrap_servers="h:1", transactional_id="x", enable_idempotence=False)
     with pytest.raises(ConfigError, match="transactional_id"):
         Producer(bootstrap_servers="h:1", transactional_id="")
+
+
+async def test_a_commit_after_an_earlier_timed_out_commit_really_commits(cluster: ScriptedCluster) -> None:
+    async with producer(cluster, max_block_ms=1000, retry_backoff_max_ms=100) as p:
+        p.begin_transaction()
+        await p.send("t", b"first", partition=0)
+        cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([CONCURRENT] * 15)
+        with pytest.raises(KafkaTimeoutError):
+            await p.commit_transaction()
+        await asyncio.sleep(5)  # the first commit finishes in the background
+        assert cluster.partition("t", 0).committed == [b"first"]
+        p.begin_transaction()  # allowed: the earlier commit is over
+        await p.send("t", b"second", partition=0)
+        await p.commit_transaction()  # returns normally...
+        # ...so the second transaction must be committed:
+        assert cluster.partition("t", 0).committed == [b"first", b"second"]
+
+
+async def test_a_commit_after_a_cancelled_commit_really_commits(cluster: ScriptedCluster) -> None:
+    async with producer(cluster, retry_backoff_max_ms=100) as p:
+        p.begin_transaction()
+        await p.send("t", b"first", partition=0)
+        cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([CONCURRENT] * 5)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await p.commit_transaction()
+        await asyncio.sleep(5)
+        async with p.transaction():
+            await p.send("t", b"second", partition=0)
+        assert cluster.partition("t", 0).committed == [b"first", b"second"]
+
+
+async def test_a_send_that_straddles_a_commit_does_not_leak_into_the_next_transaction(
+    cluster: ScriptedCluster,
+) -> None:
+    # send() checks the transaction state only before it waits for metadata; the commit
+    # (from another task) ends the transaction meanwhile.
+    async with producer(cluster, max_block_ms=10_000) as p:
+        p.begin_transaction()
+        await p.send("t", b"in-txn-1", partition=0)
+        straddling = asyncio.ensure_future(p.send("later", b"sent-during-txn-1"))
+        await asyncio.sleep(0.5)  # waiting for the topic's metadata
+        await p.commit_transaction()
+        p.begin_transaction()
+        cluster.create_topic("later", 1)
+        outcome = await asyncio.gather(straddling, return_exceptions=True)
+        await p.commit_transaction()
+    # As in Java (maybeAddPartition): the record is refused, not put in transaction 2.
+    assert isinstance(outcome[0], TransactionStateError), outcome
+    assert cluster.partition("later", 0).values == []
+
+
+async def test_a_send_waiting_for_buffer_space_during_commit_is_not_written_after_the_commit_marker(
+    cluster: ScriptedCluster,
+) -> None:
+    # r2 waits for buffer space while another task commits: once the commit began, r2 must
+    # not be queued (it would be written after the commit marker, outside any transaction).
+    async with producer(cluster, buffer_memory=4000, max_block_ms=10_000) as p:
+        p.begin_transaction()
+        cluster.nodes[2].holding = True  # r1 is written, its answer held
+        await p.send("t", b"r1" + b"x" * 2500, partition=1)
+        while not cluster.partition("t", 1).log:
+            await asyncio.sleep(0.01)
+        waiting = asyncio.ensure_future(p.send("t", b"r2" + b"y" * 2500, partition=1))  # buffer full
+        committing = asyncio.ensure_future(p.commit_transaction())
+        await asyncio.sleep(0.1)  # the commit's flush waits for r1
+        cluster.nodes[2].release()
+        await committing
+        with pytest.raises(TransactionStateError, match="ended"):
+            await waiting
+        async with p.transaction():
+            await p.send("t", b"r3", partition=1)
+    assert cluster.partition("t", 1).committed == [b"r1" + b"x" * 2500, b"r3"]
+    assert b"r2" + b"y" * 2500 not in cluster.partition("t", 1).values
+
+
+async def test_aborting_while_a_batch_waits_to_retry_does_not_spoil_the_next_transaction(
+    cluster: ScriptedCluster,
+) -> None:
+    async with producer(cluster, retry_backoff_ms=1000, retry_backoff_max_ms=1000) as p:
+        async with p.transaction():
+            await p.send("t", b"warm-up", partition=1)  # node 1 and 2 connected, partition 1 only
+        p.begin_transaction()
+        cluster.nodes[1].script = deque([NOT_ENOUGH_REPLICAS])  # retriable; not written
+        fut = await p.send("t", b"retried", partition=0)
+        while not cluster.requests_of(m.ProduceRequest, node=1):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the answer came: the batch (sequence 0) waits 1 s to retry
+        await p.abort_transaction()
+        with pytest.raises(TransactionAbortedError):
+            await fut
+        # The next transaction has nothing to do with the aborted one.
+        async with p.transaction():
+            await p.send("t", b"next", partition=0)
+    assert cluster.partition("t", 0).committed == [b"next"]
+
+
+async def test_a_transaction_made_abortable_by_a_sequence_gap_fails_its_commit_promptly(
+    scripted: Scripted, cluster: ScriptedCluster
+) -> None:
+    async with producer(cluster, delivery_timeout_ms=120_000, max_block_ms=60_000) as p:
+        async with p.transaction():
+            await p.send("t", b"warm-up", partition=0)
+        p.begin_transaction()
+        cluster.nodes[1].script = deque([UNKNOWN_PRODUCER_ID])  # the broker lost our state
+        await p.send("t", b"v", partition=0)
+        started = scripted.clock.now
+        with pytest.raises(TransactionAbortableError):
+            await p.commit_transaction()
+        # Abortable in the sender round that saw the gap, and swept at once (the sender does
+        # not sleep until the batch's delivery deadline).
+        assert scripted.clock.now - started < 5
+
+
+async def test_close_during_a_commit_fails_the_commit_with_a_kafka_error_not_a_bare_cancel(
+    cluster: ScriptedCluster,
+) -> None:
+    p = producer(cluster, retry_backoff_max_ms=100)
+    await p.start()
+    p.begin_transaction()
+    await p.send("t", b"v", partition=0)
+    cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([CONCURRENT] * 1000)
+    committing = asyncio.ensure_future(p.commit_transaction())
+    await asyncio.sleep(0.5)
+    await p.close(timeout=1)
+    outcome = await asyncio.gather(committing, return_exceptions=True)
+    assert isinstance(outcome[0], ProducerClosedError), outcome
+
+
+async def test_abort_does_not_resend_batches_that_come_back_for_a_retry(
+    scripted: Scripted, cluster: ScriptedCluster
+) -> None:
+    async with producer(cluster, request_timeout_ms=1000, delivery_timeout_ms=120_000) as p:
+        p.begin_transaction()
+        cluster.nodes[2].stalling = True  # partition 1's leader never answers
+        await p.send("t", b"v", partition=1)
+        await asyncio.sleep(0.5)
+        started = scripted.clock.now
+        await p.abort_transaction()
+        took = scripted.clock.now - started
+        produces = len(cluster.requests_of(m.ProduceRequest, node=2))
+        cluster.nodes[2].release()
+    # As Java (maybeAbortBatches): what comes back for a retry while aborting is failed, not
+    # sent again until its delivery timeout.
+    assert took < 5, (took, produces)
+
+
+async def test_two_concurrent_send_offsets_calls_do_not_drop_one_of_them(cluster: ScriptedCluster) -> None:
+    async with producer(cluster, retry_backoff_max_ms=100) as p:
+        p.begin_transaction()
+        await p.send("t", b"out", partition=0)
+        cluster.coordinator.script[m.AddOffsetsToTxnRequest.API_KEY] = deque([CONCURRENT] * 3)
+        first = asyncio.ensure_future(p.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g"))
+        await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(p.send_offsets_to_transaction({TopicPartition("in", 1): 7}, "g"))
+        outcome = await asyncio.gather(first, second, return_exceptions=True)
+        await p.commit_transaction()
+    # Two calls at once: the second fails at once, and the first's offsets commit.
+    assert isinstance(outcome[1], TransactionStateError), outcome
+    assert cluster.coordinator.committed == {"g": {("in", 0): 5}}
+
+
+async def test_abort_ends_a_transaction_the_coordinator_started_for_cancelled_offsets(
+    cluster: ScriptedCluster,
+) -> None:
+    async with producer(cluster, retry_backoff_ms=500, retry_backoff_max_ms=500) as p:
+        p.begin_transaction()
+        cluster.coordinator.script[m.AddOffsetsToTxnRequest.API_KEY] = deque([Lost])
+        offsets = asyncio.ensure_future(p.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g"))
+        await asyncio.sleep(0.1)  # AddOffsetsToTxn acted on, its answer lost; retry in 0.5 s
+        await p.abort_transaction()  # cancels the pending send_offsets
+        await asyncio.gather(offsets, return_exceptions=True)
+        still_open = cluster.coordinator.transactions["txn-1"].ongoing
+        ends = len(cluster.requests_of(m.EndTxnRequest))
+    assert not still_open, f"the coordinator's transaction was left open (EndTxn sent: {ends})"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ class _ProducerState:
 @dataclass
 class Partition:
     leader: int
+    topic_id: uuid.UUID = field(default_factory=uuid.uuid4)
     epoch: int = 0
     log: list[Appended] = field(default_factory=list)
     #: Reject batches larger than this with MESSAGE_TOO_LARGE (None: no limit).
@@ -258,7 +260,8 @@ class ScriptedCluster:
     def create_topic(self, name: str, leaders: list[int] | int = 1) -> list[Partition]:
         """``leaders``: one leader per partition, or a partition count (all led by node 1)."""
         leader_list = [1] * leaders if isinstance(leaders, int) else leaders
-        self.topics[name] = [Partition(leader) for leader in leader_list]
+        topic_id = uuid.uuid4()  # a topic created again gets a new id, as in Kafka
+        self.topics[name] = [Partition(leader, topic_id) for leader in leader_list]
         return self.topics[name]
 
     def partition(self, topic: str, index: int = 0) -> Partition:
@@ -374,7 +377,7 @@ class ScriptedCluster:
                 leader, epoch = node.stale.get((name, index), (part.leader, part.epoch))
                 code = 5 if leader < 0 else NONE  # LEADER_NOT_AVAILABLE
                 described.append(m.MetadataResponsePartition(code, index, leader, epoch, [leader], [leader], []))
-            topics.append(m.MetadataResponseTopic(NONE, name, partitions=described))
+            topics.append(m.MetadataResponseTopic(NONE, name, topic_id=parts[0].topic_id, partitions=described))
         brokers = [m.MetadataResponseBroker(n.node_id, n.host, n.port) for n in self.nodes.values()]
         return m.MetadataResponse(brokers=brokers, cluster_id="scripted", controller_id=1, topics=topics)
 

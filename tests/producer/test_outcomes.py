@@ -66,12 +66,19 @@ async def test_request_timed_out_at_the_broker_may_have_been_written() -> None:
     assert d.action is Action.RETRY and d.maybe_written and not d.refresh_metadata
 
 
+async def test_errors_answered_before_the_append_say_the_batch_is_not_written() -> None:
+    (d,) = decide([batch()], answer(part(19)), 1.0, POLICY)  # NOT_ENOUGH_REPLICAS
+    assert d.action is Action.RETRY and not d.maybe_written
+
+
 async def test_not_leader_asks_for_metadata_and_follows_a_named_leader_without_backoff() -> None:
     b = batch()
     b.leader_epoch = 3
     (plain,) = decide([b], answer(part(NotLeaderOrFollowerError.code)), 1.0, POLICY)
     assert plain.action is Action.RETRY and plain.refresh_metadata and plain.retry_at > 1.0
-    assert not plain.maybe_written and plain.leader is None
+    # A produce that waited for its replicas while leadership moved is answered so after the
+    # append: the batch may be in the log.
+    assert plain.maybe_written and plain.leader is None
     hinted = part(NotLeaderOrFollowerError.code, current_leader=m.ProduceResponseLeaderIdAndEpoch(7, 4))
     endpoint = m.ProduceResponseNodeEndpoint(7, "h7", 9097)
     (d,) = decide([b], answer(hinted, endpoints=[endpoint]), 1.0, POLICY)
