@@ -147,24 +147,13 @@ class Sensor:
         self._samples: list[list[float]] = []
         self._current = 0
 
-    def record(self, value: float, now: float, events: int = 1) -> None:
-        """Record ``value`` at loop time ``now``; ``events`` is how many things it sums."""
-        self.total += value
-        self.count += events
-        samples = self._samples
-        if samples:
-            sample = samples[self._current]
-            if now - sample[0] >= self._window:
-                sample = self._advance(now)
-        else:
-            sample = self._advance(now)
-        sample[1] += events
-        sample[2] += value
-        if value > sample[3]:
-            sample[3] = value
+    def record(self, value: float, now: float) -> None:
+        """Record ``value`` at loop time ``now``."""
+        self.record_many(value, 1, now, value)
 
     def record_many(self, total: float, events: int, now: float, peak: float | None = None) -> None:
-        """Record ``events`` values at once: their ``total`` and, if it is wanted, the largest."""
+        """Record ``events`` values at once, at loop time ``now``: their ``total`` and, if it
+        is wanted, the largest."""
         self.total += total
         self.count += events
         samples = self._samples

@@ -37,8 +37,8 @@ def test_an_empty_sensor_reads_zero_rate_and_nan() -> None:
 
 def test_events_weigh_the_average() -> None:
     sensor = Sensor(window=1.0, samples=3)
-    sensor.record(300, now=0.0, events=3)  # 3 records of 100 bytes in one batch
-    sensor.record(50, now=0.5, events=1)
+    sensor.record_many(300, 3, now=0.0)  # 3 records of 100 bytes in one batch
+    sensor.record(50, now=0.5)
     assert sensor.avg(0.5) == pytest.approx(350 / 4)
     assert sensor.rate(0.5, events=True) == pytest.approx(4 / 2.5)  # padded to 2 whole windows
 
