@@ -78,6 +78,9 @@ from common import (  # noqa: E402
 )
 
 CLIENTS = ("aioprod", "aiokafka", "AIOProducer", "Producer")
+#: aioprod as of another git revision (``--baseline REF``): what a change costs or gains.
+BASELINE = "aioprod-baseline"
+TABLE_ORDER = ("aioprod", BASELINE, *CLIENTS[1:])
 LABELS = {
     "aioprod": "aioprod",
     "aiokafka": "aiokafka",
@@ -435,7 +438,14 @@ def run_async(coro: Coroutine[Any, Any, Result], loop_name: str) -> Result:
 
 def worker(spec: Spec) -> Result:
     if spec.get("src"):
-        sys.path.insert(0, spec["src"])  # the snapshot of aioprod taken when the run started
+        # The snapshot of aioprod taken when the run started (or a --baseline revision).
+        # ``common`` imported the working tree's already: forget it, or the snapshot is ignored.
+        for name in [m for m in sys.modules if m == "aioprod" or m.startswith("aioprod.")]:
+            del sys.modules[name]
+        sys.path.insert(0, spec["src"])
+        import aioprod
+
+        assert aioprod.__file__ is not None and aioprod.__file__.startswith(spec["src"]), aioprod.__file__
     values = make_values(spec["records"], spec["value_size"])
     client, kind = spec["client"], spec["kind"]
     if kind == "memory":
@@ -445,7 +455,12 @@ def worker(spec: Spec) -> Result:
         return run_async(memory_fn(spec, values), spec["loop"])
     if client == "Producer":
         return run_producer(spec, values)
-    throughput_fn = {"aioprod": run_aioprod, "aiokafka": run_aiokafka, "AIOProducer": run_aioproducer}[client]
+    throughput_fn = {
+        "aioprod": run_aioprod,
+        BASELINE: run_aioprod,
+        "aiokafka": run_aiokafka,
+        "AIOProducer": run_aioproducer,
+    }[client]
     return run_async(throughput_fn(spec, values), spec["loop"])
 
 
@@ -459,6 +474,14 @@ def snapshot_source() -> str:
     same code even while it is being edited; returns the directory to put on sys.path."""
     directory = tempfile.mkdtemp(prefix="aioprod-bench-")
     shutil.copytree(REPO / "aioprod", Path(directory) / "aioprod", ignore=shutil.ignore_patterns("__pycache__"))
+    return directory
+
+
+def export_source(ref: str) -> str:
+    """aioprod/ as of git revision ``ref``, in a directory to put on sys.path (``--baseline``)."""
+    directory = tempfile.mkdtemp(prefix="aioprod-bench-baseline-")
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "aioprod"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", directory], input=archive.stdout, check=True)
     return directory
 
 
@@ -656,7 +679,7 @@ def throughput_table(rows: list[dict[str, Any]]) -> str:
         "| client CPU µs/rec | broker CPU µs/rec | other load |",
         "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
-    order = {c: i for i, c in enumerate(CLIENTS)}
+    order = {c: i for i, c in enumerate(TABLE_ORDER)}
     rows = sorted(
         rows,
         key=lambda r: (MODES.index(r["mode"]), r["value_size"], not r["idempotence"], order[r["client"]]),
@@ -902,6 +925,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--noisy-retries", type=int, default=2, help="at most this many repeats per run (default 2)")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
     parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run aioprod as of this git revision (e.g. main) beside the working tree's, interleaved, "
+        "to measure what a change costs",
+    )
+    parser.add_argument(
         "--only", default=None, help="comma-separated filter, e.g. 'each,100,aioprod,aiokafka' (modes/sizes/clients)"
     )
     default_loop = "uvloop"
@@ -958,9 +987,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for spec in plan:
         spec["loop"] = args.loop
         spec["src"] = src
+    baseline_src = None
+    if args.baseline:
+        baseline_src = export_source(args.baseline)
+        LABELS[BASELINE] = f"aioprod @ {args.baseline}"
+        plan += [dict(spec, client=BASELINE, src=baseline_src) for spec in plan if spec["client"] == "aioprod"]
+        plan.sort(key=lambda s: (MODES.index(s["mode"]), s["value_size"], not s["idempotence"]))
 
     info = machine_info()
     info["aioprod source"] += f" (snapshot {tree_digest(Path(src))})"
+    if baseline_src is not None:
+        info["aioprod baseline"] = f"git {args.baseline} (snapshot {tree_digest(Path(baseline_src))})"
     print(f"event loop: {args.loop}; broker: {info['broker']}; {info['cpus']} CPUs ({info['cpu']})", flush=True)
     print(
         f"{len(plan)} cells x {args.reps} reps, {args.records:,} x 100 B / {large:,} x 1 KiB records per run, "
@@ -1029,6 +1066,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         broker.stop()
         shutil.rmtree(src, ignore_errors=True)
+        if baseline_src is not None:
+            shutil.rmtree(baseline_src, ignore_errors=True)
 
     rows = summarise(runs)
     memory_rows = summarise_memory(runs)
