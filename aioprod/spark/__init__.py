@@ -16,7 +16,8 @@ a DataFrame is written. See ``docs/spark.md`` for delivery semantics.
 The modules follow the write's steps: ``api`` (arguments) → ``schema`` (the sink's shape) →
 ``plan`` (what every writer gets) → ``driver`` or ``executors`` (the two modes;
 ``environment`` checks the executors' Python) → ``chunks`` (Arrow batches or Rows as lists)
-→ ``writer`` (one partition's producer) → ``reports``. ``_pyspark`` holds every call into pyspark's private API.
+→ ``writer`` (one partition's producer; ``reachability`` asks first whether a broker
+answers) → ``reports``. ``_pyspark`` holds every call into pyspark's private API.
 """
 
 from aioprod.spark.api import ErrorPolicy, Mode, Transport, write_dataframe

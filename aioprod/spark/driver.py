@@ -25,10 +25,19 @@ class ArrowUnavailable(Exception):
 
 
 def write_from_driver(df: DataFrame, plan: Plan, transport: str, progress: ProgressCallback | None) -> WriteReport:
-    """One producer on the driver, opened when the first rows arrive."""
+    """One producer on the driver; the producer opens (a broker must answer) before any Spark job runs."""
     started = time.monotonic()
-    chunks, used = _chunks(df, plan, transport)
-    tally = write_partition(PartitionWrite(plan, on_progress=progress), chunks)
+    unit = PartitionWrite(plan, on_progress=progress)
+    used = "arrow" if transport != "rows" else "rows"
+    if unit.open():
+        try:
+            chunks, used = _chunks(df, plan, transport)
+        except BaseException as exc:
+            unit.abort(interrupted=not isinstance(exc, Exception))
+            raise
+        tally = write_partition(unit, chunks)
+    else:
+        tally = unit.finish()
     return tally.report("driver", used, time.monotonic() - started)
 
 

@@ -22,6 +22,7 @@ from aioprod.producer.producer import Producer
 from aioprod.producer.record_future import RecordFuture
 from aioprod.spark.chunks import Chunk
 from aioprod.spark.plan import Plan
+from aioprod.spark.reachability import CONNECT_TIMEOUT, unreachable
 from aioprod.spark.reports import RowError, Tally
 from aioprod.sync import SyncProducer
 
@@ -144,13 +145,19 @@ class PartitionWrite:
         self._chunk_timeout = (self._config.max_block_ms + self._config.delivery_timeout_ms) / 1000 + _GRACE
 
     def open(self) -> bool:
-        """Start the producer; False if the write stopped.
+        """Start the producer, once a bootstrap server is known to answer; False if the write stopped.
 
-        Called by the first non-empty :meth:`write`.
+        Called by the first non-empty :meth:`write`, or earlier to fail before reading input.
         """
         if self._producer is not None:
             return True
         if self._state.stopped:
+            return False
+        config = self._config
+        reason = unreachable(config.bootstrap_servers, min(config.max_block_ms / 1000, CONNECT_TIMEOUT))
+        if reason is not None:
+            self._state.stopped = True
+            self.tally.aborted = reason
             return False
         self._producer = SyncProducer(self.plan.options)
         return True

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import pickle
+import socket
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -321,13 +323,45 @@ def test_errors_raise_stops_and_reports(spark: Any, tansu_broker: TansuBroker, m
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_unreachable_broker_aborts_quickly(spark: Any, mode: Mode) -> None:
+def test_nothing_listening_fails_at_once_naming_each_address(spark: Any, mode: Mode) -> None:
     df = spark.createDataFrame([(str(i),) for i in range(100)], "value string").coalesce(1)
-    started = time.monotonic()
-    with pytest.raises(WriteError, match=r"write stopped: .*KafkaTimeoutError") as info:
-        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", mode=mode, errors="report", max_block_ms=500)
+    other = f"127.0.0.1:{free_port()}"
+    sc = spark.sparkContext
+    group = f"unreachable-{mode}"
+    sc.setJobGroup(group, "a write to brokers that refuse connections")
+    try:
+        # max_block_ms stays at 60 s: waiting it out would end in a KafkaTimeoutError instead.
+        with pytest.raises(WriteError, match=r"write stopped: .*no bootstrap server reachable from ") as info:
+            write_dataframe(df, bootstrap_servers=f"{UNREACHABLE},{other}", topic="t", mode=mode)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    message = str(info.value)
+    assert f"{UNREACHABLE} (connection refused); {other} (connection refused)" in message
+    assert "KafkaTimeoutError" not in message
     assert info.value.report.rows_written == 0
-    assert time.monotonic() - started < 30
+    if mode == "driver":  # checked on the driver before the DataFrame was read at all
+        assert sc.statusTracker().getJobIdsForGroup(group) == []
+    else:  # each task checks before it opens its producer
+        assert message.startswith("write stopped: partition 0: no bootstrap server reachable")
+
+
+@pytest.fixture
+def silent_broker() -> Iterator[str]:
+    """A fake broker that accepts connections and never answers: the producer's own timeouts apply."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_broker_that_never_answers_stops_the_write_after_max_block_ms(
+    spark: Any, silent_broker: str, mode: Mode
+) -> None:
+    df = spark.createDataFrame([(str(i),) for i in range(100)], "value string").coalesce(1)
+    with pytest.raises(WriteError, match=r"write stopped: .*KafkaTimeoutError") as info:
+        write_dataframe(df, bootstrap_servers=silent_broker, topic="t", mode=mode, errors="report", max_block_ms=500)
+    assert info.value.report.rows_written == 0
 
 
 # -- progress -------------------------------------------------------------------------------------
@@ -374,10 +408,9 @@ def test_progress_is_shown_by_the_caller_only(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_empty_frame(spark: Any, mode: Mode) -> None:
+def test_empty_frame(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
     df = spark.createDataFrame([], "value string")
-    # No rows, no producer: even an unreachable broker is fine.
-    report = write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", mode=mode)
+    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic="t", mode=mode)
     assert (report.rows_written, report.rows_failed, report.topics) == (0, 0, {})
 
 
