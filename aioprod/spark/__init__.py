@@ -32,6 +32,11 @@ from aioprod.spark.reports import (
 )
 from aioprod.spark.writer import ProgressCallback
 
+# Tracebacks, reprs and pickles name the public classes where they are imported from.
+for _public in (DataFrameSchemaError, PartitionReport, RowError, SparkEnvironmentError, WriteError, WriteReport):
+    _public.__module__ = __name__
+del _public
+
 __all__ = [
     "SPARK_PRODUCER_DEFAULTS",
     "DataFrameSchemaError",
