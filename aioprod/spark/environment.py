@@ -98,7 +98,7 @@ def _where_to_set(sc: SparkContext) -> str:
     return (
         "Install aioprod[spark] in the executors' environment and point spark.pyspark.python "
         "(or spark.executorEnv.PYSPARK_PYTHON) at that interpreter, or ship a packed environment "
-        "with --archives (see docs/spark.md)."
+        "with --archives."
     )
 
 

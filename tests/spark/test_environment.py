@@ -19,14 +19,6 @@ pytestmark = pytest.mark.integration
 UNREACHABLE = f"127.0.0.1:{free_port()}"
 
 
-@pytest.fixture
-def spark_default_python(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The session as if PYSPARK_PYTHON had not been set when it started (pyspark then runs ``python3``)."""
-    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
-    monkeypatch.setattr(spark.sparkContext, "pythonExec", "python3")
-    return spark
-
-
 def use_python(spark: Any, monkeypatch: pytest.MonkeyPatch, executable: str) -> None:
     """The session as if started with ``PYSPARK_PYTHON=executable``."""
     monkeypatch.setenv("PYSPARK_PYTHON", executable)
