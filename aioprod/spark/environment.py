@@ -65,7 +65,7 @@ def check_executors(sc: SparkContext | None, *, need_arrow: bool) -> bool:
         except Exception as exc:
             raise SparkEnvironmentError(
                 f"Spark could not run a Python task with the executors' interpreter {python!r}: "
-                f"{failure_summary(exc)}. {_where_to_set(sc)}"
+                f"{_failure_summary(exc)}. {_where_to_set(sc)}"
             ) from None
         arrow = _judge(sc, results[0])
         _verified[key] = arrow
@@ -89,8 +89,8 @@ def _judge(sc: SparkContext, result: ProbeResult) -> bool:
     return arrow_error is None
 
 
-def _where_to_set(sc: SparkContext) -> str:
-    if str(sc.master).startswith("local"):
+def _where_to_set(sc: SparkContext | None) -> str:
+    if sc is not None and str(sc.master).startswith("local"):
         return (
             f"Leave PYSPARK_PYTHON unset to run the executors on this interpreter ({sys.executable}), "
             "or set it, before the SparkSession is created, to one that has aioprod[spark] installed."
@@ -130,7 +130,7 @@ def _probe_task() -> Callable[[Iterable[Any]], Iterator[ProbeResult]]:
     return probe
 
 
-def failure_summary(exc: BaseException) -> str:
+def _failure_summary(exc: BaseException) -> str:
     """The line that says why a Spark job failed, out of its Java and Python traces."""
     text = str(exc)
     match = re.search(r"most recent failure: Lost task [^\n]*?\): ([^\n]*)", text)
@@ -145,7 +145,7 @@ def failure_summary(exc: BaseException) -> str:
     return line
 
 
-def explain_job_failure(exc: BaseException) -> None:
+def explain_job_failure(exc: BaseException, sc: SparkContext | None) -> None:
     """Raise :class:`SparkEnvironmentError` for a write job that failed importing aioprod or pyarrow.
 
     The probe makes this rare; it still happens where executors differ, or under Spark Connect.
@@ -153,9 +153,4 @@ def explain_job_failure(exc: BaseException) -> None:
     text = str(exc)
     for module in ("aioprod", "pyarrow"):
         if f"No module named '{module}'" in text:
-            raise SparkEnvironmentError(
-                f"the executors' Python cannot import {module}: install aioprod[spark] in the executors' "
-                "environment and point PYSPARK_PYTHON at that interpreter (on a cluster: "
-                "spark.pyspark.python / spark.executorEnv.PYSPARK_PYTHON, or ship a packed environment "
-                "with --archives)"
-            ) from exc
+            raise SparkEnvironmentError(f"the executors' Python cannot import {module}. {_where_to_set(sc)}") from exc

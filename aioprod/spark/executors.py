@@ -19,6 +19,7 @@ from aioprod.spark.writer import PartitionWrite, ProgressCallback, write_partiti
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark import SparkContext
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
     sc = _pyspark.spark_context(df)
     with executor_python(sc):
         arrow = check_executors(sc, need_arrow=transport == "arrow")
-        used, rows = _run_job(df, plan, transport if arrow else "rows")
+        used, rows = _run_job(df, sc, plan, transport if arrow else "rows")
     partitions: list[PartitionReport] = []
     tally = Tally()
     for r in sorted(rows, key=lambda r: r["spark_partition"]):
@@ -61,7 +62,7 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
     return report
 
 
-def _run_job(df: DataFrame, plan: Plan, transport: str) -> tuple[str, list[dict[str, Any]]]:
+def _run_job(df: DataFrame, sc: SparkContext | None, plan: Plan, transport: str) -> tuple[str, list[dict[str, Any]]]:
     try:
         if transport in ("auto", "arrow"):
             try:
@@ -74,7 +75,7 @@ def _run_job(df: DataFrame, plan: Plan, transport: str) -> tuple[str, list[dict[
                 return "arrow", [r.asDict() for r in result.collect()]
         return "rows", df.rdd.mapPartitions(functools.partial(executor_rows_task, plan)).collect()
     except Exception as exc:
-        explain_job_failure(exc)
+        explain_job_failure(exc, sc)
         raise
 
 

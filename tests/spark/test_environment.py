@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from aioprod.spark import SparkEnvironmentError, write_dataframe
+import aioprod
+from aioprod.spark import SparkEnvironmentError, environment, write_dataframe
 from aioprod.spark.environment import executor_python, explain_job_failure
 from tests.brokers import TansuBroker, free_port
 from tests.readback import read_topic
@@ -90,10 +91,31 @@ def test_an_interpreter_that_cannot_start_is_one_error(spark: Any, monkeypatch: 
     assert "Leave PYSPARK_PYTHON unset" in message
 
 
+def test_executors_without_pyarrow_write_rows_unless_arrow_is_demanded(
+    spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sc = spark.sparkContext
+    # What the probe concludes on executors where aioprod imports and pyarrow does not.
+    monkeypatch.setitem(environment._verified, (sc.applicationId, sc.pythonExec), False)
+    df = spark.createDataFrame([("v",)], "value string")
+    topic = f"aioprod-no-arrow-{free_port()}"
+    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode="executors")
+    assert (report.transport, report.rows_written) == ("rows", 1)
+    with pytest.raises(SparkEnvironmentError, match="transport='arrow' needs pyarrow on the executors"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", mode="executors", transport="arrow")
+
+
+def test_another_aioprod_version_on_the_executors_is_refused(spark: Any) -> None:
+    probed = ("/opt/py/bin/python", "3.11.7", "node-7", None, "0.0.1", None)
+    with pytest.raises(SparkEnvironmentError, match=r"has aioprod 0\.0\.1, this driver aioprod "):
+        environment._judge(spark.sparkContext, probed)
+    assert environment._judge(spark.sparkContext, (*probed[:4], aioprod.__version__, "ImportError: x")) is False
+
+
 def test_a_write_job_missing_aioprod_is_explained() -> None:
     """The safety net behind the probe (executors that differ from the probed one, Spark Connect)."""
     failure = RuntimeError("PythonException: ModuleNotFoundError: No module named 'aioprod'")
-    with pytest.raises(SparkEnvironmentError, match="PYSPARK_PYTHON") as info:
-        explain_job_failure(failure)
+    with pytest.raises(SparkEnvironmentError, match=r"cannot import aioprod\. Install aioprod\[spark\] in") as info:
+        explain_job_failure(failure, None)
     assert info.value.__cause__ is failure
-    explain_job_failure(RuntimeError("something else"))  # other failures pass through
+    explain_job_failure(RuntimeError("something else"), None)  # other failures pass through
