@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import DataFrame
 
-#: pyspark versions (major.minor) whose private API this module was tested against.
-TESTED_PYSPARK_VERSIONS = ("4.3",)
+#: pyspark versions (major.minor) that tests/spark passed on with this module: 4.3.0 (what CI
+#: installs today) and 3.5.9 (run by hand; the oldest aioprod[spark] allows).
+TESTED_PYSPARK_VERSIONS = ("3.5", "4.3")
 
 
 def untested_note() -> str:
@@ -42,7 +43,11 @@ def arrow_frames_to_driver(df: DataFrame) -> Iterator[bytes]:
     no ``_jdf``); iterating runs the jobs.
     """
     from pyspark.serializers import NoOpSerializer
-    from pyspark.util import _local_iterator_from_socket
+
+    try:
+        from pyspark.util import _local_iterator_from_socket
+    except ImportError:  # pyspark 3.5
+        from pyspark.rdd import _local_iterator_from_socket  # type: ignore[no-redef]
 
     jdf = df._jdf  # AttributeError under Spark Connect
     jvm: Any = df.sparkSession.sparkContext._jvm
@@ -62,14 +67,22 @@ def map_in_arrow(df: DataFrame, fn: Callable[[Iterator[Any]], Iterator[Any]], dd
     except ImportError as exc:  # PySparkImportError: pandas is not installed
         if "pandas" not in str(exc).lower():
             raise
+    import pyspark
     from pyspark.sql import DataFrame as SparkDataFrame
-    from pyspark.sql.pandas import functions as pandas_functions
-    from pyspark.util import PythonEvalType
+    from pyspark.sql.udf import _create_udf
 
-    create: Any = pandas_functions._create_vectorized_udf  # type: ignore[attr-defined]
-    udf = create(fn, ddl, PythonEvalType.SQL_MAP_ARROW_ITER_UDF, "pandas")
+    try:
+        from pyspark.util import PythonEvalType
+    except ImportError:  # pyspark 3.5
+        from pyspark.rdd import PythonEvalType  # type: ignore[no-redef]
+
+    udf: Any = _create_udf(fn, ddl, PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
     column = udf(*[df[name] for name in df.columns])
-    return SparkDataFrame(df._jdf.mapInArrow(column._jc, False, None), df.sparkSession)
+    if int(pyspark.__version__.split(".")[0]) >= 4:
+        jdf = df._jdf.mapInArrow(column._jc, False, None)  # (udf, barrier, resource profile)
+    else:
+        jdf = df._jdf.pythonMapInArrow(column._jc.expr(), False)  # (udf expression, barrier)
+    return SparkDataFrame(jdf, df.sparkSession)
 
 
 def spark_context(df: DataFrame) -> SparkContext | None:
