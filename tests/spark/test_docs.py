@@ -40,7 +40,8 @@ def expected_output(block: str) -> list[str] | None:
 def test_every_python_example_runs_as_written(spark_default_python: Any) -> None:
     blocks = python_blocks(DOC.read_text(encoding="utf-8"))
     assert len(blocks) == 5
-    # The session as a user has it (no PYSPARK_PYTHON): the executors example must just work.
+    # The session as a user has it (no PYSPARK_PYTHON): the executors example must just work,
+    # its tasks on this interpreter rather than on python3 from the PATH.
     with tansu() as broker:
         namespace: dict[str, Any] = {"__name__": "docs_spark_md"}
         for number, block in enumerate(blocks, 1):

@@ -13,7 +13,6 @@ import aioprod
 from aioprod.spark import SparkEnvironmentError, environment, write_dataframe
 from aioprod.spark.environment import executor_python, explain_job_failure
 from tests.brokers import TansuBroker, free_port
-from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -36,16 +35,7 @@ def test_local_executors_run_this_interpreter_unless_told_otherwise(
     use_python(spark_default_python, monkeypatch, "/opt/other/python")
     with executor_python(sc):
         assert sc.pythonExec == "/opt/other/python"
-
-
-def test_local_executors_mode_works_without_pyspark_python(
-    spark_default_python: Any, tansu_broker: TansuBroker
-) -> None:
-    df = spark_default_python.createDataFrame([("a",), ("b",)], "value string").repartition(2)
-    topic = f"aioprod-default-python-{free_port()}"
-    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode="executors")
-    assert report.rows_written == 2
-    assert sorted(c.value or b"" for c in read_topic(tansu_broker.bootstrap, topic)) == [b"a", b"b"]
+    # tests/spark/test_docs.py runs the executors example in a session like this one.
 
 
 @pytest.fixture(scope="session")
