@@ -85,14 +85,6 @@ def map_in_arrow(df: DataFrame, fn: Callable[[Iterator[Any]], Iterator[Any]], dd
     return SparkDataFrame(jdf, df.sparkSession)
 
 
-def spark_context(df: DataFrame) -> SparkContext | None:
-    """The DataFrame's SparkContext; None under Spark Connect, whose client has none."""
-    try:
-        return df.sparkSession.sparkContext
-    except Exception:  # PySparkNotImplementedError / AttributeError under Spark Connect
-        return None
-
-
 def python_exec(sc: SparkContext) -> str:
     """The interpreter the context's Python tasks run (``PYSPARK_PYTHON`` or ``python3``, read at start)."""
     return str(sc.pythonExec)

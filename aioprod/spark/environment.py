@@ -23,6 +23,7 @@ from aioprod.spark.reports import SparkEnvironmentError
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
+    from pyspark.sql import DataFrame
 
 #: pyspark's interpreter for Python tasks when ``PYSPARK_PYTHON`` is not set.
 _SPARK_DEFAULT_PYTHON = "python3"
@@ -31,6 +32,14 @@ _SPARK_DEFAULT_PYTHON = "python3"
 _verified: dict[tuple[str, str], bool] = {}
 
 ProbeResult = tuple[str, str, str, str | None, str | None, str | None]
+
+
+def spark_context(df: DataFrame) -> SparkContext | None:
+    """The DataFrame's SparkContext; None under Spark Connect, whose client has none."""
+    try:
+        return df.sparkSession.sparkContext
+    except Exception:  # PySparkNotImplementedError / AttributeError under Spark Connect
+        return None
 
 
 def executor_python(sc: SparkContext | None) -> AbstractContextManager[None]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aioprod.spark import _pyspark
 from aioprod.spark.chunks import Chunk, arrow_chunks, row_chunks
-from aioprod.spark.environment import check_executors, executor_python, explain_job_failure
+from aioprod.spark.environment import check_executors, executor_python, explain_job_failure, spark_context
 from aioprod.spark.plan import Plan
 from aioprod.spark.reports import PartitionReport, RowError, Tally, WriteReport
 from aioprod.spark.writer import PartitionWrite, ProgressCallback, write_partition
@@ -34,7 +34,7 @@ _RESULT_DDL = (
 def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: ProgressCallback | None) -> WriteReport:
     """Run the write as one Spark job; ``progress`` hears the totals once, when it ends."""
     started = time.monotonic()
-    sc = _pyspark.spark_context(df)
+    sc = spark_context(df)
     with executor_python(sc):
         arrow = check_executors(sc, need_arrow=transport == "arrow")
         used, rows = _run_job(df, sc, plan, transport if arrow else "rows")
@@ -70,7 +70,7 @@ def _run_job(df: DataFrame, sc: SparkContext | None, plan: Plan, transport: str)
             except Exception as exc:
                 if transport == "arrow":
                     raise
-                log.info("mapInArrow is not available (%s); writing from Rows instead", exc)
+                log.info("mapInArrow is not available (%s%s); writing from Rows instead", exc, _pyspark.untested_note())
             else:
                 return "arrow", [r.asDict() for r in result.collect()]
         return "rows", df.rdd.mapPartitions(functools.partial(executor_rows_task, plan)).collect()
