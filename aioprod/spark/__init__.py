@@ -20,8 +20,11 @@ The modules follow the write's steps: ``api`` (arguments) → ``schema`` (the si
 answers) → ``reports``. ``_pyspark`` holds every call into pyspark's private API.
 """
 
-from aioprod.spark.api import ErrorPolicy, Mode, Transport, write_dataframe
-from aioprod.spark.plan import SPARK_PRODUCER_DEFAULTS
+from aioprod.spark.api import ErrorPolicy as ErrorPolicy
+from aioprod.spark.api import Mode as Mode
+from aioprod.spark.api import Transport as Transport
+from aioprod.spark.api import write_dataframe
+from aioprod.spark.plan import SPARK_PRODUCER_DEFAULTS as SPARK_PRODUCER_DEFAULTS
 from aioprod.spark.reports import (
     DataFrameSchemaError,
     PartitionReport,
@@ -30,7 +33,7 @@ from aioprod.spark.reports import (
     WriteError,
     WriteReport,
 )
-from aioprod.spark.writer import ProgressCallback
+from aioprod.spark.writer import ProgressCallback as ProgressCallback
 
 # Tracebacks, reprs and pickles name the public classes where they are imported from.
 for _public in (DataFrameSchemaError, PartitionReport, RowError, SparkEnvironmentError, WriteError, WriteReport):
@@ -38,15 +41,10 @@ for _public in (DataFrameSchemaError, PartitionReport, RowError, SparkEnvironmen
 del _public
 
 __all__ = [
-    "SPARK_PRODUCER_DEFAULTS",
     "DataFrameSchemaError",
-    "ErrorPolicy",
-    "Mode",
     "PartitionReport",
-    "ProgressCallback",
     "RowError",
     "SparkEnvironmentError",
-    "Transport",
     "WriteError",
     "WriteReport",
     "write_dataframe",
