@@ -13,9 +13,13 @@ import os
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aioprod.errors import ConfigError
+
+if TYPE_CHECKING:
+    from aioprod.metrics import MetricsSnapshot
+    from aioprod.tracing import Telemetry
 
 Serializer = Callable[[Any], bytes | None]
 #: ``(topic, key_bytes, partitions) -> partition``; ``partitions`` lists every partition id.
@@ -24,6 +28,8 @@ PartitionerFn = Callable[[str, bytes | None, Sequence[int]], int]
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: ``(snapshot) -> None`` or ``async (snapshot) -> None``, called every ``statistics_interval_ms``.
+StatisticsCallback = Callable[["MetricsSnapshot"], Any]
 #: ``() -> token`` or ``async () -> token``; see :class:`aioprod.net.auth.OAuthBearerToken`.
 TokenProvider = Callable[[], Any]
 PARTITIONERS = ("default", "murmur2_random", "sticky", "round_robin")
@@ -46,6 +52,8 @@ _ALIASES = {
     "ssl_cafile": "ssl_ca_location",
     "ssl_certfile": "ssl_certificate_location",
     "ssl_keyfile": "ssl_key_location",
+    # confluent-kafka's name for librdkafka's statistics callback.
+    "stats_cb": "statistics_callback",
 }
 
 
@@ -120,6 +128,11 @@ class ProducerConfig:
     sasl_password: Secret | None = None
     sasl_jaas_config: Secret | None = None
     sasl_oauth_token_provider: TokenProvider | None = None
+    metrics_sample_window_ms: int = 30_000
+    metrics_num_samples: int = 2
+    statistics_interval_ms: int = 0
+    statistics_callback: StatisticsCallback | None = None
+    telemetry: Telemetry | None = None
     #: The context connections use (``ssl_context``, or one built from the PEM options).
     tls_context: ssl.SSLContext | None = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -165,8 +178,15 @@ class ProducerConfig:
             "max_in_flight_requests_per_connection",
             "max_request_size",
             "socket_connection_setup_timeout_ms",
+            "metrics_sample_window_ms",
+            "metrics_num_samples",
         ):
             positive(name, 1)
+        positive("statistics_interval_ms")
+        if self.statistics_interval_ms and self.statistics_callback is None:
+            raise ConfigError("statistics_interval_ms is set but statistics_callback is not: nothing would get them")
+        if self.statistics_callback is not None and not self.statistics_interval_ms:
+            raise ConfigError("statistics_callback needs statistics_interval_ms > 0 (how often to call it)")
         if self.metadata_max_idle_ms < 5000:
             raise ConfigError(f"metadata_max_idle_ms must be >= 5000, got {self.metadata_max_idle_ms}")
         if self.acks not in (-1, 0, 1):
@@ -425,7 +445,9 @@ def _coerce(name: str, value: Any) -> Any:
         if callable(value) or isinstance(value, str):
             return value
         raise ConfigError(f"partitioner must be a name or a callable, got {value!r}")
-    if name in ("key_serializer", "value_serializer"):
+    if name == "telemetry":
+        return _telemetry(value)
+    if name in ("key_serializer", "value_serializer", "statistics_callback"):
         if value is not None and not callable(value):
             raise ConfigError(f"{name} must be callable, got {value!r}")
         return value
@@ -461,6 +483,22 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(value, str) or (name == "transactional_id" and not value):
             raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
         return value.strip().upper() if name == "security_protocol" else value
+    return value
+
+
+def _telemetry(value: Any) -> Any:
+    """``True``, or an :class:`aioprod.tracing.Telemetry`: OpenTelemetry, which must be installed."""
+    if value is None or value is False:
+        return None
+    from aioprod.tracing import Telemetry, opentelemetry_missing
+
+    if value is True:
+        value = Telemetry()
+    elif not isinstance(value, Telemetry):
+        raise ConfigError(f"telemetry must be True or an aioprod.tracing.Telemetry, got {type(value).__name__}")
+    missing = opentelemetry_missing()
+    if missing:
+        raise ConfigError(f"telemetry needs {missing}")
     return value
 
 

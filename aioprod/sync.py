@@ -33,6 +33,7 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, TransactionAbortableError
+from aioprod.metrics import MetricsSnapshot
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
 from aioprod.producer.record_future import RecordMetadata
@@ -233,6 +234,14 @@ class SyncProducer:
         """Each partition's end offset (next offset to be written)."""
         timeout = self._max_block + self.config.request_timeout_ms / 1000 + _GRACE
         return self._call(timeout, self._producer.end_offsets, topic)
+
+    def metrics(self) -> dict[str, float]:
+        """The producer's metrics now (see :meth:`Producer.metrics <aioprod.Producer.metrics>`)."""
+        return self._producer.metrics()
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """Every metric at one moment: producer-wide, per topic and per broker."""
+        return self._producer.metrics_snapshot()
 
     def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
         """Run ``await fn(producer, *args)`` on the producer's event loop.

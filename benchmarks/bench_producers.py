@@ -77,13 +77,22 @@ from common import (  # noqa: E402
 )
 
 CLIENTS = ("aioprod", "aiokafka", "AIOProducer", "Producer")
+#: aioprod as of another git revision (``--baseline REF``): what a change costs or gains.
+BASELINE = "aioprod-baseline"
 LABELS = {
     "aioprod": "aioprod",
+    BASELINE: "aioprod @ baseline",
     "aiokafka": "aiokafka",
     "AIOProducer": "confluent_kafka.aio.AIOProducer",
     "Producer": "confluent_kafka.Producer",
 }
-SHORT = {"aioprod": "aioprod", "aiokafka": "aiokafka", "AIOProducer": "AIOProducer", "Producer": "librdkafka"}
+SHORT = {
+    "aioprod": "aioprod",
+    BASELINE: "aioprod @ baseline",
+    "aiokafka": "aiokafka",
+    "AIOProducer": "AIOProducer",
+    "Producer": "librdkafka",
+}
 SUITES = ("table", "latency", "scaling", "memory")
 MODES = ("each", "bulk")
 MODE_LABELS = {"each": "await-each-send", "bulk": "bulk"}
@@ -636,13 +645,16 @@ def worker(spec: Spec) -> Result:
         assert aioprod.__file__ is not None and aioprod.__file__.startswith(spec["src"]), aioprod.__file__
     values = make_values(spec["records"], spec["value_size"])
     keys = make_keys(spec["records"], spec["keys"])
-    result = WORKERS[spec["kind"]][spec["client"]](spec, values, keys)
+    client = "aioprod" if spec["client"] == BASELINE else spec["client"]
+    result = WORKERS[spec["kind"]][client](spec, values, keys)
     if asyncio.iscoroutine(result):
         result = run_async(result, spec["loop"])
-    if spec["client"] == "aioprod":
-        from aioprod.protocol.records import builder
-
-        result["compiled"] = builder.COMPILED if hasattr(builder, "COMPILED") else False
+    if client == "aioprod":
+        try:
+            from aioprod._compiled import COMPILED
+        except ImportError:  # a baseline from before the compiled hot path
+            COMPILED = False
+        result["compiled"] = COMPILED
     return dict(result)
 
 
@@ -657,6 +669,22 @@ def snapshot_source() -> str:
     directory to put on sys.path."""
     directory = tempfile.mkdtemp(prefix="aioprod-bench-")
     shutil.copytree(REPO / "aioprod", Path(directory) / "aioprod", ignore=shutil.ignore_patterns("__pycache__"))
+    return directory
+
+
+def export_source(ref: str) -> str:
+    """aioprod/ as of git revision ``ref``, in a directory to put on sys.path (``--baseline``),
+    with its C extension built when it has one."""
+    directory = tempfile.mkdtemp(prefix="aioprod-bench-baseline-")
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "aioprod"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", directory], input=archive.stdout, check=True)
+    if (Path(directory) / "aioprod" / "_speedups.c").exists():
+        setup = (
+            "from setuptools import Extension, setup; "
+            "setup(name='aioprod-baseline', ext_modules=[Extension('aioprod._speedups', ['aioprod/_speedups.c'])])"
+        )
+        build = [sys.executable, "-c", setup, "build_ext", "--inplace", "--build-temp", "build"]
+        subprocess.run(build, cwd=directory, check=True, capture_output=True)
     return directory
 
 
@@ -926,21 +954,24 @@ def table_lookup(cells: dict[tuple[Any, ...], dict[str, Any]]) -> Callable[..., 
 def throughput_tables(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
     get = table_lookup(cells)
     present = {k for k in cells if k[0] == "table"}
+    baseline = any(k[6] == BASELINE for k in present)
     out: list[str] = []
     notes: dict[str, int] = {}
     for mode in MODES:
         rows = []
+        columns = ("aioprod", *((BASELINE,) if baseline else ()))
+        columns += CLIENTS[1:] if mode == "each" else ("aiokafka", "Producer")
         for batch in BATCH_SIZES:
             for keys in KEY_COUNTS:
                 for loop in LOOPS:
                     for idempotence in (True, False):
                         if not any(k[1:5] == (mode, batch, keys, idempotence) for k in present):
                             continue
-                        entries = {c: get(mode, batch, keys, idempotence, c, loop) for c in CLIENTS}
+                        entries = {c: get(mode, batch, keys, idempotence, c, loop) for c in (*CLIENTS, BASELINE)}
                         if entries["aioprod"] is None:
                             continue
                         cols = []
-                        for client in CLIENTS if mode == "each" else ("aioprod", "aiokafka", "Producer"):
+                        for client in columns:
                             reason = not_available(mode, idempotence, client)
                             if reason:
                                 cols.append(f"N/A ({notes.setdefault(reason, len(notes) + 1)})")
@@ -966,8 +997,7 @@ def throughput_tables(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
                         )
         if not rows:
             continue
-        clients = CLIENTS if mode == "each" else ("aioprod", "aiokafka", "Producer")
-        header = ["batch", "keys", "loop", "idempotence", *(SHORT[c] for c in clients)]
+        header = ["batch", "keys", "loop", "idempotence", *(SHORT[c] for c in columns)]
         header += ["x aiokafka", "x librdkafka", "other load / steal"]
         out += [
             f"**{MODE_LABELS[mode]}** — records/s (client CPU µs/record), medians:",
@@ -1313,6 +1343,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated filter on the table suite: modes (each, bulk), batch sizes (16k, 64k), keys "
         "(keyed, keyless), loops (asyncio, uvloop), idempotence (idem, noidem), clients",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run aioprod as of this git revision (e.g. main) beside the working tree's, interleaved, "
+        "in the table suite, to measure what a change costs",
+    )
     parser.add_argument("--update-docs", action="store_true", help=f"rewrite the results block of {DOCS}")
     parser.add_argument(
         "--profile",
@@ -1366,12 +1402,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     src = snapshot_source()
     for spec in plan:
         spec["src"] = src
+    baseline_src = None
+    if args.baseline:
+        baseline_src = export_source(args.baseline)
+        LABELS[BASELINE] = SHORT[BASELINE] = f"aioprod @ {args.baseline}"
+        copies = [dict(s, client=BASELINE, src=baseline_src) for s in plan if s["client"] == "aioprod"]
+        plan = regroup([*plan, *copies])
     memory = memory_plan(args.memory_records, args.loop) if "memory" in suites else []
     for spec in memory:
         spec["src"] = src
 
     info = machine_info()
     info["aioprod source"] += f" (snapshot {tree_digest(Path(src))})"
+    if baseline_src is not None:
+        info["aioprod baseline"] = f"git {args.baseline} (snapshot {tree_digest(Path(baseline_src))})"
     load_before = f"{load_average():.2f}"
     print(f"broker: {info['broker']}; {info['cpus']} CPUs ({info['cpu']}); load average {load_before}", flush=True)
     print(f"{len(plan)} runs x {args.reps} reps, then {len(memory)} memory runs x {min(args.reps, 3)}", flush=True)
@@ -1405,6 +1449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         broker.stop()
         shutil.rmtree(src, ignore_errors=True)
+        if baseline_src is not None:
+            shutil.rmtree(baseline_src, ignore_errors=True)
 
     settings = {
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
@@ -1428,6 +1474,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if any("failed" in r for r in runs) else 0
 
 
+def regroup(plan: list[Spec]) -> list[Spec]:
+    """Put runs of the same cell next to each other, keeping the first-seen order of cells."""
+    cells: dict[tuple[Any, ...], list[Spec]] = {}
+    for spec in plan:
+        cells.setdefault(group_key(spec), []).append(spec)
+    return [spec for group in cells.values() for spec in group]
+
+
 def matches(spec: Spec, wanted: set[str]) -> bool:
     """``--only``: within each dimension named, the spec's value must be among those named."""
     dimensions = {
@@ -1436,7 +1490,7 @@ def matches(spec: Spec, wanted: set[str]) -> bool:
         "keys": ({"keyed", "keyless"}, "keyed" if spec["keys"] else "keyless"),
         "loop": ({"asyncio", "uvloop"}, spec["loop"]),
         "idempotence": ({"idem", "noidem"}, "idem" if spec["idempotence"] else "noidem"),
-        "client": (set(CLIENTS), spec["client"]),
+        "client": (set(CLIENTS), "aioprod" if spec["client"] == BASELINE else spec["client"]),
     }
     for known, value in dimensions.values():
         chosen = wanted & known

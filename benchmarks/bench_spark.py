@@ -91,9 +91,7 @@ def aioprod_method(mode: Any, transport: Any) -> Method:
     def run(df: Any, bootstrap: str, topic: str) -> None:
         from aioprod.spark import write_dataframe
 
-        report = write_dataframe(
-            df, bootstrap_servers=bootstrap, topic=topic, mode=mode, transport=transport, progress=False
-        )
+        report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, mode=mode, transport=transport)
         if report.transport != transport:
             raise RuntimeError(f"asked for transport {transport}, got {report.transport}")
 

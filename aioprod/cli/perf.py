@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
 import time
@@ -52,7 +53,9 @@ from aioprod.cli.common import (
     table,
     warn,
 )
+from aioprod.cli.metrics_table import java_style_lines
 from aioprod.cli.stats import AckTracker, LatencySummary
+from aioprod.metrics import MetricsSnapshot
 
 _MIN_SLEEP = 0.002  # as Java's throttler: shorter waits are not worth a sleep
 _MIB = 1024 * 1024
@@ -211,8 +214,9 @@ async def run_perf(
     rate: float | None,
     tracker: AckTracker,
     reporter: Reporter,
-) -> tuple[float, str]:
-    """Send ``records`` records, paced to ``rate`` records/s if given; (elapsed s, topic problem)."""
+) -> tuple[float, str, MetricsSnapshot]:
+    """Send ``records`` records, paced to ``rate`` records/s if given; (elapsed s, topic
+    problem, the producer's metrics once every record has its outcome)."""
     check = watch_topic(options, topic)
     try:
         async with open_producer(options, tracker) as producer:
@@ -240,9 +244,10 @@ async def run_perf(
                 await tracker.wait()
                 # The whole run, failures and stalls included (Java's tool does the same).
                 elapsed = time.perf_counter() - started
+            metrics = producer.metrics_snapshot()
     finally:
         check.cancel()
-    return elapsed, topic_problem(check)
+    return elapsed, topic_problem(check), metrics
 
 
 def render(result: PerfResult, out: Console) -> None:
@@ -300,6 +305,11 @@ def render(result: PerfResult, out: Console) -> None:
 )
 @client_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object instead of a table.")
+@click.option(
+    "--print-metrics",
+    is_flag=True,
+    help="Also print the producer's metrics at the end (Java names, as kafka-producer-perf-test does).",
+)
 @debug_option
 def perf(
     topic: str,
@@ -312,6 +322,7 @@ def perf(
     reporting_interval: int,
     client: ClientOptions,
     as_json: bool,
+    print_metrics: bool,
 ) -> None:
     """Measure throughput and ack latency, like kafka-producer-perf-test.
 
@@ -331,6 +342,7 @@ def perf(
       aioprod perf --topic perf --num-records 100000 --record-size 100
       aioprod perf -b kafka1:9092 -t perf -n 1000000 -s 1024 --throughput 50000 -X linger.ms=10
       aioprod perf -b kafka1:9092 -t perf -n 100000 --payload-file events.jsonl --keys 1000 --json
+      aioprod perf -t perf -n 100000 -s 100 --print-metrics
     """
     if (record_size is None) == (payload_file is None):
         raise CliUsageError("give either --record-size or --payload-file (not both)")
@@ -361,7 +373,9 @@ def perf(
         if broker is not None:
             err.print(f"No bootstrap servers given: using an embedded Tansu broker on {target} (memory storage)")
         try:
-            elapsed, problem = run(run_perf(options, topic, num_records, values, keys, rate, tracker, reporter))
+            elapsed, problem, metrics = run(
+                run_perf(options, topic, num_records, values, keys, rate, tracker, reporter)
+            )
         except CliError:
             raise
         except Exception as exc:
@@ -384,8 +398,10 @@ def perf(
         first_error=describe(tracker.first_error) if tracker.first_error is not None else None,
     )
     if as_json:
-        click.echo(json.dumps(result.as_dict()))
+        click.echo(json.dumps(result.as_dict() | ({"metrics": dataclasses.asdict(metrics)} if print_metrics else {})))
     else:
         render(result, out)
+        if print_metrics:
+            click.echo("\n".join(java_style_lines(metrics)))
     if result.failed:
         raise CliError(f"{result.failed:,} of {num_records:,} records failed (first: {result.first_error}){problem}")

@@ -35,7 +35,8 @@ from aioprod.errors import (
     TopicAuthorizationFailedError,
     error_for_code,
 )
-from aioprod.net.pool import ConnectionPool, exponential_backoff
+from aioprod.metrics import ProducerMetrics
+from aioprod.net.pool import ConnectionPool, describe_node, exponential_backoff
 from aioprod.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
 
 log = logging.getLogger(__name__)
@@ -100,9 +101,12 @@ EMPTY_CLUSTER = ClusterSnapshot(MappingProxyType({}), MappingProxyType({}))
 class Metadata:
     """Holds the current :class:`ClusterSnapshot`; its task refreshes it."""
 
-    def __init__(self, config: ProducerConfig, pool: ConnectionPool) -> None:
+    def __init__(self, config: ProducerConfig, pool: ConnectionPool, metrics: ProducerMetrics | None = None) -> None:
         self._config = config
         self._pool = pool
+        self._metrics = metrics if metrics is not None else ProducerMetrics(config)
+        #: Topics whose metadata came with a topic-level error, with how many answers in a row.
+        self._troubled: dict[str, int] = {}
         self.snapshot = EMPTY_CLUSTER
         #: Topics to describe in refreshes, with when each was last used (loop time).
         self._topics: dict[str, float] = {}
@@ -150,6 +154,11 @@ class Metadata:
             await asyncio.wait([self._task])
             self._task = None
 
+    @property
+    def last_refresh(self) -> float:
+        """Loop time of the last successful refresh (-inf before the first)."""
+        return self._last_refresh
+
     def request_update(self) -> None:
         self._need_update.set()
 
@@ -169,7 +178,14 @@ class Metadata:
         if info is not None and info.partitions:
             return info
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        started = loop.time()
+        try:
+            return await self._wait_for_topic(topic, started + timeout, timeout)
+        finally:
+            self._metrics.record_metadata_wait(loop.time() - started)
+
+    async def _wait_for_topic(self, topic: str, deadline: float, timeout: float) -> TopicInfo:
+        loop = asyncio.get_running_loop()
         while True:
             if self._closed:
                 raise ProducerClosedError(f"the producer closed while waiting for metadata of topic {topic!r}")
@@ -302,15 +318,17 @@ class Metadata:
         idle_since = loop.time() - self._config.metadata_max_idle_ms / 1000
         for topic in [t for t, used in self._topics.items() if used < idle_since]:
             del self._topics[topic]  # unused for metadata_max_idle_ms: stop describing it
+            self._troubled.pop(topic, None)
         request = MetadataRequest(
             topics=[MetadataRequestTopic(name=t) for t in sorted(self._topics)],
             allow_auto_topic_creation=self._config.allow_auto_create_topics,
         )
         response: MetadataResponse = await conn.send(request)
-        return self._apply(response)
+        return self._apply(response, node)
 
-    def _apply(self, response: MetadataResponse) -> bool:
-        """Install what ``response`` says; returns whether leaders, brokers or topics changed."""
+    def _apply(self, response: MetadataResponse, node: int | None = None) -> bool:
+        """Install what ``response`` (from ``node``) says; returns whether leaders, brokers
+        or topics changed."""
         brokers = {b.node_id: Broker(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
         old = self.snapshot
         topics: dict[str, TopicInfo] = {}
@@ -318,11 +336,14 @@ class Metadata:
             if t.name is None:
                 continue
             if t.error_code in _FATAL_TOPIC_ERRORS:
-                self._topic_errors[t.name] = error_for_code(t.error_code, f"topic {t.name!r}")
+                self._topic_errors[t.name] = error = error_for_code(t.error_code, f"topic {t.name!r}")
+                self._topic_trouble(t.name, error, node, at_once=True)
                 continue
             self._topic_errors.pop(t.name, None)
             if t.error_code:
-                log.debug("metadata for %s: %s", t.name, error_for_code(t.error_code))
+                self._topic_trouble(t.name, error_for_code(t.error_code), node, at_once=False)
+            elif self._troubled.pop(t.name, None) is not None:
+                self._metrics.events.resolved(log, ("topic", t.name), "topic %r: metadata is back", t.name)
             known = old.topics.get(t.name)
             if t.topic_id.int and self._topic_ids.get(t.name, t.topic_id) != t.topic_id:
                 known = None  # recreated: what was known of it is about another topic
@@ -331,6 +352,7 @@ class Metadata:
             if t.topic_id.int:
                 self._topic_ids[t.name] = t.topic_id
             parts: dict[int, PartitionInfo] = {}
+            leaderless: list[tuple[int, int]] = []
             for p in t.partitions:
                 key = (t.name, p.partition_index)
                 newest = self._leader_epochs.get(key, -1)
@@ -347,13 +369,53 @@ class Metadata:
                     tuple(p.replica_nodes),
                     tuple(p.isr_nodes),
                 )
+                if p.leader_id < 0 or p.leader_id not in brokers:
+                    leaderless.append((p.partition_index, p.error_code))
             if parts:
                 topics[t.name] = TopicInfo(t.name, MappingProxyType(parts))
+                self._leaders_found(t.name, leaderless, node)
         for b in brokers.values():
             self._pool.set_address(b.node_id, b.host, b.port)
         changed = brokers != dict(old.brokers) or topics != dict(old.topics)
         self._install(MappingProxyType(brokers), topics, response.cluster_id, response.controller_id)
         return changed
+
+    def _topic_trouble(self, topic: str, error: KafkaError, node: int | None, *, at_once: bool) -> None:
+        """A topic-level error in an answer. A topic being created answers so once or twice
+        (LEADER_NOT_AVAILABLE), so a retriable one is worth a warning from the second
+        answer in a row."""
+        seen = self._troubled[topic] = self._troubled.get(topic, 0) + 1
+        if at_once or seen > 1:
+            self._metrics.events.problem(
+                log,
+                ("topic", topic),
+                type(error).__name__,
+                "metadata from %s: topic %r: %s",
+                "a broker" if node is None else describe_node(node),
+                topic,
+                error,
+            )
+        else:
+            log.debug("metadata for %s: %s", topic, error)
+
+    def _leaders_found(self, topic: str, leaderless: list[tuple[int, int]], node: int | None) -> None:
+        events = self._metrics.events
+        if not leaderless:
+            events.resolved(log, ("leader", topic), "topic %r: every partition has a leader again", topic)
+            return
+        partitions = ", ".join(str(p) for p, _ in leaderless)
+        code = next((c for _, c in leaderless if c), 0)
+        reason = str(error_for_code(code)) if code else "no leader in the answer"
+        events.problem(
+            log,
+            ("leader", topic),
+            reason,
+            "metadata from %s: topic %r partition(s) %s have no leader (%s); their records wait",
+            "a broker" if node is None else describe_node(node),
+            topic,
+            partitions,
+            reason,
+        )
 
     def _install(
         self, brokers: Mapping[int, Broker], topics: dict[str, TopicInfo], cluster_id: str | None, controller: int

@@ -32,6 +32,7 @@ from aioprod.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from aioprod.protocol.schema import Request, Response
 
 if TYPE_CHECKING:
+    from aioprod.metrics import BrokerMetrics
     from aioprod.net.auth import ConnectionSecurity
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class BrokerConnection:
         max_in_flight: int,
         on_ready: Callable[[], None] | None = None,
         security: ConnectionSecurity | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -95,6 +97,8 @@ class BrokerConnection:
         #: Cluster features the broker reports as finalized (ApiVersions v3+): name -> level.
         self.finalized_features: Mapping[str, int] = {}
         self._security = security
+        #: Counts requests and bytes (per request, never per record).
+        self._metrics = metrics
         # Requests written while re-authenticating wait here (see hold()).
         self._held: list[tuple[Request, int, bool, asyncio.Future[Any]]] | None = None
 
@@ -104,6 +108,11 @@ class BrokerConnection:
     @property
     def closed(self) -> bool:
         return self._closed_error is not None
+
+    @property
+    def established(self) -> bool:
+        """The TCP (and TLS) connection was made: a failure since is the handshake's."""
+        return self._writer is not None
 
     @property
     def in_flight_count(self) -> int:
@@ -183,8 +192,8 @@ class BrokerConnection:
                     "closes like this when it rejects ours: check ssl_certificate_location)"
                 )
             self.close(error)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+            if not isinstance(exc, Exception):
+                raise  # a cancellation, KeyboardInterrupt or SystemExit is not a connection failure
             raise error from exc
 
     async def _negotiate(self) -> None:
@@ -278,6 +287,8 @@ class BrokerConnection:
             self.close(error)
             future.set_exception(error)
             return future
+        if self._metrics is not None:
+            self._metrics.request_sent(len(frame), loop.time())
         if self.flushed and writer.transport.get_write_buffer_size():
             self._flush_task = loop.create_task(self._await_flush(writer), name=f"aioprod-flush-{self.node_id}")
         if not expect_response:
@@ -340,6 +351,8 @@ class BrokerConnection:
         entry = self._in_flight.popleft()
         if entry.timer is not None:
             entry.timer.cancel()
+        if self._metrics is not None:
+            self._metrics.response_received(4 + len(frame), asyncio.get_running_loop().time())
         if entry.future.done():  # the awaiting caller was cancelled
             return
         if entry.response_cls is None:

@@ -9,18 +9,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aioprod.config import ProducerConfig
-from aioprod.errors import KafkaConnectionError, KafkaError
+from aioprod.errors import AuthenticationError, KafkaConnectionError, KafkaError
+from aioprod.metrics import ProducerMetrics
 from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
-
-#: A broker that keeps refusing connections is logged at WARNING at most this often.
-_WARN_EVERY = 30.0
 
 
 @dataclass(slots=True)
@@ -35,7 +34,6 @@ class _NodeState:
     #: A connection attempt is under way (not just waiting out its backoff).
     attempting: bool = False
     last_error: KafkaError | None = None
-    warned_at: float | None = None
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
 
@@ -47,6 +45,7 @@ class ConnectionPool:
         config: ProducerConfig,
         on_change: Callable[[], None] | None = None,
         on_disconnect: Callable[[], None] | None = None,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self._config = config
         self._nodes: dict[int, _NodeState] = {}
@@ -54,6 +53,7 @@ class ConnectionPool:
         self._on_disconnect = on_disconnect or (lambda: None)
         self._closed = False
         self._security = ConnectionSecurity.from_config(config)
+        self._metrics = metrics if metrics is not None else ProducerMetrics(config)
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
         state = self._nodes.get(node_id)
@@ -166,6 +166,7 @@ class ConnectionPool:
             max_in_flight=self._config.max_in_flight_requests_per_connection,
             on_ready=self._on_change,
             security=self._security,
+            metrics=self._metrics.broker(node_id),
         )
         # Java's socket.connection.setup.timeout.ms: exponential per consecutive failure.
         setup_timeout = exponential_backoff(
@@ -174,31 +175,60 @@ class ConnectionPool:
             state.failures + 1,
         )
         state.attempting = True
+        metrics, events = self._metrics, self._metrics.events
         try:
             await conn.open(setup_timeout)
         except KafkaError as exc:
             state.failures += 1
             state.last_error = exc
-            state.next_attempt = loop.time() + self._backoff(state.failures)
-            # Promptly, so a wrong address is not silence until max_block_ms; then rate-limited.
-            if state.warned_at is None or loop.time() - state.warned_at >= _WARN_EVERY:
-                state.warned_at = loop.time()
-                log.warning("%s (attempt %d; retrying)", exc, state.failures)
-            else:
-                log.debug("connect to node %s failed: %s", node_id, exc)
+            backoff = self._backoff(state.failures)
+            state.next_attempt = loop.time() + backoff
+            if isinstance(exc, AuthenticationError):
+                metrics.record_authentication(False, loop.time())
+            # Promptly (a wrong address is not silence until max_block_ms), then rate-limited.
+            what, detail = _connect_failure(exc, conn.established)
+            events.problem(
+                log,
+                ("connect", node_id),
+                what,
+                "%s (%s:%s): %s: %s; retrying in %.0f ms (attempt %d)",
+                describe_node(node_id),
+                state.host,
+                state.port,
+                what,
+                detail,
+                backoff * 1000,
+                state.failures,
+            )
+            if not self._closed:
+                # As a lost connection: the broker may be gone for good and its partitions
+                # led elsewhere now (the Java client refreshes on every failed connect too).
+                self._on_disconnect()
         else:
             if self._closed:
                 conn.close()
                 return
-            if state.warned_at is not None:
-                log.info(
-                    "connected to broker %s at %s:%s after %d failed attempts",
-                    node_id,
+            now = loop.time()
+            metrics.record_connection(True, now)
+            if self._security is not None and self._security.authenticator is not None:
+                metrics.record_authentication(True, now)
+            if not events.resolved(
+                log,
+                ("connect", node_id),
+                "connected to %s at %s:%s after %d failed attempts",
+                describe_node(node_id),
+                state.host,
+                state.port,
+                state.failures,
+            ):
+                events.note(
+                    log,
+                    ("connected", node_id),
+                    "connected to %s at %s:%s",
+                    describe_node(node_id),
                     state.host,
                     state.port,
-                    state.failures,
                 )
-                state.warned_at = None
             state.connection = conn
             state.failures = 0
             state.last_error = None
@@ -212,13 +242,18 @@ class ConnectionPool:
 
     def _on_connection_closed(self, node_id: int, conn: BrokerConnection, error: KafkaError) -> None:
         state = self._nodes.get(node_id)
+        self._metrics.record_connection(False, asyncio.get_running_loop().time())
         if state is not None and state.connection is conn:
             state.connection = None
             state.last_error = error
             state.failures += 1
             state.next_attempt = asyncio.get_running_loop().time() + self._backoff(1)
-        log.debug("connection to node %s closed: %s", node_id, error)
-        if not self._closed:
+        if self._closed:
+            log.debug("connection to %s closed: %s", describe_node(node_id), error)
+        else:
+            self._metrics.events.note(
+                log, ("lost", node_id), "connection to %s lost: %s", describe_node(node_id), error
+            )
             # A broker that went away may come back with other leaders, or without the
             # topics it had (a restarted memory broker): look at the cluster again.
             self._on_disconnect()
@@ -251,6 +286,28 @@ class ConnectionPool:
                 waits.append(asyncio.ensure_future(state.connection.wait_closed()))
         if waits:
             await asyncio.wait(waits)
+
+
+def _connect_failure(error: KafkaError, established: bool) -> tuple[str, str]:
+    """What went wrong in a connection attempt, in a few words, and the details."""
+    cause = error.__cause__
+    detail = str(cause) if isinstance(cause, OSError) and not established else str(error)
+    if isinstance(error, AuthenticationError):
+        return "authentication failed", detail
+    if established:
+        return "handshake failed", detail
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused", detail
+    if isinstance(cause, TimeoutError):
+        return "connection timed out", str(error)
+    if isinstance(cause, socket.gaierror):
+        return "address not resolved", detail
+    return "cannot connect", detail
+
+
+def describe_node(node_id: int) -> str:
+    """How logs name a node: ``broker 1``, or ``bootstrap server 2`` before metadata named it."""
+    return f"broker {node_id}" if node_id >= 0 else f"bootstrap server {-node_id}"
 
 
 def exponential_backoff(base: float, cap: float, attempts: int) -> float:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from aioprod.cluster.metadata import ClusterSnapshot
 from aioprod.config import ProducerConfig
 from aioprod.errors import KafkaError, KafkaTimeoutError, RecordTooLargeError
+from aioprod.metrics import ProducerMetrics
 from aioprod.producer.batch import Headers, ProducerBatch, SendGroup, TopicPartition
 from aioprod.producer.idempotence import sequence_before
 from aioprod.producer.record_future import RecordFuture
@@ -33,16 +34,20 @@ RECORD_OVERHEAD = 64
 class BufferPool:
     """``buffer_memory`` as a byte budget with FIFO waiters."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, metrics: ProducerMetrics | None = None) -> None:
         self.total = total
         self.used = 0
-        #: How many reservations had to wait for space (a statistic).
-        self.waits = 0
+        self._metrics = metrics
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     @property
     def exhausted(self) -> bool:
         return bool(self._waiters)
+
+    @property
+    def waiting(self) -> int:
+        """Reservations waiting for space now."""
+        return len(self._waiters)
 
     @property
     def available(self) -> bool:
@@ -59,16 +64,19 @@ class BufferPool:
         """Wait, behind earlier waiters, until ``size`` bytes are free."""
         if self.try_reserve(size):
             return
-        self.waits += 1
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         entry = (size, future)
         self._waiters.append(entry)
+        started = loop.time()
         try:
             async with asyncio.timeout(timeout):
                 await future
         except TimeoutError:
             if future.done() and not future.cancelled():
                 return  # granted in the very iteration the timeout fired: the space is ours
+            if self._metrics is not None:
+                self._metrics.record_buffer_exhausted(loop.time())
             raise KafkaTimeoutError(
                 f"buffer_memory ({self.total} bytes) stayed full for max_block_ms "
                 f"({timeout * 1000:.0f} ms); {self.used} bytes are queued"
@@ -81,6 +89,9 @@ class BufferPool:
             if entry in self._waiters:
                 self._waiters.remove(entry)
                 self._grant()
+            if self._metrics is not None:
+                now = loop.time()
+                self._metrics.record_buffer_wait(now - started, now)
 
     def release(self, size: int) -> None:
         self.used -= size
@@ -100,13 +111,16 @@ class BufferPool:
 
 
 class RecordAccumulator:
-    def __init__(self, config: ProducerConfig, wakeup: Callable[[], None]) -> None:
+    def __init__(
+        self, config: ProducerConfig, wakeup: Callable[[], None], metrics: ProducerMetrics | None = None
+    ) -> None:
         self._config = config
         self._wakeup = wakeup
         self._loop = asyncio.get_running_loop()
+        self._metrics = metrics if metrics is not None else ProducerMetrics(config)
         #: Non-empty queues only, in drain order (see the module docstring).
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self.pool = BufferPool(config.buffer_memory)
+        self.pool = BufferPool(config.buffer_memory, self._metrics)
         self._linger = config.linger_ms / 1000
         self._delivery_timeout = config.delivery_timeout_ms / 1000
         #: Every unfinished batch's deadline: (deadline, tie-break, batch); entries of
@@ -442,6 +456,8 @@ class RecordAccumulator:
             self.incomplete.discard(batch)
             self.pool.release(batch.reserved)
             batch.reserved = 0
+            if batch.failed:
+                self._metrics.record_error(batch, self._loop.time())
 
     @property
     def has_queued(self) -> bool:

@@ -157,6 +157,12 @@ class ProducerBatch:
         return self.settlement.done.done()
 
     @property
+    def failed(self) -> bool:
+        """Its records failed (it is done, and not acknowledged)."""
+        done = self.settlement.done
+        return done.done() and type(done.result()) is BatchFailure
+
+    @property
     def stamped(self) -> bool:
         return self.base_sequence >= 0
 

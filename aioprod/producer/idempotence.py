@@ -67,8 +67,6 @@ class IdempotenceState:
         self._generation = 0
         #: A partition needs sequences under a new identity: ask for one (InitProducerId).
         self.new_identity_needed = False
-        #: How many identities were taken after the first (a statistic).
-        self.resets = 0
         self._partitions: dict[TopicPartition, PartitionSequences] = {}
 
     @property
@@ -89,8 +87,6 @@ class IdempotenceState:
         return self.new_identity_needed or any(entry.in_doubt for entry in self._partitions.values())
 
     def set_producer_id(self, producer_id: int, epoch: int) -> None:
-        if self.producer_id >= 0:
-            self.resets += 1
         self.producer_id, self.producer_epoch = producer_id, epoch
         self._generation += 1
         self.new_identity_needed = False

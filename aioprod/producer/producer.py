@@ -24,6 +24,7 @@ from aioprod.errors import (
     TransactionStateError,
     error_for_code,
 )
+from aioprod.metrics import MetricsSnapshot, ProducerMetrics
 from aioprod.net.pool import ConnectionPool
 from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from aioprod.producer.accumulator import RecordAccumulator
@@ -60,7 +61,7 @@ class Producer:
     ``await send(...)`` returns once the record is queued; the future it returns resolves
     with :class:`RecordMetadata` when the broker acknowledges the record, or fails with a
     :class:`~aioprod.errors.KafkaError`. Options: snake_case keywords or a mapping of
-    Java/librdkafka names (see ``docs/configuration.md``).
+    Java/librdkafka names (see the configuration guide).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, **options: Any) -> None:
@@ -82,6 +83,14 @@ class Producer:
         # The last send() started a batch: the next one lets the sender run first.
         self._yield_first = False
         self._closing: asyncio.Task[None] | None = None
+        self._metrics = ProducerMetrics(self.config)
+        if self.config.telemetry is not None:
+            from aioprod.tracing import SendTelemetry
+
+            telemetry = SendTelemetry(self.config.telemetry, self.config, self.cluster)
+            # Instance attributes in front of the methods: without telemetry, send() pays nothing for it.
+            self.send = telemetry.traced_send(self.send)  # type: ignore[method-assign]
+            self.send_many = telemetry.traced_send_many(self.send_many)  # type: ignore[method-assign]
         # Created in start(), inside the running loop.
         self._pool: ConnectionPool
         self._metadata: Metadata
@@ -95,12 +104,17 @@ class Producer:
         if self._state != _NEW:
             raise ProducerClosedError(f"start() called on a producer that is {self._state}")
         self._loop = asyncio.get_running_loop()
+        metrics = self._metrics
         self._pool = ConnectionPool(
-            self.config, on_change=self._pool_changed, on_disconnect=lambda: self._metadata.request_update()
+            self.config,
+            on_change=self._pool_changed,
+            on_disconnect=lambda: self._metadata.request_update(),
+            metrics=metrics,
         )
-        self._metadata = Metadata(self.config, self._pool)
-        self._accumulator = RecordAccumulator(self.config, self._wakeup)
-        self._sender = Sender(self.config, self._metadata, self._pool, self._accumulator, self._set_fatal)
+        self._metadata = Metadata(self.config, self._pool, metrics)
+        self._accumulator = RecordAccumulator(self.config, self._wakeup, metrics)
+        self._sender = Sender(self.config, self._metadata, self._pool, self._accumulator, self._set_fatal, metrics)
+        metrics.start(self._loop, self._accumulator.pool, self._pool, self._metadata)
         self._metadata.add_listener(lambda _snapshot: self._wakeup())
         self._metadata.start()
         self._sender.start()
@@ -171,9 +185,10 @@ class Producer:
                         await txn.end_on_close(self._fail_unsent, self._settle_transaction)
                 except (TimeoutError, KafkaError) as exc:
                     log.warning("could not abort transaction %r while closing: %r", txn.transactional_id, exc)
-            self._accumulator.closing = True
-            self._sender.stop()
-            await self._sender.wait_stopped(timeout)
+            if timeout is None or timeout > 0:  # close(0): nothing more is sent, even what lingers
+                self._accumulator.closing = True
+                self._sender.stop()
+                await self._sender.wait_stopped(timeout)
             tasks = self._release_now(timeout)
             if tasks:
                 await asyncio.wait(tasks)
@@ -188,6 +203,7 @@ class Producer:
             f" (close timeout {timeout}s)" if timeout is not None else ""
         )
         tasks = self._sender.abort_now(lambda persisted: ProducerClosedError(reason, possibly_persisted=persisted))
+        self._metrics.stop()
         self._metadata.stop()
         self._pool.close_now()
         return tasks
@@ -434,12 +450,14 @@ class Producer:
             return
         acc.flushing += 1
         self._wakeup()
+        started = self._loop.time()
         try:
             done, _ = await asyncio.wait(pending, timeout=timeout)
             if len(done) < len(pending):
                 raise KafkaTimeoutError(f"flush did not complete within {timeout}s")
         finally:
             acc.flushing -= 1
+            self._metrics.record_flush(self._loop.time() - started)
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids, fetching metadata if needed (up to max_block_ms)."""
@@ -483,6 +501,20 @@ class Producer:
                         raise error_for_code(p.error_code, f"ListOffsets {topic}-{p.partition_index}")
                     offsets[p.partition_index] = p.offset
         return dict(sorted(offsets.items()))
+
+    def metrics(self) -> dict[str, float]:
+        """The producer's metrics now, by the Java producer's names (``record-send-total``,
+        ``request-latency-avg``, ``buffer-available-bytes``, ...; see docs/observability.md).
+
+        Counts since the producer was created; rates, averages and maxima over the last
+        ``metrics_num_samples`` x ``metrics_sample_window_ms`` (NaN: nothing in the window).
+        Safe to call from any thread, and after close.
+        """
+        return self._metrics.snapshot().producer
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """Every metric at one moment: producer-wide, per topic and per broker."""
+        return self._metrics.snapshot()
 
     # -- transactions ------------------------------------------------------------------
 

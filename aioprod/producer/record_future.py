@@ -207,6 +207,11 @@ class RecordFuture:
             self._callbacks = kept
         return removed
 
+    def twin(self) -> RecordFuture:
+        """Another future of the same record, with callbacks and cancellation of its own:
+        for an observer that must see the outcome whatever is done with this one."""
+        return RecordFuture(self._settlement, self._index, self._timestamp)
+
     def cancel(self, msg: str | None = None) -> bool:
         if self.done():
             return False

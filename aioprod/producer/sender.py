@@ -26,8 +26,9 @@ from aioprod.errors import (
     TransactionAbortedError,
     error_for_code,
 )
+from aioprod.metrics import ProducerMetrics
 from aioprod.net.connection import BrokerConnection
-from aioprod.net.pool import ConnectionPool, exponential_backoff
+from aioprod.net.pool import ConnectionPool, describe_node, exponential_backoff
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import ProducerBatch, TopicPartition
 from aioprod.producer.idempotence import IdempotenceState
@@ -58,8 +59,10 @@ class Sender:
         pool: ConnectionPool,
         accumulator: RecordAccumulator,
         on_fatal: Callable[[BaseException], None],
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self._config = config
+        self._metrics = metrics if metrics is not None else ProducerMetrics(config)
         self._metadata = metadata
         self._pool = pool
         self._acc = accumulator
@@ -83,9 +86,8 @@ class Sender:
         self._quiet.set()
         #: The error that stopped this producer for good, if any.
         self.fatal: KafkaError | None = None
-        #: Batches put back for another attempt, and batches split (statistics).
-        self.retries = 0
-        self.splits = 0
+        #: Why a partition's sequence came in doubt last (said when a new identity is taken).
+        self._doubt = "a partition's sequence is in doubt"
         self._wake_flag = False
         self._waiter: asyncio.Future[None] | None = None
         self._stopping = False
@@ -218,7 +220,7 @@ class Sender:
                 can_send = _also(txn.may_send, can_send)
             drained = acc.drain(cluster, connections, self._config.max_request_size, now, can_send)
             for node, batches in drained.items():
-                self._send(connections[node], batches, cluster)
+                self._send(connections[node], batches, cluster, now)
         if txn is not None:
             txn.poll()
             if ident is not None and ident.new_identity_needed:
@@ -237,7 +239,7 @@ class Sender:
 
     # -- produce requests ------------------------------------------------------------
 
-    def _send(self, conn: BrokerConnection, batches: list[ProducerBatch], cluster: ClusterSnapshot) -> None:
+    def _send(self, conn: BrokerConnection, batches: list[ProducerBatch], cluster: ClusterSnapshot, now: float) -> None:
         ident, txn = self.idempotence, self.transactions
         transactional = txn is not None
         topics: dict[str, list[ProduceRequestPartition]] = {}
@@ -271,17 +273,27 @@ class Sender:
         future = conn.send_nowait(
             request, expect_response=self._acks != 0, max_version=None if txn is None else txn.produce_version()
         )
-        future.add_done_callback(lambda f: self._on_response(batches, f))
+        self._metrics.record_request(batches, now)
+        node = conn.node_id
+        future.add_done_callback(lambda f: self._on_response(batches, f, node, now))
 
-    def _on_response(self, batches: list[ProducerBatch], future: asyncio.Future[ProduceResponse | None]) -> None:
+    def _on_response(
+        self,
+        batches: list[ProducerBatch],
+        future: asyncio.Future[ProduceResponse | None],
+        node: int = -1,
+        sent_at: float = 0.0,
+    ) -> None:
         now = asyncio.get_running_loop().time()
         answer: ProduceResponse | BaseException | None
         if future.cancelled():
             answer = ProducerClosedError("request cancelled")
         else:
             answer = future.exception() or future.result()
+        if isinstance(answer, ProduceResponse):
+            self._metrics.record_response(node, now - sent_at, answer.throttle_time_ms, now)
         try:
-            self._apply(decide(batches, answer, now, self._policy), now)
+            self._apply(decide(batches, answer, now, self._policy), now, node)
         except Exception as exc:
             # A bug here must not leave futures pending forever: stop the producer, loudly.
             log.exception("aioprod failed handling a produce response")
@@ -294,7 +306,7 @@ class Sender:
             self._set_fatal(fatal)
         self.wakeup()
 
-    def _apply(self, decisions: list[Decision], now: float) -> None:
+    def _apply(self, decisions: list[Decision], now: float, node: int = -1) -> None:
         acc, ident = self._acc, self.idempotence
         refresh = False
         for decision in decisions:
@@ -322,14 +334,13 @@ class Sender:
                 batch.succeed(decision.base_offset, decision.log_append_time)
                 acc.complete(batch)
             elif action is Action.RETRY:
-                if decision.sequence_refused and not self._sequence_refused(batch, decision):
+                if decision.sequence_refused and not self._sequence_refused(batch, decision, node):
                     continue
-                log.debug("retrying %r after %s", batch, decision.error)
-                self.retries += 1
+                self._retrying(batch, decision, node, now)
                 acc.reenqueue(batch, decision.retry_at)
             elif action is Action.SPLIT:
                 log.debug("splitting %r: %s", batch, decision.error)
-                self.splits += 1
+                self._metrics.record_split(now)
                 acc.split_and_reenqueue(batch, decision.retry_at)
             else:
                 assert decision.error is not None
@@ -337,7 +348,25 @@ class Sender:
         if refresh:
             self._metadata.request_update()
 
-    def _sequence_refused(self, batch: ProducerBatch, decision: Decision) -> bool:
+    def _retrying(self, batch: ProducerBatch, decision: Decision, node: int, now: float) -> None:
+        """Count the retry; warn of retries from a broker (once, then rate-limited: a storm
+        of them is one line per interval, saying how many there were)."""
+        self._metrics.record_retry(batch, now)
+        error = decision.error
+        self._metrics.events.problem(
+            log,
+            ("retry", node, type(error).__name__),  # each kind of error on its own: no alternating flood
+            "",
+            "retrying %d record(s) of %s-%d sent to %s: %s (attempt %d)",
+            batch.record_count,
+            batch.tp.topic,
+            batch.tp.partition,
+            describe_node(node),
+            error,
+            batch.attempts,
+        )
+
+    def _sequence_refused(self, batch: ProducerBatch, decision: Decision, node: int) -> bool:
         """The broker checked the batch's sequence and did not write it; see
         docs/delivery.md for the policy. False when that stopped the producer."""
         ident = self.idempotence
@@ -358,13 +387,11 @@ class Sender:
             self._finish(batch, fatal)
             return False
         if gap:
-            log.info(
-                "%s-%s: the broker does not continue producer %s's sequence (%s); renumbering under a new identity",
-                batch.tp.topic,
-                batch.tp.partition,
-                batch.producer_id,
-                decision.error,
+            self._doubt = (
+                f"{describe_node(node)} does not continue the sequence of {batch.tp.topic}-{batch.tp.partition} "
+                f"({decision.error})"
             )
+            log.debug("%s; renumbering under a new identity", self._doubt)
         ident.rejected_sequence(batch, gap)
         return True
 
@@ -390,6 +417,8 @@ class Sender:
         batch.fail(error)
         self._acc.complete(batch)
         if self.idempotence is not None:
+            if batch.stamped:
+                self._doubt = f"a batch of {batch.tp.topic}-{batch.tp.partition} failed ({error})"
             self.idempotence.failed(batch)
         if self.transactions is not None:
             self.transactions.record_failed(error)
@@ -446,7 +475,18 @@ class Sender:
                 )
                 continue
             if ident.has_producer_id:
-                log.info("new producer identity %s/%s", response.producer_id, response.producer_epoch)
+                self._metrics.record_identity_reset()
+                self._metrics.events.problem(
+                    log,
+                    "identity",
+                    self._doubt,
+                    "took a new producer identity %s/%s (was %s/%s): %s",
+                    response.producer_id,
+                    response.producer_epoch,
+                    ident.producer_id,
+                    ident.producer_epoch,
+                    self._doubt,
+                )
             ident.set_producer_id(response.producer_id, response.producer_epoch)
             self._init_failures = 0
             self.wakeup()

@@ -233,9 +233,7 @@ class TransactionManager:
                 "could be queued; the record was not sent"
             )
         if self.state is TxnState.ABORTABLE_ERROR:
-            raise TransactionAbortableError(
-                f"the transaction cannot commit ({self.error}): call abort_transaction() first"
-            ) from self.error
+            raise self._must_abort()
         if self.state is TxnState.FATAL_ERROR:
             raise ProducerFatalError(f"the transactional producer failed: {self.error}") from self.error
         raise TransactionStateError(
@@ -384,9 +382,7 @@ class TransactionManager:
 
     async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
         if self.state is TxnState.ABORTABLE_ERROR:
-            raise TransactionAbortableError(
-                f"the transaction cannot commit ({self.error}): call abort_transaction()"
-            ) from self.error
+            raise self._must_abort()
         if self.state is not TxnState.IN_TRANSACTION:
             raise self._wrong_state("commit_transaction")
         self.state = TxnState.COMMITTING
@@ -394,9 +390,7 @@ class TransactionManager:
         if self.failed:
             raise self._wrong_state("commit_transaction")
         if self.state is not TxnState.COMMITTING:  # a record failed meanwhile
-            raise TransactionAbortableError(
-                f"a record of the transaction failed ({self.error}): call abort_transaction()"
-            ) from self.error
+            raise self._must_abort()
         try:
             await self._wait_for_adds()
             if self._started or self._maybe_started:
@@ -432,11 +426,9 @@ class TransactionManager:
     async def send_offsets(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata
     ) -> None:
+        if self.state is TxnState.ABORTABLE_ERROR:
+            raise self._must_abort()
         if self.state is not TxnState.IN_TRANSACTION:
-            if self.state is TxnState.ABORTABLE_ERROR:
-                raise TransactionAbortableError(
-                    f"the transaction cannot commit ({self.error}): call abort_transaction()"
-                ) from self.error
             raise self._wrong_state("send_offsets_to_transaction")
         ident = self._ident
         self._maybe_started = True
@@ -605,7 +597,7 @@ class TransactionManager:
             if self._adding is not None:
                 await asyncio.wait([self._adding])
             if self.state is not TxnState.COMMITTING:
-                raise TransactionAbortableError(f"the transaction cannot commit ({self.error})") from self.error
+                raise self._must_abort()
 
     async def _coordinator(self, key_type: int, key: str) -> int:
         """The node coordinating ``key`` (a transactional id or a group id)."""
@@ -699,6 +691,11 @@ class TransactionManager:
         op = self._operation
         if op is not None and not op[1].done():
             raise TransactionStateError(f"{op[0]}() is still in progress; {name}() must wait for it to end")
+
+    def _must_abort(self) -> TransactionAbortableError:
+        error = TransactionAbortableError(f"the transaction cannot commit ({self.error}): call abort_transaction()")
+        error.__cause__ = self.error
+        return error
 
     def _wrong_state(self, name: str) -> KafkaError:
         if self.state is TxnState.FATAL_ERROR:

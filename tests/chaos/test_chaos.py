@@ -11,14 +11,13 @@ import contextlib
 import random
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
 
 from aioprod import Producer, RecordMetadata
 from aioprod.errors import DeliveryTimeoutError, KafkaError
-from tests.brokers import TansuBroker, free_port
+from tests.brokers import TansuBroker
 from tests.chaos.proxy import FaultProxy, cut_randomly
 from tests.readback import read_topic
 
@@ -36,18 +35,6 @@ class Run:
     cuts: int
     retries: int
     resets: int
-
-
-@pytest.fixture
-async def proxied_broker() -> AsyncIterator[tuple[TansuBroker, FaultProxy]]:
-    proxy_port = free_port()
-    broker = TansuBroker(advertised_port=proxy_port).start()
-    proxy = await FaultProxy(broker.port, proxy_port).start()
-    try:
-        yield broker, proxy
-    finally:
-        await proxy.close()
-        broker.stop()
 
 
 async def produce_under_faults(proxy: FaultProxy, topic: str, fault: object, seed: int) -> Run:
@@ -79,9 +66,8 @@ async def produce_under_faults(proxy: FaultProxy, topic: str, fault: object, see
         stop.set()
         await chaos
         outcomes = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 120)
-        retries = producer._sender.retries
-        ident = producer._sender.idempotence
-        resets = ident.resets if ident is not None else 0
+        metrics = producer.metrics()
+    retries, resets = int(metrics["record-retry-total"]), int(metrics["producer-id-reset-total"])
     return Run(sent, outcomes, time.monotonic() - started, proxy.connections_cut, retries, resets)
 
 

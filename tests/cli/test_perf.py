@@ -96,3 +96,30 @@ def test_a_terminal_gets_a_progress_bar_with_rate_and_eta(bootstrap: str, topic:
     assert result.exit_code == 0, result.output
     assert "records/s" in result.stderr and "ETA" in result.stderr and "/3000" in result.stderr
     assert "aioprod perf: " not in result.stderr  # no interim lines on a terminal
+
+
+def test_print_metrics_lists_the_java_metrics(bootstrap: str, topic: str) -> None:
+    args = ["perf", "-b", bootstrap, "-t", topic, "-n", "300", "-s", "50", "-X", "client.id=perf-client"]
+    table = aioprod(*args, "--print-metrics")
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    # As kafka-producer-perf-test prints them: group:name:{tags} : value, sorted.
+    sent = [line for line in lines if line.startswith("producer-metrics:record-send-total:")]
+    assert sent == [
+        f"{'producer-metrics:record-send-total:{client-id=perf-client}':<{len(sent[0].split(' : ')[0])}} : 300.000"
+    ]
+    assert any(
+        line.startswith(f"producer-topic-metrics:record-send-total:{{client-id=perf-client, topic={topic}}}")
+        for line in lines
+    )
+    assert any(
+        line.startswith("producer-node-metrics:request-latency-avg:{client-id=perf-client, node-id=node-")
+        for line in lines
+    )
+    bootstrap_latency = "producer-node-metrics:request-latency-avg:{client-id=perf-client, node-id=node--1}"
+    assert any(line.startswith(bootstrap_latency) and line.endswith(" : NaN") for line in lines)  # as Java prints it
+    names = [line.split(" : ")[0] for line in lines if " : " in line]
+    assert names == sorted(names)
+    report = json.loads(aioprod(*args, "--json", "--print-metrics").stdout)
+    assert report["metrics"]["producer"]["record-send-total"] == 300
+    assert report["metrics"]["topics"][topic]["record-send-total"] == 300

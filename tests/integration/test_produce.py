@@ -9,7 +9,7 @@ import pytest
 
 from aioprod import Producer, RecordMetadata
 from aioprod.errors import KafkaError, KafkaTimeoutError, ProducerClosedError
-from tests.brokers import MockCluster, TansuBroker, tansu
+from tests.brokers import MockCluster, TansuBroker, tansu, topic_across_leaders
 from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
@@ -64,14 +64,18 @@ async def test_explicit_partitions(kafka_bootstrap: str, topic: str) -> None:
 
 async def test_three_brokers_each_partition_reaches_its_leader(mock3: MockCluster, topic: str) -> None:
     async with Producer(bootstrap_servers=mock3.bootstrap, linger_ms=2) as producer:
+        topic = await topic_across_leaders(producer, topic)
         futures = [await producer.send(topic, b"v%d" % i, key=b"k%d" % i) for i in range(400)]
         results = await asyncio.gather(*futures)
-        snapshot = producer._metadata.snapshot
+        snapshot = producer.cluster()
         leaders = {p.leader for p in snapshot.topics[topic].partitions.values()}
-        assert len(leaders) > 1, "the mock cluster should spread leaders"
-        # One connection per leader, and no request needed a retry (none went astray).
-        assert all(producer._pool.is_connected(node) for node in leaders)
-        assert producer._sender.retries == 0
+        # Every leader got produce requests on its own connection, and no request needed
+        # a retry (none went astray).
+        brokers = producer.metrics_snapshot().brokers
+        for node in leaders:
+            assert brokers[node]["connection-count"] == 1
+            assert brokers[node]["request-latency-max"] >= 0  # a produce response came from it
+        assert producer.metrics()["record-retry-total"] == 0
     num = len(snapshot.topics[topic].partitions)
     consumed = read_topic(mock3.bootstrap, topic)
     assert len(consumed) == 400
@@ -84,8 +88,9 @@ async def test_full_buffer_suspends_send_then_succeeds(tansu_broker, topic: str)
     value = b"x" * 1000
     async with Producer(bootstrap_servers=tansu_broker.bootstrap, buffer_memory=32 * 1024, batch_size=8192) as p:
         futures = [await p.send(topic, value) for _ in range(500)]  # ~500 KB through a 32 KiB buffer
-        assert p._accumulator.pool.waits > 0
+        assert p.metrics()["bufferpool-wait-total"] > 0
         results = await asyncio.gather(*futures)
+        assert p.metrics()["buffer-available-bytes"] == p.metrics()["buffer-total-bytes"]  # all given back
     assert len({(md.partition, md.offset) for md in results}) == 500
     assert len(read_topic(tansu_broker.bootstrap, topic)) == 500
 
@@ -114,9 +119,12 @@ async def test_close_with_zero_timeout_fails_unsent_records(tansu_broker, topic:
     futures = [await producer.send(topic, b"r%d" % i) for i in range(100)]
     await producer.close(timeout=0)
     for f in futures:
-        assert isinstance(f.exception(), ProducerClosedError)
+        error = f.exception()
+        assert isinstance(error, ProducerClosedError) and error.possibly_persisted is False
     with pytest.raises(ProducerClosedError):
         await producer.send(topic, b"late")
+    # close(0) sends nothing more: what it reported as not sent is not in the log.
+    assert [c.value for c in read_topic(tansu_broker.bootstrap, topic)] == [b"first"]
 
 
 async def test_broker_restart_mid_stream(topic: str) -> None:

@@ -109,4 +109,6 @@ async def test_close_from_a_delivery_callback(tansu_broker: TansuBroker, topic: 
     fut.add_done_callback(lambda _f: closing.append(asyncio.ensure_future(p.close())))
     await fut
     await asyncio.gather(*closing)
-    assert p._sender._task is not None and p._sender._task.done()
+    with pytest.raises(ProducerClosedError, match="is closed"):  # close() ran to its end
+        await p.send(topic, b"later")
+    assert p.metrics()["connection-count"] == 0

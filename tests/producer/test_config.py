@@ -75,6 +75,14 @@ def test_config_is_frozen() -> None:
         ({"bootstrap_servers": "h:1", "transactional_id": "tx-1", "acks": 1}, "transactional_id needs idempotence"),
         ({"bootstrap_servers": "h:1", "transactional_id": "tx-1", "transaction_timeout_ms": 0}, "must be >= 1"),
         ({"bootstrap_servers": "h:1", "key_serializer": "json"}, "key_serializer must be callable"),
+        ({"bootstrap_servers": "h:1", "metrics_num_samples": 0}, "metrics_num_samples must be >= 1"),
+        ({"bootstrap_servers": "h:1", "metrics.sample.window.ms": 0}, "metrics_sample_window_ms must be >= 1"),
+        (
+            {"bootstrap_servers": "h:1", "statistics.interval.ms": 1000},
+            "statistics_interval_ms is set but statistics_callback is not",
+        ),
+        ({"bootstrap_servers": "h:1", "stats_cb": print}, "statistics_callback needs statistics_interval_ms > 0"),
+        ({"bootstrap_servers": "h:1", "statistics_callback": 5}, "statistics_callback must be callable"),
     ],
 )
 def test_bad_options_fail_at_construction_naming_the_option(options: dict[str, object], message: str) -> None:

@@ -54,6 +54,14 @@ def spark() -> Iterator[Any]:
                 os.environ[name] = value
 
 
+@pytest.fixture
+def spark_default_python(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The session as a user gets it with no PYSPARK_PYTHON set: pyspark then runs ``python3``."""
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", "python3")
+    return spark
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_producer_threads() -> Iterator[None]:
     """Every SyncProducer a test (or the writer) starts must be closed by its end."""

@@ -4,25 +4,32 @@ from __future__ import annotations
 
 import functools
 import pickle
+import socket
 import time
 import uuid
-import warnings
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from aioprod import spark as aspark
 from aioprod.errors import ConfigError
 from aioprod.spark import (
     DataFrameSchemaError,
     Mode,
+    RowError,
     SparkEnvironmentError,
     Transport,
     WriteError,
     WriteReport,
+    _pyspark,
+    driver,
     write_dataframe,
 )
+from aioprod.spark.driver import ArrowUnavailable
+from aioprod.spark.executors import executor_arrow_task
+from aioprod.spark.plan import Plan, producer_options
+from aioprod.spark.schema import check_schema
 from tests.brokers import TansuBroker, free_port
 from tests.readback import read_topic
 
@@ -70,7 +77,7 @@ def consumed(bootstrap: str, topic: str) -> Counter[tuple[Any, ...]]:
 def test_100k_rows_exactly_once(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
     topic = new_topic(mode)
     df = big_frame(spark, N)
-    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode, progress=False)
+    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode)
     assert report.rows_written == N
     assert report.rows_failed == 0
     assert report.errors == []
@@ -128,9 +135,7 @@ def test_string_and_binary_columns_nulls_and_headers(
     ]
     df = spark.createDataFrame(rows, schema).repartition(2)
     topic = new_topic("types")
-    report = write_dataframe(
-        df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode, transport=transport, progress=False
-    )
+    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode, transport=transport)
     assert (report.rows_written, report.rows_failed, report.transport) == (5, 0, transport)
     expected = Counter(
         (key, None if value is None else value.encode(), tuple(headers or ())) for key, value, headers in rows
@@ -274,10 +279,19 @@ def test_errors_report_collects_rows_that_cannot_be_sent(spark: Any, tansu_broke
     topic = new_topic("report")
     create_topic(tansu_broker.bootstrap, topic, 2)
     df = bad_rows_frame(spark, topic)
+    progress: list[tuple[int, int]] = []
     report = write_dataframe(
-        df, bootstrap_servers=tansu_broker.bootstrap, mode=mode, errors="report", max_request_size=100_000
+        df,
+        bootstrap_servers=tansu_broker.bootstrap,
+        mode=mode,
+        errors="report",
+        max_request_size=100_000,
+        progress=lambda written, failed: progress.append((written, failed)),
     )
     assert (report.rows_written, report.rows_failed) == (17, 3)
+    assert progress[-1] == (17, 3)  # in executors mode the only call: the totals, once the job is done
+    if mode == "executors":
+        assert progress == [(17, 3)]
     assert report.topics == {topic: 17}
     assert [e.row for e in report.errors] == [5, 10, 15]
     assert [e.key for e in report.errors] == [b"bad-topic", b"too-big", b"bad-partition"]
@@ -318,16 +332,48 @@ def test_errors_raise_stops_and_reports(spark: Any, tansu_broker: TansuBroker, m
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_unreachable_broker_aborts_quickly(spark: Any, mode: Mode) -> None:
+def test_nothing_listening_fails_at_once_naming_each_address(spark: Any, mode: Mode) -> None:
     df = spark.createDataFrame([(str(i),) for i in range(100)], "value string").coalesce(1)
-    started = time.monotonic()
-    with pytest.raises(WriteError, match=r"write stopped: .*KafkaTimeoutError") as info:
-        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", mode=mode, errors="report", max_block_ms=500)
+    other = f"127.0.0.1:{free_port()}"
+    sc = spark.sparkContext
+    group = f"unreachable-{mode}"
+    sc.setJobGroup(group, "a write to brokers that refuse connections")
+    try:
+        # max_block_ms stays at 60 s: waiting it out would end in a KafkaTimeoutError instead.
+        with pytest.raises(WriteError, match=r"write stopped: .*no bootstrap server reachable from ") as info:
+            write_dataframe(df, bootstrap_servers=f"{UNREACHABLE},{other}", topic="t", mode=mode)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    message = str(info.value)
+    assert f"{UNREACHABLE} (connection refused); {other} (connection refused)" in message
+    assert "KafkaTimeoutError" not in message
     assert info.value.report.rows_written == 0
-    assert time.monotonic() - started < 30
+    if mode == "driver":  # checked on the driver before the DataFrame was read at all
+        assert sc.statusTracker().getJobIdsForGroup(group) == []
+    else:  # each task checks before it opens its producer
+        assert message.startswith("write stopped: partition 0: no bootstrap server reachable")
 
 
-# -- driver-mode details ------------------------------------------------------------------------
+@pytest.fixture
+def silent_broker() -> Iterator[str]:
+    """A fake broker that accepts connections and never answers: the producer's own timeouts apply."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_broker_that_never_answers_stops_the_write_after_max_block_ms(
+    spark: Any, silent_broker: str, mode: Mode
+) -> None:
+    df = spark.createDataFrame([(str(i),) for i in range(100)], "value string").coalesce(1)
+    with pytest.raises(WriteError, match=r"write stopped: .*KafkaTimeoutError") as info:
+        write_dataframe(df, bootstrap_servers=silent_broker, topic="t", mode=mode, errors="report", max_block_ms=500)
+    assert info.value.report.rows_written == 0
+
+
+# -- progress -------------------------------------------------------------------------------------
 
 
 def test_driver_progress_callback_and_bounded_in_flight(spark: Any, tansu_broker: TansuBroker) -> None:
@@ -346,29 +392,32 @@ def test_driver_progress_callback_and_bounded_in_flight(spark: Any, tansu_broker
     assert calls[-1] == (25_000, 0)
 
 
-def test_progress_bar_can_be_forced(spark: Any, tansu_broker: TansuBroker, capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_is_shown_by_the_caller_only(
+    spark: Any, tansu_broker: TansuBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
     df = spark.createDataFrame([("v",)], "value string")
-    write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=new_topic("bar"), progress=True)
-    assert "rows written" in capsys.readouterr().err
+    write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=new_topic("quiet"))
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(TypeError, match="progress must be a callable"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", progress=True)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_empty_frame(spark: Any, mode: Mode) -> None:
+def test_empty_frame(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
     df = spark.createDataFrame([], "value string")
-    # No rows, no producer: even an unreachable broker is fine.
-    report = write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", mode=mode)
+    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic="t", mode=mode)
     assert (report.rows_written, report.rows_failed, report.topics) == (0, 0, {})
 
 
-# -- executors: what crosses to them, and their Python ------------------------------------------------
+# -- executors: what crosses to them ---------------------------------------------------------------
 
 
 def test_executor_closure_holds_only_plain_data(spark: Any) -> None:
     df = spark.createDataFrame([("v",)], "value string")
-    options = aspark._producer_options("h:9092", {"linger_ms": 7})
-    columns = aspark._check_schema(df.schema, "t")
-    plan = aspark._Plan(options, "t", "key" in columns, False, False, False, "raise", 20, 1000, None)
-    task = functools.partial(aspark._executor_arrow_task, plan)
+    options = producer_options("h:9092", {"linger_ms": 7})
+    columns = check_schema(df.schema, "t")
+    plan = Plan(options, "t", "key" in columns, False, False, False, "raise", 20, 1000, None)
+    task = functools.partial(executor_arrow_task, plan)
     # The standard pickle (not cloudpickle) can carry it: module functions by reference
     # and a frozen dataclass of str/int/dict. No SparkSession, DataFrame or producer inside.
     data = pickle.dumps(task)
@@ -377,27 +426,8 @@ def test_executor_closure_holds_only_plain_data(spark: Any) -> None:
     assert plan.options == {"linger_ms": 7, "bootstrap_servers": "h:9092", "batch_size": 262144}
 
 
-def test_warns_when_local_executors_run_another_python(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    df = spark.createDataFrame([("v",)], "value string")
-    monkeypatch.setattr(spark.sparkContext, "pythonExec", "python-that-does-not-exist")
-    with pytest.warns(RuntimeWarning, match="PYSPARK_PYTHON="):
-        aspark._check_executor_python(df)
-    monkeypatch.undo()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        aspark._check_executor_python(df)
-
-
-def test_missing_module_on_executors_is_explained() -> None:
-    failure = RuntimeError("PythonException: ModuleNotFoundError: No module named 'aioprod'")
-    with pytest.raises(SparkEnvironmentError, match="PYSPARK_PYTHON") as info:
-        aspark._explain_executor_failure(failure)
-    assert info.value.__cause__ is failure
-    aspark._explain_executor_failure(RuntimeError("something else"))  # other failures pass through
-
-
 def test_report_str_is_a_summary() -> None:
-    report = WriteReport("driver", "arrow", 10, 1, 2.0, {"t": 10}, [aspark.RowError(3, "t", None, "ValueError: x")])
+    report = WriteReport("driver", "arrow", 10, 1, 2.0, {"t": 10}, [RowError(3, "t", None, "ValueError: x")])
     assert str(report).startswith("10 rows written, 1 failed in 2.00s (5 rows/s")
     assert "row 3: ValueError: x" in str(report)
 
@@ -431,13 +461,13 @@ def test_auto_transport_falls_back_to_rows(
     """Where pyspark offers no Arrow path (Spark Connect, old versions), Rows still work."""
 
     def no_arrow(*args: Any) -> Any:
-        raise aspark._ArrowUnavailable("simulated")
+        raise ArrowUnavailable("simulated")
 
     def no_map_in_arrow(*args: Any) -> Any:
         raise AttributeError("simulated: no mapInArrow")
 
-    monkeypatch.setattr(aspark, "_driver_arrow_chunks", no_arrow)
-    monkeypatch.setattr(aspark, "_map_in_arrow", no_map_in_arrow)
+    monkeypatch.setattr(driver, "driver_arrow_chunks", no_arrow)
+    monkeypatch.setattr(_pyspark, "map_in_arrow", no_map_in_arrow)
     df = spark.createDataFrame([("a",), ("b",)], "value string")
     for mode in MODES:
         topic = new_topic("fallback")
@@ -448,15 +478,3 @@ def test_auto_transport_falls_back_to_rows(
         write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic="t", transport="arrow")
     with pytest.raises(AttributeError, match="simulated"):
         write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic="t", transport="arrow", mode="executors")
-
-
-def test_same_environment_sees_through_virtualenv_symlinks(tmp_path: Any) -> None:
-    import os
-    import sys
-
-    here = os.path.dirname(os.path.abspath(sys.executable))
-    assert aspark._same_environment(os.path.join(here, "python3"), sys.executable)
-    # A symlink elsewhere to the same binary is another environment when we run in a venv.
-    other = tmp_path / "python3"
-    other.symlink_to(os.path.realpath(sys.executable))
-    assert aspark._same_environment(str(other), sys.executable) == (sys.prefix == sys.base_prefix)

@@ -1,0 +1,80 @@
+"""What an operator must hear of, without flooding the log.
+
+A problem (a broker refusing connections, a failed handshake, a partition without a
+leader, a storm of retries, a new producer identity) is logged at WARNING the moment it
+starts, naming the broker and the reason; while it lasts it is logged again at most once
+per ``interval`` (saying how often it happened meanwhile), or at once if its reason
+changes. Its end is logged at INFO — only for a problem that was logged. Messages carry
+the producer's ``client_id``; they are built from errors and addresses, never from
+credentials (which the configuration keeps as :class:`~aioprod.config.Secret`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Hashable
+
+#: How often a problem that lasts is logged again.
+DEFAULT_INTERVAL = 30.0
+
+
+class _Seen:
+    __slots__ = ("logged_at", "reason", "suppressed")
+
+    def __init__(self, logged_at: float, reason: str) -> None:
+        self.logged_at = logged_at
+        self.reason = reason
+        self.suppressed = 0
+
+
+class EventLog:
+    """Rate-limited WARNING for problems, INFO for their end; one per producer."""
+
+    def __init__(self, client_id: str, interval: float = DEFAULT_INTERVAL) -> None:
+        self.interval = interval
+        self._prefix = f"[{client_id}] ".replace("%", "%%")
+        self._problems: dict[Hashable, _Seen] = {}
+        self._notes: dict[Hashable, float] = {}
+
+    def problem(self, logger: logging.Logger, key: Hashable, reason: str, message: str, *args: object) -> None:
+        """Log ``message % args`` at WARNING, unless the problem ``key`` was logged less
+        than ``interval`` ago for the same ``reason``."""
+        now = _now()
+        seen = self._problems.get(key)
+        if seen is not None and seen.reason == reason and now - seen.logged_at < self.interval:
+            seen.suppressed += 1
+            return
+        text = self._prefix + message
+        if seen is not None and seen.suppressed:
+            text += f" ({seen.suppressed} more since the last warning)"
+        logger.warning(text, *args)
+        self._problems[key] = _Seen(now, reason)
+
+    def resolved(self, logger: logging.Logger, key: Hashable, message: str, *args: object) -> bool:
+        """The problem ``key`` is over: log ``message`` at INFO if the problem was logged."""
+        if self._problems.pop(key, None) is None:
+            return False
+        logger.info(self._prefix + message, *args)
+        return True
+
+    def active(self, key: Hashable) -> bool:
+        return key in self._problems
+
+    def note(self, logger: logging.Logger, key: Hashable, message: str, *args: object) -> None:
+        """Log ``message`` at INFO at most once per ``interval`` for ``key`` (a set-up, a
+        reconnection: worth knowing, not worth a line per occurrence)."""
+        now = _now()
+        last = self._notes.get(key)
+        if last is not None and now - last < self.interval:
+            return
+        self._notes[key] = now
+        logger.info(self._prefix + message, *args)
+
+
+def _now() -> float:
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()

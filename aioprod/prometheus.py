@@ -1,0 +1,110 @@
+"""Prometheus: the producers' metrics as a ``prometheus_client`` collector.
+
+::
+
+    from prometheus_client import REGISTRY, start_http_server
+    from aioprod.prometheus import ProducerCollector
+
+    REGISTRY.register(ProducerCollector(producer))  # one collector for all your producers
+    start_http_server(9100)
+
+Names are the Java producer's with underscores, under ``kafka_producer_``
+(``kafka_producer_record_send_total``, ``kafka_producer_request_latency_avg``); the
+per-topic ones under ``kafka_producer_topic_`` with a ``topic`` label, the per-broker ones
+under ``kafka_producer_node_`` with a ``node_id`` label. Every sample has a ``client_id``
+label. Metrics whose Java name ends in ``-total`` are counters, the rest gauges.
+
+Needs ``prometheus_client`` (``pip install 'aioprod[prometheus]'``), imported when a
+collector is made, never by ``aioprod`` itself. A scrape may come from any thread: each
+producer's snapshot is taken on its own event loop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from aioprod.metrics import BROKER_METRICS, PRODUCER_METRICS, TOPIC_METRICS, MetricsSnapshot
+
+__all__ = ["ProducerCollector", "metric_name"]
+
+
+class _HasMetrics(Protocol):
+    """A :class:`~aioprod.Producer` or :class:`~aioprod.SyncProducer`."""
+
+    @property
+    def config(self) -> Any: ...
+
+    def metrics_snapshot(self) -> MetricsSnapshot: ...
+
+
+#: (name prefix, the group's metrics, label names) for producer, topic and broker metrics.
+_GROUPS = (
+    ("kafka_producer_", PRODUCER_METRICS, ("client_id",)),
+    ("kafka_producer_topic_", TOPIC_METRICS, ("client_id", "topic")),
+    ("kafka_producer_node_", BROKER_METRICS, ("client_id", "node_id")),
+)
+
+
+def metric_name(prefix: str, java_name: str) -> str:
+    """The Prometheus name of a Java metric name: ``record-send-rate`` → ``kafka_producer_record_send_rate``."""
+    return prefix + java_name.replace("-", "_")
+
+
+class ProducerCollector:
+    """A collector for any number of producers, told apart by their ``client_id``."""
+
+    def __init__(self, *producers: _HasMetrics) -> None:
+        if importlib.util.find_spec("prometheus_client") is None:
+            raise ImportError("ProducerCollector needs prometheus_client: pip install 'aioprod[prometheus]'")
+        self._producers: dict[str, _HasMetrics] = {}
+        for producer in producers:
+            self.add(producer)
+
+    def add(self, producer: _HasMetrics) -> None:
+        client_id = producer.config.client_id
+        if client_id in self._producers:
+            raise ValueError(
+                f"a producer with client_id {client_id!r} is collected already: give each producer its own client_id"
+            )
+        self._producers[client_id] = producer
+
+    def remove(self, producer: _HasMetrics) -> None:
+        if self._producers.get(producer.config.client_id) is producer:
+            del self._producers[producer.config.client_id]
+
+    def describe(self) -> Iterator[Any]:
+        """The metric families without samples: registering takes no snapshot."""
+        return self._families([])
+
+    def collect(self) -> Iterator[Any]:
+        return self._families([producer.metrics_snapshot() for producer in list(self._producers.values())])
+
+    def _families(self, snapshots: list[MetricsSnapshot]) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        for prefix, table, labels in _GROUPS:
+            for java_name, meaning in table.items():
+                name = metric_name(prefix, java_name)
+                family = (
+                    CounterMetricFamily(name, meaning, labels=labels)
+                    if java_name.endswith("-total")
+                    else GaugeMetricFamily(name, meaning, labels=labels)
+                )
+                for snapshot in snapshots:
+                    for label_values, values in _rows(snapshot, labels):
+                        family.add_metric(label_values, values[java_name])
+                yield family
+
+
+def _rows(snapshot: MetricsSnapshot, labels: tuple[str, ...]) -> Iterator[tuple[list[str], dict[str, float]]]:
+    client_id = snapshot.client_id
+    if labels == ("client_id",):
+        yield [client_id], snapshot.producer
+    elif labels[1] == "topic":
+        for topic, values in snapshot.topics.items():
+            yield [client_id, topic], values
+    else:
+        for node, values in snapshot.brokers.items():
+            yield [client_id, str(node)], values

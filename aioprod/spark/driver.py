@@ -1,0 +1,89 @@
+"""Driver mode: stream the DataFrame to the driver, partition by partition, and send it from there."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from aioprod.spark import _pyspark
+from aioprod.spark.chunks import Chunk, arrow_chunks, row_chunks
+from aioprod.spark.plan import Plan
+from aioprod.spark.reports import SparkEnvironmentError, WriteReport
+from aioprod.spark.schema import arrow_schema
+from aioprod.spark.writer import PartitionWrite, ProgressCallback, write_partition
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+
+class ArrowUnavailable(Exception):
+    """This pyspark (or session) cannot stream Arrow batches to the driver."""
+
+
+def write_from_driver(df: DataFrame, plan: Plan, transport: str, progress: ProgressCallback | None) -> WriteReport:
+    """One producer on the driver; the producer opens (a broker must answer) before any Spark job runs."""
+    started = time.monotonic()
+    unit = PartitionWrite(plan, on_progress=progress)
+    used = "arrow" if transport != "rows" else "rows"
+    if unit.open():
+        try:
+            chunks, used = _chunks(df, plan, transport)
+        except BaseException as exc:
+            unit.abort(interrupted=not isinstance(exc, Exception))
+            raise
+        tally = write_partition(unit, chunks)
+    else:
+        tally = unit.finish()
+    return tally.report("driver", used, time.monotonic() - started)
+
+
+def _chunks(df: DataFrame, plan: Plan, transport: str) -> tuple[Iterator[Chunk], str]:
+    if transport in ("auto", "arrow"):
+        try:
+            return driver_arrow_chunks(df, plan), "arrow"
+        except ArrowUnavailable as exc:
+            if transport == "arrow":
+                raise SparkEnvironmentError(f"transport='arrow' is not available on the driver: {exc}") from exc
+            log.info("Arrow batches are not available on the driver (%s); streaming Rows instead", exc)
+    return row_chunks(df.toLocalIterator(prefetchPartitions=True), plan), "rows"
+
+
+def driver_arrow_chunks(df: DataFrame, plan: Plan) -> Iterator[Chunk]:
+    """Arrow record batches streamed partition by partition (next one prefetched).
+
+    No Python ``Row`` per record, and at most two partitions in driver memory. Raises
+    ``ArrowUnavailable`` before anything is sent when the running pyspark does not offer it
+    (e.g. under Spark Connect) or its batches do not decode; errors of the Spark job itself
+    propagate as they are.
+    """
+    try:
+        import pyarrow as pa
+
+        session = df.sparkSession
+        large = str(session.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+        schema = arrow_schema(plan, large)
+        frames = _pyspark.arrow_frames_to_driver(df)
+    except Exception as exc:
+        raise ArrowUnavailable(f"{type(exc).__name__}: {exc}{_pyspark.untested_note()}") from exc
+    first = next(frames, None)  # runs the first partition's job
+    batch = None
+    if first is not None:
+        try:
+            batch = pa.ipc.read_record_batch(pa.py_buffer(first), schema)
+        except pa.ArrowException as exc:
+            raise ArrowUnavailable(
+                f"Spark's Arrow batches do not decode as expected: {exc}{_pyspark.untested_note()}"
+            ) from exc
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        if batch is None:
+            return
+        yield batch
+        for frame in frames:
+            yield pa.ipc.read_record_batch(pa.py_buffer(frame), schema)
+
+    return arrow_chunks(batches(), plan)

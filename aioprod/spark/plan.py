@@ -1,0 +1,62 @@
+"""The plan of a write: everything a partition's writer needs, as plain picklable data.
+
+The closure shipped to the executors captures only a :class:`Plan` (producer options as a
+dict, the topic, the column layout, the error policy), never a producer or a SparkSession.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aioprod.config import ProducerConfig, _canonical_name
+from aioprod.errors import ConfigError
+
+#: Producer settings tuned for bulk writes; every one can be overridden by the caller.
+SPARK_PRODUCER_DEFAULTS: Mapping[str, Any] = {"linger_ms": 20, "batch_size": 256 * 1024}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Plain, picklable description of a write. The executor closure captures only this."""
+
+    options: dict[str, Any]
+    topic: str | None
+    has_key: bool
+    has_topic: bool
+    has_partition: bool
+    has_headers: bool
+    errors: str
+    max_errors: int
+    max_in_flight_rows: int
+    close_timeout: float | None
+
+    @property
+    def columns(self) -> list[str]:
+        """The prepared DataFrame's columns, in order (see :func:`aioprod.spark.schema.prepare`)."""
+        names = ["value"]
+        names += ["key"] if self.has_key else []
+        names += ["topic"] if self.has_topic else []
+        names += ["partition"] if self.has_partition else []
+        names += ["headers"] if self.has_headers else []
+        return names
+
+
+def producer_options(bootstrap_servers: Any, producer_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The producer options every writer of the write uses, validated here on the driver."""
+    options: dict[str, Any] = {}
+    for raw, value in producer_config.items():
+        name = _canonical_name(raw)
+        if name in options:
+            raise ConfigError(f"option {name!r} given twice (as {raw!r})")
+        if name in ("key_serializer", "value_serializer"):
+            raise ConfigError(f"{name} does not apply: the DataFrame's key and value columns are already bytes")
+        options[name] = value
+    if "bootstrap_servers" in options:
+        raise ConfigError("give bootstrap_servers once, as the bootstrap_servers= argument")
+    options["bootstrap_servers"] = bootstrap_servers
+    for name, value in SPARK_PRODUCER_DEFAULTS.items():
+        options.setdefault(name, value)
+    ProducerConfig.from_options(options)  # every mistake raises on the driver, before any job
+    return options

@@ -1,0 +1,255 @@
+"""One partition's unit of work: open a producer, send the partition's chunks through it, finish.
+
+Both modes write through :class:`PartitionWrite`: the driver treats the whole DataFrame as
+one partition, each executor task its own. The producer is a :class:`SyncProducer`: the
+Spark side feeds it chunks from a plain thread, its event loop sends them with at most
+``max_in_flight_rows`` unacknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from aioprod.config import ProducerConfig
+from aioprod.errors import KafkaTimeoutError, ProducerClosedError, ProducerFatalError
+from aioprod.producer.producer import Producer
+from aioprod.producer.record_future import RecordFuture
+from aioprod.spark.chunks import Chunk
+from aioprod.spark.plan import Plan
+from aioprod.spark.reachability import CONNECT_TIMEOUT, unreachable
+from aioprod.spark.reports import RowError, Tally
+from aioprod.sync import SyncProducer
+
+#: Called with ``(rows_written, rows_failed)`` so far; see ``write_dataframe(progress=)``.
+ProgressCallback = Callable[[int, int], None]
+
+_GRACE = 5.0
+
+
+@dataclass
+class _ChunkResult:
+    written: int
+    topics: Counter[str]
+    failures: list[tuple[int, str | None, bytes | None, BaseException]]
+
+
+class _LoopState:
+    """Shared by the chunk coroutines of one writer, on the producer's loop."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.order = asyncio.Lock()  # queue chunks strictly one after another: keeps row order
+        self.stopped = False
+        self.fatal: BaseException | None = None
+
+
+async def _send_chunk(producer: Producer, chunk: Chunk, state: _LoopState) -> _ChunkResult:
+    """Queue every row of the chunk in order, then wait for all their acknowledgements."""
+    plan = state.plan
+    stop_at_first = plan.errors == "raise"
+    failures: list[tuple[int, str | None, bytes | None, BaseException]] = []
+    futures: list[RecordFuture | None] = []
+    n = len(chunk.values)
+    topics = chunk.topics
+    rows = zip(
+        itertools.repeat(plan.topic, n) if topics is None else topics,
+        chunk.values,
+        itertools.repeat(None, n) if chunk.keys is None else chunk.keys,
+        itertools.repeat(None, n) if chunk.partitions is None else chunk.partitions,
+        itertools.repeat(None, n) if chunk.headers is None else chunk.headers,
+        strict=True,
+    )
+    async with state.order:
+        if state.stopped:
+            return _ChunkResult(0, Counter(), [])
+        send = producer.send
+        add = futures.append
+        for i, (topic, value, key, partition, headers) in enumerate(rows):
+            try:
+                add(await send(topic, value, key, partition=partition, headers=headers))
+            except (KafkaTimeoutError, ProducerClosedError, ProducerFatalError) as exc:
+                # Not this row's fault: the broker is unreachable, the buffer stays full or
+                # the producer failed. Every further row would wait max_block_ms to fail too.
+                state.fatal = exc
+                state.stopped = True
+                break
+            except Exception as exc:
+                add(None)
+                failures.append((i, topic, key, exc))
+                if stop_at_first:
+                    state.stopped = True
+                    break
+    # Records are acknowledged a whole batch at a time, so awaiting them in order suspends
+    # about once per batch (one asyncio.wait over all of them would add a callback to every
+    # record's future). A record's failure is read below; our own cancellation propagates.
+    for future in futures:
+        if future is not None and not future.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(future)
+    written = 0
+    counts: Counter[str] = Counter()
+    keys = chunk.keys
+    for i, future in enumerate(futures):
+        if future is None:
+            continue
+        error = asyncio.CancelledError() if future.cancelled() else future.exception()
+        if error is None:
+            written += 1
+            if topics is not None:
+                counts[topics[i]] += 1
+        else:
+            topic = topics[i] if topics is not None else plan.topic
+            failures.append((i, topic, None if keys is None else keys[i], error))
+    if topics is None and plan.topic is not None and written:
+        counts[plan.topic] = written
+    if failures and stop_at_first:
+        state.stopped = True
+    failures.sort(key=lambda f: f[0])
+    return _ChunkResult(written, counts, failures)
+
+
+class PartitionWrite:
+    """The unit of work of one partition: :meth:`open`, :meth:`write` each chunk, :meth:`finish`.
+
+    These steps are the seam a transactional writer plugs into: ``open`` would also initialise
+    the producer's transaction and begin it, ``finish`` would flush and hand the still-open
+    transaction back instead of closing it. It must not commit there: when a task's upstream
+    fails mid-partition, Spark ends the writer's input iterator normally, so a finish that
+    commits could commit part of a partition.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        spark_partition: int | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        self.plan = plan
+        self.spark_partition = spark_partition
+        self.on_progress = on_progress
+        self.tally = Tally()
+        self._config = ProducerConfig.from_options(plan.options)
+        self._producer: SyncProducer | None = None
+        self._state = _LoopState(plan)
+        self._pending: deque[tuple[Chunk, concurrent.futures.Future[_ChunkResult]]] = deque()
+        self._pending_rows = 0
+        # A chunk's coroutine finishes within one buffer wait (a second one stops the write)
+        # plus the delivery timeout of its last record.
+        self._chunk_timeout = (self._config.max_block_ms + self._config.delivery_timeout_ms) / 1000 + _GRACE
+
+    def open(self) -> bool:
+        """Start the producer, once a bootstrap server is known to answer; False if the write stopped.
+
+        Called by the first non-empty :meth:`write`, or earlier to fail before reading input.
+        """
+        if self._producer is not None:
+            return True
+        if self._state.stopped:
+            return False
+        config = self._config
+        reason = unreachable(config.bootstrap_servers, min(config.max_block_ms / 1000, CONNECT_TIMEOUT))
+        if reason is not None:
+            self._state.stopped = True
+            self.tally.aborted = reason
+            return False
+        self._producer = SyncProducer(self.plan.options)
+        return True
+
+    def write(self, chunk: Chunk) -> bool:
+        """Hand a chunk over; False once the write has stopped (read no more input)."""
+        if self._state.stopped:
+            return False
+        if not chunk.values:
+            return True
+        if not self.open():
+            return False
+        assert self._producer is not None
+        while self._pending and self._pending_rows + len(chunk.values) > self.plan.max_in_flight_rows:
+            self._collect_oldest()
+        self._pending.append((chunk, self._producer.submit(_send_chunk, chunk, self._state)))
+        self._pending_rows += len(chunk.values)
+        while self._pending and self._pending[0][1].done():
+            self._collect_oldest()
+        return not self._state.stopped
+
+    def finish(self) -> Tally:
+        """Wait for every chunk, close the producer, return the tally."""
+        try:
+            while self._pending:
+                self._collect_oldest()
+        finally:
+            self._close(self.plan.close_timeout)
+        if self._state.fatal is not None and self.tally.aborted is None:
+            fatal = self._state.fatal
+            self.tally.aborted = f"{type(fatal).__name__}: {fatal}"
+        return self.tally
+
+    def abort(self, *, interrupted: bool) -> None:
+        """The input failed, or the caller was interrupted: stop and close.
+
+        Rows already queued are delivered (within ``close_timeout``), unless ``interrupted``
+        (``KeyboardInterrupt`` and the like), which closes at once and fails what is pending.
+        """
+        self._state.stopped = True
+        self._close(0 if interrupted else self.plan.close_timeout)
+
+    def _close(self, timeout: float | None) -> None:
+        self._pending.clear()
+        self._pending_rows = 0
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            producer.close(timeout)
+
+    def _collect_oldest(self) -> None:
+        chunk, future = self._pending.popleft()
+        self._pending_rows -= len(chunk.values)
+        try:
+            result = future.result(self._chunk_timeout)
+        except TimeoutError:
+            if future.done():
+                raise
+            future.cancel()
+            self._state.stopped = True
+            self.tally.aborted = f"a chunk of {len(chunk.values)} rows did not finish within {self._chunk_timeout:.0f}s"
+            return
+        tally = self.tally
+        tally.written += result.written
+        tally.topics.update(result.topics)
+        for index, topic, key, exc in result.failures:
+            tally.add_error(
+                RowError(
+                    row=chunk.first_row + index,
+                    topic=topic,
+                    key=key,
+                    error=f"{type(exc).__name__}: {exc}",
+                    spark_partition=self.spark_partition,
+                    exception=exc,
+                ),
+                self.plan.max_errors,
+            )
+        if self.on_progress is not None:
+            self.on_progress(tally.written, tally.failed)
+
+
+def write_partition(unit: PartitionWrite, chunks: Iterable[Chunk]) -> Tally:
+    """Run ``unit`` over ``chunks`` until they end or the write stops; the input is closed either way."""
+    iterator = iter(chunks)
+    try:
+        for chunk in iterator:
+            if not unit.write(chunk):
+                break
+    except BaseException as exc:
+        unit.abort(interrupted=not isinstance(exc, Exception))
+        raise
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+    return unit.finish()

@@ -1,0 +1,242 @@
+"""OpenTelemetry for the producer: a PRODUCER span per send, the trace context in each
+record's headers, and the messaging client metrics, after the semantic conventions for
+Kafka (``send {topic}``, ``messaging.system=kafka``, destination, partition, offset,
+``error.type``; ``messaging.client.operation.duration`` and
+``messaging.client.sent.messages``).
+
+Asked for with ``Producer(telemetry=True)`` or ``telemetry=Telemetry(...)``; it needs the
+``opentelemetry-api`` package (``pip install 'aioprod[opentelemetry]'``), which is
+imported only then. Without telemetry nothing of this module runs and ``send()`` costs
+what it did. Spans and metrics go to the providers given, else to OpenTelemetry's global
+ones, which do nothing until an SDK is configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from aioprod.cluster.metadata import ClusterSnapshot
+    from aioprod.config import ProducerConfig
+    from aioprod.producer.record_future import RecordFuture, RecordMetadata
+
+#: The semantic conventions' advice for ``messaging.client.operation.duration``, in seconds.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+
+Send = TypeVar("Send", bound=Callable[..., Awaitable["RecordFuture"]])
+SendMany = TypeVar("SendMany", bound=Callable[..., Awaitable["asyncio.Future[list[RecordMetadata]]"]])
+
+
+@dataclass(frozen=True, slots=True)
+class Telemetry:
+    """The ``telemetry`` option: where spans and metrics go, and whether records carry
+    the trace context. ``Producer(telemetry=True)`` is ``Telemetry()``."""
+
+    #: An ``opentelemetry.trace.TracerProvider``; None: the global one.
+    tracer_provider: Any = None
+    #: An ``opentelemetry.metrics.MeterProvider``; None: the global one.
+    meter_provider: Any = None
+    #: Inject the send span's context into each record's headers (W3C ``traceparent``,
+    #: or whatever propagators OpenTelemetry is configured with), so consumers continue
+    #: the trace. ``send_many`` then encodes records one by one (they all have headers).
+    propagate: bool = True
+
+
+def opentelemetry_missing() -> str | None:
+    """What to install for telemetry, or None when OpenTelemetry's API is there."""
+    if importlib.util.find_spec("opentelemetry") is None or importlib.util.find_spec("opentelemetry.trace") is None:
+        return "the opentelemetry-api package: pip install 'aioprod[opentelemetry]'"
+    return None
+
+
+class SendTelemetry:
+    """Wraps ``Producer.send`` and ``send_many``: a span from the call to the outcome."""
+
+    def __init__(self, options: Telemetry, config: ProducerConfig, cluster: Callable[[], ClusterSnapshot]) -> None:
+        from opentelemetry import metrics, propagate, trace
+
+        from aioprod import __version__
+
+        self._trace = trace
+        self._tracer = trace.get_tracer("aioprod", __version__, tracer_provider=options.tracer_provider)
+        meter = metrics.get_meter("aioprod", __version__, meter_provider=options.meter_provider)
+        self._duration = meter.create_histogram(
+            "messaging.client.operation.duration",
+            unit="s",
+            description="Duration of messaging operation initiated by a producer or consumer client.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self._sent = meter.create_counter(
+            "messaging.client.sent.messages",
+            unit="{message}",
+            description="Number of messages producer attempted to send to the broker.",
+        )
+        self._inject = propagate.inject if options.propagate else None
+        self._client_id = config.client_id
+        self._cluster = cluster
+
+    # -- the wrappers ------------------------------------------------------------------
+
+    def traced_send(self, send: Send) -> Send:
+        async def traced(
+            topic: str,
+            value: Any = None,
+            key: Any = None,
+            *,
+            partition: int | None = None,
+            timestamp_ms: int | None = None,
+            headers: Any = None,
+        ) -> RecordFuture:
+            span = self._start(topic, partition, tombstone=value is None, count=None)
+            started = time.monotonic()
+            try:
+                headers = self._with_context(span, headers)
+                future = await send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
+            except BaseException as exc:
+                self._end(span, started, topic, [(None, exc, 1)])
+                raise
+            # A twin of the caller's future: the caller may cancel theirs, the record goes on.
+            future.twin().add_done_callback(lambda done: self._send_done(span, started, topic, done))
+            return future
+
+        return cast(Send, traced)
+
+    def traced_send_many(self, send_many: SendMany) -> SendMany:
+        async def traced(
+            topic: str,
+            values: Sequence[Any],
+            *,
+            keys: Sequence[Any] | None = None,
+            headers: Sequence[Any] | None = None,
+            partition: int | None = None,
+            timestamp_ms: int | None = None,
+        ) -> asyncio.Future[list[RecordMetadata]]:
+            span = self._start(topic, partition, tombstone=False, count=len(values))
+            started = time.monotonic()
+            try:
+                if self._inject is not None:
+                    each = [None] * len(values) if headers is None else headers
+                    headers = [self._with_context(span, h) for h in each]
+                future = await send_many(
+                    topic, values, keys=keys, headers=headers, partition=partition, timestamp_ms=timestamp_ms
+                )
+            except BaseException as exc:
+                self._end(span, started, topic, [(None, exc, len(values))])
+                raise
+            future.add_done_callback(lambda done: self._send_many_done(span, started, topic, len(values), done))
+            return future
+
+        return cast(SendMany, traced)
+
+    # -- spans -------------------------------------------------------------------------
+
+    def _start(self, topic: str, partition: int | None, *, tombstone: bool, count: int | None) -> Span:
+        attributes: dict[str, Any] = {
+            "messaging.system": "kafka",
+            "messaging.operation.name": "send",
+            "messaging.operation.type": "send",
+            "messaging.destination.name": topic,
+            "messaging.client.id": self._client_id,
+        }
+        if partition is not None:
+            attributes["messaging.destination.partition.id"] = str(partition)
+        if tombstone:
+            attributes["messaging.kafka.message.tombstone"] = True
+        if count is not None:
+            attributes["messaging.batch.message_count"] = count
+        return self._tracer.start_span(f"send {topic}", kind=self._trace.SpanKind.PRODUCER, attributes=attributes)
+
+    def _with_context(self, span: Span, headers: Any) -> Any:
+        """``headers`` and the span's context (replacing headers of the same names)."""
+        if self._inject is None:
+            return headers
+        carrier: dict[str, str] = {}
+        self._inject(carrier, context=self._trace.set_span_in_context(span))
+        if headers is None:
+            existing: list[Any] = []
+        elif isinstance(headers, Mapping):
+            existing = list(headers.items())
+        elif isinstance(headers, str | bytes) or not isinstance(headers, Iterable):
+            return headers  # not headers at all: send() says so
+        else:
+            existing = list(headers)
+        kept = [h for h in existing if not (isinstance(h, tuple) and len(h) == 2 and h[0] in carrier)]
+        return kept + [(name, value.encode()) for name, value in carrier.items()]
+
+    def _send_done(self, span: Span, started: float, topic: str, done: RecordFuture) -> None:
+        error = done.exception()
+        self._end(span, started, topic, [(None if error is not None else done.result(), error, 1)])
+
+    def _send_many_done(
+        self, span: Span, started: float, topic: str, count: int, done: asyncio.Future[list[RecordMetadata]]
+    ) -> None:
+        if done.cancelled():
+            span.end()  # the caller gave up on the outcome; the records still go
+            return
+        error = done.exception()
+        results: Sequence[Any] = done.result() if error is None else getattr(error, "results", [error] * count)
+        outcomes: Counter[tuple[RecordMetadata | None, BaseException | None]] = Counter()
+        for result in results:
+            if isinstance(result, BaseException):
+                outcomes[(None, result)] += 1
+            else:  # one entry per partition: the metrics need no more
+                outcomes[(result._replace(offset=-1, timestamp=-1), None)] += 1
+        self._end(span, started, topic, [(md, exc, n) for (md, exc), n in outcomes.items()])
+
+    def _end(
+        self,
+        span: Span,
+        started: float,
+        topic: str,
+        outcomes: list[tuple[RecordMetadata | None, BaseException | None, int]],
+    ) -> None:
+        """End the span and count the records: ``outcomes`` are (metadata, error, how many)."""
+        duration = time.monotonic() - started
+        partitions = {md.partition for md, _, _ in outcomes if md is not None}
+        span_error = None
+        for md, error, count in outcomes:
+            attributes: dict[str, Any] = {
+                "messaging.system": "kafka",
+                "messaging.operation.name": "send",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": topic,
+            }
+            if md is not None:
+                attributes["messaging.destination.partition.id"] = str(md.partition)
+                attributes.update(self._server(topic, md.partition))
+            if error is not None:
+                attributes["error.type"] = _error_type(error)
+                span_error = span_error or error
+            self._sent.add(count, attributes)
+            self._duration.record(duration, attributes)
+        if len(partitions) == 1:
+            md = next(md for md, _, _ in outcomes if md is not None)
+            span.set_attribute("messaging.destination.partition.id", str(md.partition))
+            if md.offset >= 0 and len(outcomes) == 1:
+                span.set_attribute("messaging.kafka.offset", md.offset)
+            span.set_attributes(self._server(topic, md.partition))
+        if span_error is not None:
+            span.set_attribute("error.type", _error_type(span_error))
+            span.record_exception(span_error)
+            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(span_error)))
+        span.end()
+
+    def _server(self, topic: str, partition: int) -> dict[str, Any]:
+        """The partition's leader now: the broker that took the record, all but always."""
+        cluster = self._cluster()
+        leader = cluster.leader_for(topic, partition)
+        broker = None if leader is None else cluster.brokers.get(leader)
+        return {} if broker is None else {"server.address": broker.host, "server.port": broker.port}
+
+
+def _error_type(error: BaseException) -> str:
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"

@@ -1,0 +1,263 @@
+"""Metric values after known workloads, on the scripted cluster in virtual time: what the
+Java producer's metrics of the same name would read."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+
+import pytest
+
+from aioprod import Producer
+from aioprod.errors import DeliveryTimeoutError, KafkaTimeoutError, MessageTooLargeError, NotLeaderOrFollowerError
+from aioprod.metrics import BROKER_METRICS, PRODUCER_METRICS, TOPIC_METRICS, MetricsSnapshot
+from aioprod.protocol.records import RecordBatchBuilder
+from tests.conftest import Scripted
+
+NOT_LEADER = NotLeaderOrFollowerError.code
+TS = 1_700_000_000_000
+
+
+def batch_bytes(values: list[bytes], compression: str = "none") -> tuple[int, int]:
+    """(bytes on the wire, bytes uncompressed) of one batch of ``values``, as the producer builds it."""
+    builder = RecordBatchBuilder(compression, 16384)
+    for value in values:
+        builder.append(TS, None, value)
+    return len(builder.build(1000, 0, 0)), builder.size_in_bytes
+
+
+async def test_a_known_workload_reads_as_java_would(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    cluster.nodes[1].delay = 0.020  # every produce answered 20 ms after it arrives
+    cluster.nodes[1].throttle_ms = 40
+    values = [b"a" * 100, b"b" * 200, b"c" * 300]
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
+        await p.partitions_for("t")
+        sent_at = clock.now
+        futures = [await p.send("t", v, timestamp_ms=TS) for v in values]
+        await asyncio.gather(*futures)
+        acked_at = clock.now
+        m = p.metrics()
+        wire, raw = batch_bytes(values)
+        assert m["record-send-total"] == 3
+        assert m["records-per-request-avg"] == 3
+        assert m["record-retry-total"] == m["record-error-total"] == 0
+        assert m["batch-size-avg"] == m["batch-size-max"] == wire
+        assert m["compression-rate-avg"] == 1.0
+        assert m["record-size-avg"] == pytest.approx((raw - 61) / 3)
+        # The batch lingered 5 ms, then its request took the broker's 20 ms.
+        assert m["record-queue-time-avg"] == m["record-queue-time-max"] == pytest.approx(5.0, abs=1e-6)
+        assert m["request-latency-avg"] == m["request-latency-max"] == pytest.approx(20.0, abs=1e-6)
+        assert acked_at - sent_at == pytest.approx(0.025, abs=1e-9)
+        assert m["produce-throttle-time-avg"] == m["produce-throttle-time-max"] == 40
+        assert m["requests-in-flight"] == 0
+        assert m["buffer-available-bytes"] == m["buffer-total-bytes"] == 32 * 1024 * 1024
+        # Java's Rate: 3 records over (20 ms since the sample began + one padding window of 30 s).
+        assert m["record-send-rate"] == pytest.approx(3 / 30.020, rel=1e-9)
+
+        snapshot = p.metrics_snapshot()
+        assert snapshot.topics["t"]["record-send-total"] == 3
+        assert snapshot.topics["t"]["byte-total"] == wire
+        assert snapshot.topics["t"]["compression-rate"] == 1.0
+        assert snapshot.brokers[1]["request-latency-avg"] == pytest.approx(20.0, abs=1e-6)
+        assert snapshot.brokers[1]["connection-count"] == 1
+        assert snapshot.brokers[1]["response-total"] == snapshot.brokers[1]["request-total"]
+        # Requests of every kind (ApiVersions, Metadata, InitProducerId, Produce) count on the wire.
+        assert m["request-total"] == sum(b["request-total"] for b in snapshot.brokers.values())
+        assert m["outgoing-byte-total"] == sum(b["outgoing-byte-total"] for b in snapshot.brokers.values())
+        assert m["outgoing-byte-total"] > wire
+
+        # 40 s on: a whole window back, the rate is over the real elapsed time; 70 s on the
+        # samples have expired: rates read 0, averages NaN, totals stay.
+        await clock.advance(40.0)
+        assert p.metrics()["record-send-rate"] == pytest.approx(3 / 40.020, rel=1e-9)
+        await clock.advance(30.0)
+        m = p.metrics()
+        assert m["record-send-rate"] == 0.0
+        assert math.isnan(m["request-latency-avg"]) and math.isnan(m["batch-size-max"])
+        assert m["record-send-total"] == 3
+
+
+async def test_every_metric_named_in_the_tables_is_reported(scripted: Scripted) -> None:
+    scripted.cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=scripted.cluster.bootstrap) as p:
+        await p.send_and_wait("t", b"v")
+        snapshot = p.metrics_snapshot()
+    assert isinstance(snapshot, MetricsSnapshot) and snapshot.client_id == "aioprod"
+    assert list(snapshot.producer) == list(PRODUCER_METRICS)
+    assert list(snapshot.topics["t"]) == list(TOPIC_METRICS)
+    assert all(list(values) == list(BROKER_METRICS) for values in snapshot.brokers.values())
+    assert all(isinstance(v, float) for v in snapshot.producer.values())
+
+
+async def test_retries_count_records_and_each_attempt_is_sent(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, retry_backoff_ms=10) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].script = deque([NOT_LEADER, NOT_LEADER])
+        futures = [await p.send("t", b"%d" % i) for i in range(4)]
+        await asyncio.gather(*futures)
+        m, topic = p.metrics(), p.metrics_snapshot().topics["t"]
+    assert m["record-retry-total"] == topic["record-retry-total"] == 8  # 4 records, retried twice
+    # As in Java, record-send-total counts records in produce requests: each attempt.
+    assert m["record-send-total"] == topic["record-send-total"] == 12
+    assert m["record-error-total"] == 0
+    assert cluster.partition("t").values == [b"0", b"1", b"2", b"3"]
+
+
+async def test_failures_count_as_errors_per_topic(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    cluster.create_topic("u", 1)
+    cluster.partition("t").max_batch_bytes = 500
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, delivery_timeout_ms=31_000) as p:
+        with pytest.raises(MessageTooLargeError):
+            await p.send_and_wait("t", b"x" * 1000)
+        cluster.nodes[1].stalling = True  # "u" is never answered: its records expire
+        start = clock.now
+        futures = [await p.send("u", b"v") for _ in range(2)]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        assert clock.now - start == pytest.approx(31.0, abs=0.01)
+        assert all(isinstance(r, DeliveryTimeoutError) for r in results)
+        m, topics = p.metrics(), p.metrics_snapshot().topics
+        cluster.nodes[1].release()
+    assert m["record-error-total"] == 3
+    assert topics["t"]["record-error-total"] == 1 and topics["u"]["record-error-total"] == 2
+    assert m["buffer-available-bytes"] == m["buffer-total-bytes"]
+
+
+async def test_a_split_batch_counts_once_per_split(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.partition("t").max_batch_bytes = 2000
+    values = [b"%02d" % i + b"x" * 398 for i in range(8)]  # ~3.3 KB: split in two halves that fit
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=100) as p:
+        await p.partitions_for("t")
+        await asyncio.gather(*[await p.send("t", v) for v in values])
+        m = p.metrics()
+    assert m["batch-split-total"] == 1
+    assert m["record-send-total"] == 16  # the whole batch once, then its two halves
+    assert m["record-error-total"] == 0
+
+
+async def test_buffer_waits_and_exhaustion(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, buffer_memory=3000, batch_size=1024, max_block_ms=2000
+    ) as p:
+        await p.send_and_wait("t", b"warm-up")
+        cluster.nodes[1].holding = True  # answers wait until released: the buffer fills
+        held = [await p.send("t", b"x" * 900) for _ in range(3)]
+        waiting = asyncio.ensure_future(p.send("t", b"y" * 900))
+        await clock.advance(0.5)
+        m = p.metrics()
+        assert m["waiting-threads"] == 1
+        assert m["buffer-available-bytes"] < 900
+        cluster.nodes[1].release()  # at 0.5 s: the wait ends
+        await (await waiting)
+        await asyncio.gather(*held)
+        m = p.metrics()
+        assert m["bufferpool-wait-total"] == 1
+        assert m["bufferpool-wait-time-ns-total"] == pytest.approx(0.5e9, rel=1e-3)
+        assert m["bufferpool-wait-time-total"] == m["bufferpool-wait-time-ns-total"]
+        assert m["waiting-threads"] == 0
+        assert m["buffer-exhausted-total"] == 0
+
+        cluster.nodes[1].holding = True
+        held = [await p.send("t", b"x" * 900) for _ in range(3)]
+        with pytest.raises(KafkaTimeoutError):
+            await p.send("t", b"y" * 900)  # stays full for max_block_ms
+        assert p.metrics()["buffer-exhausted-total"] == 1
+        cluster.nodes[1].release()
+        await asyncio.gather(*held)
+        await p.flush()
+        m = p.metrics()
+    assert m["bufferpool-wait-time-ns-total"] == pytest.approx(2.5e9, rel=1e-3)
+    assert m["buffer-available-bytes"] == m["buffer-total-bytes"] == 3000
+
+
+async def test_metadata_age_and_waits(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap) as p:
+        assert math.isnan(p.metrics()["metadata-age"])  # no refresh yet
+        await p.partitions_for("t")
+        await clock.advance(12.5)
+        m = p.metrics()
+    assert m["metadata-age"] == pytest.approx(12.5, abs=0.01)
+    assert m["metadata-wait-time-ns-total"] >= 0
+
+
+async def test_statistics_callback_gets_a_snapshot_every_interval(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    seen: list[tuple[float, float]] = []
+
+    async def on_statistics(snapshot: MetricsSnapshot) -> None:  # a coroutine is awaited
+        seen.append((clock.now, snapshot.producer["record-send-total"]))
+
+    async with Producer(bootstrap_servers=cluster.bootstrap, statistics_interval_ms=1000, stats_cb=on_statistics) as p:
+        start = clock.now
+        await p.send_and_wait("t", b"v")
+        await clock.advance(3.5 - (clock.now - start))
+    assert [round(at - start, 6) for at, _ in seen] == [1.0, 2.0, 3.0]
+    assert [count for _, count in seen] == [1.0, 1.0, 1.0]
+
+
+async def test_a_failing_statistics_callback_is_logged_once_and_keeps_being_called(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[MetricsSnapshot] = []
+
+    def broken(snapshot: MetricsSnapshot) -> None:
+        calls.append(snapshot)
+        raise ValueError("bug in the callback")
+
+    async with Producer(
+        bootstrap_servers=scripted.cluster.bootstrap, statistics_interval_ms=100, statistics_callback=broken
+    ):
+        await scripted.clock.advance(1.05)
+    assert len(calls) == 10
+    warnings = [r for r in caplog.records if "statistics_callback" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+    assert "bug in the callback" in warnings[0].getMessage()
+
+
+async def test_metrics_before_start_and_after_close(scripted: Scripted) -> None:
+    scripted.cluster.create_topic("t", 1)
+    p = Producer(bootstrap_servers=scripted.cluster.bootstrap)
+    assert p.metrics()["record-send-total"] == 0
+    assert p.metrics()["buffer-available-bytes"] == 32 * 1024 * 1024
+    async with p:
+        await p.send_and_wait("t", b"v")
+    m = p.metrics()
+    assert m["record-send-total"] == 1
+    assert m["connection-count"] == 0 and m["connection-close-total"] == m["connection-creation-total"] > 0
+
+
+async def test_one_request_of_several_batches_and_topics(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 2)
+    cluster.create_topic("u", 1)
+    t0, t1, u0 = [b"a" * 50] * 3, [b"b" * 500], [b"c" * 10] * 2
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=1000) as p:
+        await p.partitions_for("t")
+        await p.partitions_for("u")
+        futures = [await p.send("t", v, partition=0, timestamp_ms=TS) for v in t0]
+        await clock.advance(0.004)  # this batch waits 4 ms longer than the others
+        futures += [await p.send("t", v, partition=1, timestamp_ms=TS) for v in t1]
+        futures += [await p.send("u", v, partition=0, timestamp_ms=TS) for v in u0]
+        await p.flush()  # all three batches at once, in one request
+        await asyncio.gather(*futures)
+        m, topics = p.metrics(), p.metrics_snapshot().topics
+    sizes = [batch_bytes(values)[0] for values in (t0, t1, u0)]
+    assert m["records-per-request-avg"] == 6
+    assert m["batch-size-avg"] == pytest.approx(sum(sizes) / 3) and m["batch-size-max"] == max(sizes)
+    assert m["record-queue-time-max"] == pytest.approx(4.0, abs=1e-6)
+    assert m["record-queue-time-avg"] == pytest.approx(4.0 / 3, abs=1e-6)
+    assert (topics["t"]["record-send-total"], topics["u"]["record-send-total"]) == (4, 2)
+    assert (topics["t"]["byte-total"], topics["u"]["byte-total"]) == (sizes[0] + sizes[1], sizes[2])

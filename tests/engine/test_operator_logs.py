@@ -1,0 +1,156 @@
+"""What operators see in the log: each problem at WARNING once, promptly, naming the broker
+and the reason, then rate-limited; recovery at INFO; never a secret. In virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+import pytest
+
+from aioprod import Producer
+from aioprod.errors import KafkaTimeoutError, NotLeaderOrFollowerError, UnknownProducerIdError
+from tests.conftest import Scripted
+from tests.fakes.network import ServerSide
+
+NOT_LEADER = NotLeaderOrFollowerError.code
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="aioprod")
+    return caplog
+
+
+def lines(caplog: pytest.LogCaptureFixture, level: int, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == level and text in r.getMessage()]
+
+
+async def test_a_refused_connection_is_one_prompt_warning_and_its_recovery_an_info(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    cluster.stop(1)  # nothing listens: every connection is refused
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, client_id="orders-svc", max_block_ms=20_000, reconnect_backoff_max_ms=500
+    ) as p:
+        sending = asyncio.ensure_future(p.send_and_wait("t", b"v"))
+        await clock.advance(0.1)
+        assert not sending.done()  # still within max_block_ms, and the operator already knows
+        refused = lines(logs, logging.WARNING, "refused")
+        assert len(refused) == 1
+        assert refused[0].startswith("[orders-svc] bootstrap server 1 (127.0.0.1:9091): connection refused")
+        await clock.advance(10)  # ~20 more attempts in 10 s: no more lines (rate-limited)
+        assert len(lines(logs, logging.WARNING, "refused")) == 1
+        cluster.start(1)
+        await sending
+        recovered = lines(logs, logging.INFO, "connected to bootstrap server 1")
+        assert len(recovered) == 1 and "failed attempts" in recovered[0]
+
+
+async def test_a_failed_handshake_is_a_warning_naming_the_broker(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    class HangsUp:
+        """A FAKE listener that accepts, then closes before answering ApiVersions."""
+
+        def accept(self, side: ServerSide) -> None:
+            side.close()
+
+    scripted.network.listen("127.0.0.1", 9999, HangsUp())
+    async with Producer(bootstrap_servers="127.0.0.1:9999", max_block_ms=1000) as p:
+        with pytest.raises(KafkaTimeoutError):
+            await p.send("t", b"v")
+    warnings = lines(logs, logging.WARNING, "handshake")
+    assert len(warnings) == 1
+    assert "bootstrap server 1 (127.0.0.1:9999)" in warnings[0]
+
+
+async def test_credentials_never_reach_the_log(scripted: Scripted, logs: pytest.LogCaptureFixture) -> None:
+    scripted.cluster.stop(1)
+    async with Producer(
+        bootstrap_servers=scripted.cluster.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="svc",
+        sasl_password="hunter2-do-not-log",
+        max_block_ms=500,
+    ) as p:
+        with pytest.raises(KafkaTimeoutError):
+            await p.send("t", b"v")
+    assert lines(logs, logging.WARNING, "refused")
+    assert not any("hunter2" in r.getMessage() for r in logs.records)
+
+
+async def test_a_partition_without_leader_is_a_warning_then_an_info(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", [1, 1])
+    cluster.partition("t", 1).leader = -1  # an election under way
+    async with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=30_000) as p:
+        fut = await p.send("t", b"v", partition=1)
+        leaderless = lines(logs, logging.WARNING, "no leader")
+        assert len(leaderless) == 1
+        assert "metadata from bootstrap server 1: topic 't' partition(s) 1 have no leader" in leaderless[0]
+        assert "LEADER_NOT_AVAILABLE" in leaderless[0]
+        await clock.advance(2)  # refreshes keep finding no leader: no new line
+        assert len(lines(logs, logging.WARNING, "no leader")) == 1
+        cluster.move_leader("t", 1, 1)
+        await fut
+    assert len(lines(logs, logging.INFO, "every partition has a leader again")) == 1
+
+
+async def test_a_missing_topic_is_a_warning_from_the_second_answer(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    async with Producer(bootstrap_servers=scripted.cluster.bootstrap, max_block_ms=2000) as p:
+        with pytest.raises(KafkaTimeoutError):
+            await p.send("nope", b"v")
+    missing = lines(logs, logging.WARNING, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert len(missing) == 1 and "topic 'nope'" in missing[0]
+
+
+async def test_a_retry_storm_is_one_warning_per_interval(scripted: Scripted, logs: pytest.LogCaptureFixture) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=100, retry_backoff_max_ms=100
+    ) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].script = deque([NOT_LEADER] * 400)  # ~40 s of refusals, 10 a second
+        await p.send_and_wait("t", b"v")
+        retries = p.metrics()["record-retry-total"]
+    assert retries == 400
+    warnings = lines(logs, logging.WARNING, "retrying")
+    assert len(warnings) == 2  # at once, then 30 s later saying how many there were meanwhile
+    assert "to broker 1: NOT_LEADER_OR_FOLLOWER" in warnings[0]
+    assert "more since the last warning" in warnings[1]
+    assert clock.now > 30
+
+
+async def test_a_new_producer_identity_is_a_warning_with_its_reason(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"a")
+        cluster.nodes[1].script = deque([UnknownProducerIdError.code])
+        await p.send_and_wait("t", b"b")
+        resets = p.metrics()["producer-id-reset-total"]
+    assert resets == 1
+    warnings = lines(logs, logging.WARNING, "new producer identity")
+    assert len(warnings) == 1
+    assert "broker 1 does not continue the sequence of t-0" in warnings[0]
+    assert "UNKNOWN_PRODUCER_ID" in warnings[0]
+
+
+async def test_connection_set_up_is_info(scripted: Scripted, logs: pytest.LogCaptureFixture) -> None:
+    scripted.cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=scripted.cluster.bootstrap) as p:
+        await p.send_and_wait("t", b"v")
+    assert lines(logs, logging.INFO, "connected to broker 1 at 127.0.0.1:9091")
+    assert not [r for r in logs.records if r.levelno >= logging.WARNING]
