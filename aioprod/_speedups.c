@@ -870,6 +870,24 @@ RecordFuture_cancel(RecordFutureObject *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_TRUE;
 }
 
+/* Another future of the same record, with callbacks and cancellation of its own. */
+static PyObject *
+RecordFuture_twin(RecordFutureObject *self, PyObject *unused)
+{
+    RecordFutureObject *twin = PyObject_New(RecordFutureObject, Py_TYPE(self));
+    if (twin == NULL)
+        return NULL;
+    twin->settlement = Py_NewRef(self->settlement);
+    twin->done_future = Py_NewRef(self->done_future);
+    twin->callbacks = NULL;
+    twin->cancel_message = NULL;
+    twin->weakreflist = NULL;
+    twin->index = self->index;
+    twin->timestamp = self->timestamp;
+    twin->blocking = 0;
+    return (PyObject *)twin;
+}
+
 static PyObject *
 RecordFuture_run_callbacks(RecordFutureObject *self, PyObject *unused)
 {
@@ -1039,6 +1057,8 @@ static PyMethodDef RecordFuture_methods[] = {
     {"remove_done_callback", (PyCFunction)RecordFuture_remove_done_callback, METH_O, NULL},
     {"cancel", (PyCFunction)(void (*)(void))RecordFuture_cancel, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"_run_callbacks", (PyCFunction)RecordFuture_run_callbacks, METH_NOARGS, NULL},
+    {"twin", (PyCFunction)RecordFuture_twin, METH_NOARGS,
+     "Another future of the same record, with callbacks and cancellation of its own."},
     {"__await__", (PyCFunction)RecordFuture_await, METH_NOARGS, NULL},
     {"__iter__", (PyCFunction)RecordFuture_await, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
