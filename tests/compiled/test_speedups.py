@@ -7,6 +7,7 @@ Python code it replaces. Where the extension was not built these tests are skipp
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -18,8 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioprod import RecordMetadata
+from aioprod.errors import NotLeaderOrFollowerError
 from aioprod.producer.batch import _py_metadata_range
 from aioprod.producer.partitioner import _py_murmur2, _py_partition_for_key
+from aioprod.producer.record_future import BatchFailure, BatchSettlement, _PyRecordFuture
 from aioprod.protocol.records.builder import _PyRecordsCore
 
 try:
@@ -157,3 +160,33 @@ def test_the_environment_variable_turns_the_compiled_path_off() -> None:
         ).stdout.split()
     assert outputs["1"] == ["False", "_PyRecordsCore"]
     assert outputs["0"] == ["True", "RecordsCore"]
+
+
+async def test_both_record_futures_report_the_same_outcomes() -> None:
+    loop = asyncio.get_running_loop()
+    results = []
+    for cls in (_PyRecordFuture, _speedups.RecordFuture):
+        acked, failed = BatchSettlement(loop), BatchSettlement(loop)
+        futures = [cls(acked, 3, 1000), cls(failed, 0, 1000), cls(acked, 0, 5)]
+        seen: list[str] = []
+        futures[0].add_done_callback(lambda f, seen=seen: seen.append(repr(f)))
+        futures[2].cancel("no longer wanted")
+        pending = repr(futures[0])
+        acked.settle(("t", 1, 40, -1))
+        error = NotLeaderOrFollowerError("gone")
+        failed.settle(BatchFailure(error, None))
+        await asyncio.sleep(0)
+        results.append(
+            (
+                pending,
+                await futures[0],
+                futures[1].exception() is error,
+                futures[2].cancelled(),
+                futures[2]._cancel_message,
+                seen,
+                asyncio.isfuture(futures[0]),
+                futures[0].twin().result(),
+            )
+        )
+    assert results[0] == results[1]
+    assert results[0][1] == RecordMetadata("t", 1, 43, 1000)
