@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from aioprod import RecordMetadata
 from aioprod.errors import NotLeaderOrFollowerError
+from aioprod.producer import record_future
 from aioprod.producer.batch import _py_metadata_range
 from aioprod.producer.partitioner import _py_murmur2, _py_partition_for_key
 from aioprod.producer.record_future import BatchFailure, BatchSettlement, _PyRecordFuture
@@ -163,6 +164,16 @@ def test_the_environment_variable_turns_the_compiled_path_off() -> None:
 
 
 async def test_both_record_futures_report_the_same_outcomes() -> None:
+    # Under AIOPROD_PURE_PYTHON=1 record_future.py leaves the compiled type unused: hand it its
+    # helpers here, as record_future.py does otherwise.
+    _speedups.setup_record_future(
+        record_future._metadata_of,
+        record_future._error_of,
+        record_future._call_back,
+        record_future._describe,
+        asyncio.CancelledError,
+        asyncio.InvalidStateError,
+    )
     loop = asyncio.get_running_loop()
     results = []
     for cls in (_PyRecordFuture, _speedups.RecordFuture):
