@@ -27,24 +27,19 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from aioprod.cluster.metadata import Metadata
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
     BrokerResponseError,
     ClusterAuthorizationFailedError,
-    ConcurrentTransactionsError,
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     KafkaError,
     KafkaTimeoutError,
-    NotCoordinatorError,
-    OperationNotAttemptedError,
     ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
@@ -53,12 +48,11 @@ from aioprod.errors import (
     TransactionalIdAuthorizationFailedError,
     TransactionStateError,
     UnknownMemberIdError,
-    UnknownTopicOrPartitionError,
-    error_for_code,
 )
 from aioprod.net.connection import BrokerConnection
-from aioprod.net.pool import ConnectionPool, exponential_backoff
+from aioprod.net.pool import ConnectionPool
 from aioprod.producer.batch import TopicPartition
+from aioprod.producer.coordinators import GROUP, TRANSACTION, Coordinators
 from aioprod.producer.idempotence import IdempotenceState
 from aioprod.protocol import versions
 from aioprod.protocol.messages import (
@@ -69,8 +63,6 @@ from aioprod.protocol.messages import (
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
@@ -79,29 +71,12 @@ from aioprod.protocol.messages import (
     TxnOffsetCommitRequestTopic,
     TxnOffsetCommitResponse,
 )
-from aioprod.protocol.schema import Request, Response
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R", bound=Response)
-
-GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
-
 #: Operations that take no arguments: calling one again waits for (or reports) the first.
-_RESUMABLE = frozenset({"start", "commit_transaction", "abort_transaction"})
+_RESUMABLE = frozenset({"start", "commit_transaction", "abort_transaction", "prepare_transaction"})
 
-#: Answers after which the operation is tried again, the coordinator looked up anew first.
-_FIND_AGAIN = frozenset({CoordinatorNotAvailableError.code, NotCoordinatorError.code})
-#: Answers after which the operation is tried again as it is, after a backoff.
-_RETRY = frozenset(
-    {
-        CoordinatorLoadInProgressError.code,
-        ConcurrentTransactionsError.code,
-        UnknownTopicOrPartitionError.code,
-        OperationNotAttemptedError.code,
-        7,  # REQUEST_TIMED_OUT
-    }
-)
 #: Answers that leave the producer unusable (Java's fatal transactional errors).
 _FATAL = frozenset(
     {
@@ -187,7 +162,14 @@ class TransactionManager:
         self.error: KafkaError | None = None
         #: This transaction speaks transactions v2 (decided when it begins).
         self.v2 = False
-        self._coordinators: dict[tuple[int, str], int] = {}
+        self._coordinators = Coordinators(
+            config,
+            metadata,
+            pool,
+            name=f"transaction {self.transactional_id!r}",
+            fatal_codes=_FATAL,
+            on_fatal=self.fatal,
+        )
         #: Partitions in the coordinator's transaction (v1), or written to (v2).
         self._partitions: set[TopicPartition] = set()
         self._to_add: set[TopicPartition] = set()
@@ -205,7 +187,6 @@ class TransactionManager:
         self._cut_short: KafkaError | None = None
         #: Counts transactions begun: a send() must queue into the one it started in.
         self.generation = 0
-        self._failures = 0
 
     # -- state -------------------------------------------------------------------------------
 
@@ -433,7 +414,7 @@ class TransactionManager:
         ident = self._ident
         self._maybe_started = True
         if not self.v2:
-            await self._coordinator_request(
+            await self._coordinators.request(
                 TRANSACTION,
                 self.transactional_id,
                 lambda: AddOffsetsToTxnRequest(
@@ -458,7 +439,7 @@ class TransactionManager:
             )
         topics = [TxnOffsetCommitRequestTopic(name, parts) for name, parts in by_topic.items()]
         try:
-            await self._coordinator_request(
+            await self._coordinators.request(
                 GROUP,
                 group.group_id,
                 lambda: TxnOffsetCommitRequest(
@@ -511,7 +492,7 @@ class TransactionManager:
     # -- the requests ----------------------------------------------------------------------------
 
     async def _init_producer_id(self, producer_id: int, epoch: int) -> InitProducerIdResponse:
-        return await self._coordinator_request(
+        return await self._coordinators.request(
             TRANSACTION,
             self.transactional_id,
             lambda: InitProducerIdRequest(
@@ -527,7 +508,7 @@ class TransactionManager:
     async def _bump(self) -> None:
         """KIP-360: a new epoch for the same producer id, so sequences start again."""
         ident = self._ident
-        conn = await self._pool.get(await self._coordinator(TRANSACTION, self.transactional_id))
+        conn = await self._pool.get(await self._coordinators.node(TRANSACTION, self.transactional_id))
         if versions.choose_version(InitProducerIdRequest, conn.api_versions) < 3:
             raise self.fatal(
                 TransactionStateError(
@@ -540,7 +521,7 @@ class TransactionManager:
 
     async def _end(self, *, commit: bool, nothing_open_is_fine: bool = False) -> None:
         ident = self._ident
-        response = await self._coordinator_request(
+        response = await self._coordinators.request(
             TRANSACTION,
             self.transactional_id,
             lambda: EndTxnRequest(
@@ -566,7 +547,7 @@ class TransactionManager:
         for tp in sorted(adding):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         try:
-            await self._coordinator_request(
+            await self._coordinators.request(
                 TRANSACTION,
                 self.transactional_id,
                 lambda: AddPartitionsToTxnRequest(
@@ -576,9 +557,7 @@ class TransactionManager:
                     v3_and_below_topics=[AddPartitionsToTxnRequestTopic(t, p) for t, p in by_topic.items()],
                 ),
                 AddPartitionsToTxnResponse,
-                lambda r: [
-                    p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition
-                ],
+                _add_partitions_codes,
             )
         except KafkaError as exc:
             self._pending = set()
@@ -598,92 +577,6 @@ class TransactionManager:
                 await asyncio.wait([self._adding])
             if self.state is not TxnState.COMMITTING:
                 raise self._must_abort()
-
-    async def _coordinator(self, key_type: int, key: str) -> int:
-        """The node coordinating ``key`` (a transactional id or a group id)."""
-        node = self._coordinators.get((key_type, key))
-        if node is not None:
-            return node
-        while True:
-            candidate = self._metadata.least_loaded_node()
-            try:
-                if candidate is None:
-                    raise KafkaTimeoutError("no broker can take a request now")
-                conn = await self._pool.get(candidate)
-                response: FindCoordinatorResponse = await conn.send(
-                    FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key])
-                )
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                await self._backoff(exc)
-                continue
-            if response.coordinators:
-                found = response.coordinators[0]
-                code, node_id, host, port = found.error_code, found.node_id, found.host, found.port
-            else:
-                code, node_id, host, port = response.error_code, response.node_id, response.host, response.port
-            if code:
-                error = error_for_code(code, f"FindCoordinator for {key!r}")
-                if code in _FATAL or not error.retriable:
-                    raise error
-                await self._backoff(error)
-                continue
-            self._pool.set_address(node_id, host, port)
-            self._coordinators[(key_type, key)] = node_id
-            self._failures = 0
-            return node_id
-
-    async def _coordinator_request(
-        self,
-        key_type: int,
-        key: str,
-        build: Callable[[], Request],
-        response_cls: type[R],
-        error_codes: Callable[[R], list[int]],
-        *,
-        max_version: int | None = None,
-        tolerate: frozenset[int] = frozenset(),
-    ) -> R:
-        """Send to the coordinator of ``key`` until it answers without a retriable error.
-        A fatal answer fails the producer; any other non-retriable one is raised; an answer
-        in ``tolerate`` is returned as it is."""
-        while True:
-            node = await self._coordinator(key_type, key)
-            try:
-                conn = await self._pool.get(node)
-                response: R = await conn.send(build(), max_version=max_version)
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                self._coordinators.pop((key_type, key), None)
-                await self._backoff(exc)
-                continue
-            assert isinstance(response, response_cls)
-            codes = [code for code in error_codes(response) if code]
-            if not codes or all(code in tolerate for code in codes):
-                self._failures = 0
-                return response
-            code = next((c for c in codes if c in _FATAL), None) or next(
-                (c for c in codes if c not in _FIND_AGAIN and c not in _RETRY), codes[0]
-            )
-            error = error_for_code(code, f"{type(response).__name__.removesuffix('Response')} for {key!r}")
-            if code in _FATAL:
-                raise self.fatal(error)
-            if code in _FIND_AGAIN:
-                self._coordinators.pop((key_type, key), None)
-            elif code not in _RETRY:
-                raise error
-            await self._backoff(error)
-
-    async def _backoff(self, error: KafkaError) -> None:
-        self._failures += 1
-        log.debug("transaction %r: %s; trying again", self.transactional_id, error)
-        await asyncio.sleep(
-            exponential_backoff(
-                self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, self._failures
-            )
-        )
 
     # -- helpers -----------------------------------------------------------------------------------
 
