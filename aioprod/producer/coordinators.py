@@ -207,4 +207,3 @@ def _offset_fetch_codes(response: OffsetFetchResponse) -> list[int]:
         group = response.groups[0]
         return [group.error_code] + [p.error_code for t in group.topics for p in t.partitions]
     return [response.error_code] + [p.error_code for t in response.topics for p in t.partitions]
-

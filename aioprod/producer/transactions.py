@@ -4,7 +4,9 @@ KIP-890's transactions v2.
 The state follows the Java client's ``TransactionManager``: UNINITIALIZED → INITIALIZING →
 READY ⇄ IN_TRANSACTION → COMMITTING / ABORTING → READY; a transaction that cannot commit
 is in ABORTABLE_ERROR (abort it, and the producer goes on); an error nothing can repair
-is FATAL_ERROR (close the producer).
+is FATAL_ERROR (close the producer). Beyond Java: IN_TRANSACTION → PREPARING → PREPARED
+delivers the transaction and leaves it open for another process to end by its handle
+(:class:`PreparedTransaction`, :func:`end_prepared`); a PREPARED producer can only close.
 
 Under transactions v1 every partition joins the transaction (AddPartitionsToTxn to the
 transaction coordinator) before its first batch is sent: the sender holds such batches
@@ -27,19 +29,22 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from aioprod.cluster.metadata import Metadata
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
     BrokerResponseError,
+    BrokerTransactionAbortableError,
     ClusterAuthorizationFailedError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
     InvalidTxnStateError,
     KafkaError,
     KafkaTimeoutError,
+    PreparedTransactionError,
     ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
@@ -113,6 +118,12 @@ class TxnState(enum.Enum):
     ABORTING = "aborting"
     ABORTABLE_ERROR = "in a transaction that must be aborted"
     FATAL_ERROR = "failed"
+    PREPARING = "preparing its transaction"
+    PREPARED = "holding a prepared transaction (another process ends it; this producer can only close)"
+
+
+#: The states in which the transaction's records are delivered before it ends or is handed over.
+_DELIVERING = (TxnState.COMMITTING, TxnState.PREPARING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +144,19 @@ class ConsumerGroupMetadata:
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """The handle of a transaction left open by :meth:`aioprod.Producer.prepare_transaction`:
+    enough for any process to commit or abort it. Plain data: it pickles and crosses
+    processes (a Spark task hands it to the driver)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    #: 2 when the transaction ran under transactions v2 (KIP-890): it is ended with EndTxn v5.
+    transaction_version: int = 1
 
 
 class TransactionManager:
@@ -187,6 +211,8 @@ class TransactionManager:
         self._cut_short: KafkaError | None = None
         #: Counts transactions begun: a send() must queue into the one it started in.
         self.generation = 0
+        #: The handle of the prepared transaction, once PREPARED.
+        self.prepared: PreparedTransaction | None = None
 
     # -- state -------------------------------------------------------------------------------
 
@@ -208,15 +234,17 @@ class TransactionManager:
         transaction. Returns the current transaction's generation."""
         if self.state is TxnState.IN_TRANSACTION and (generation is None or generation == self.generation):
             return self.generation
-        if self.state is TxnState.IN_TRANSACTION or self.state is TxnState.COMMITTING:
+        if self.state is TxnState.IN_TRANSACTION or self.state in _DELIVERING:
             raise TransactionStateError(
-                "the transaction this send() began in ended (it committed or aborted) before the record "
-                "could be queued; the record was not sent"
+                "the transaction this send() began in ended (it committed, aborted or was prepared) before the "
+                "record could be queued; the record was not sent"
             )
         if self.state is TxnState.ABORTABLE_ERROR:
             raise self._must_abort()
         if self.state is TxnState.FATAL_ERROR:
             raise ProducerFatalError(f"the transactional producer failed: {self.error}") from self.error
+        if self.state is TxnState.PREPARED:
+            raise TransactionStateError(f"send() is not allowed: the producer is {self._where()}")
         raise TransactionStateError(
             f"send() needs an open transaction: call begin_transaction() first ({self._where()})"
         )
@@ -236,7 +264,7 @@ class TransactionManager:
 
     def abortable(self, error: KafkaError) -> None:
         """The current transaction cannot commit any more."""
-        if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.ABORTABLE_ERROR):
+        if self.state in (TxnState.IN_TRANSACTION, *_DELIVERING, TxnState.ABORTABLE_ERROR):
             if self.state is not TxnState.ABORTABLE_ERROR:
                 log.info("transaction %r must be aborted: %s", self.transactional_id, error)
                 self.error = error
@@ -286,7 +314,7 @@ class TransactionManager:
         if (
             self._to_add
             and (self._adding is None or self._adding.done())
-            and self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING)
+            and self.state in (TxnState.IN_TRANSACTION, *_DELIVERING)
         ):
             adding, self._to_add = self._to_add, set()
             self._pending = adding
@@ -362,28 +390,57 @@ class TransactionManager:
         )
 
     async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
-        if self.state is TxnState.ABORTABLE_ERROR:
-            raise self._must_abort()
-        if self.state is not TxnState.IN_TRANSACTION:
-            raise self._wrong_state("commit_transaction")
-        self.state = TxnState.COMMITTING
-        await flush()
-        if self.failed:
-            raise self._wrong_state("commit_transaction")
-        if self.state is not TxnState.COMMITTING:  # a record failed meanwhile
-            raise self._must_abort()
+        await self._deliver("commit_transaction", TxnState.COMMITTING, flush)
         try:
             await self._wait_for_adds()
             if self._started or self._maybe_started:
                 await self._end(commit=True)
         except KafkaError as exc:
-            if self.failed or isinstance(exc, TransactionAbortableError):
-                raise
-            self.abortable(exc)
-            raise TransactionAbortableError(
-                f"the transaction could not commit ({exc}): call abort_transaction()"
-            ) from exc
+            self._cannot_end(exc)
         self.state = TxnState.READY
+
+    async def prepare(self, flush: Callable[[], Awaitable[None]]) -> None:
+        """Deliver the transaction and leave it open: every record acknowledged, every partition
+        (and any offsets) in the coordinator's transaction; then only the handle is needed to end it."""
+        await self._deliver("prepare_transaction", TxnState.PREPARING, flush)
+        try:
+            await self._wait_for_adds()
+        except KafkaError as exc:
+            self._cannot_end(exc)
+        if not (self._started or self._maybe_started):
+            self.state = TxnState.IN_TRANSACTION
+            raise TransactionStateError(
+                "prepare_transaction(): the transaction is empty (no record, no offsets), so the coordinator has "
+                "nothing to end; commit or abort it instead"
+            )
+        ident = self._ident
+        self.prepared = PreparedTransaction(
+            self.transactional_id, ident.producer_id, ident.producer_epoch, 2 if self.v2 else 1
+        )
+        self.state = TxnState.PREPARED
+        log.info("transaction %r prepared: %s", self.transactional_id, self.prepared)
+
+    async def _deliver(self, name: str, state: TxnState, flush: Callable[[], Awaitable[None]]) -> None:
+        """The transaction takes no more records (``state``); wait until every one it has is delivered."""
+        if self.state is TxnState.ABORTABLE_ERROR:
+            raise self._must_abort()
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._wrong_state(name)
+        self.state = state
+        await flush()
+        if self.failed:
+            raise self._wrong_state(name)
+        if self.state is not state:  # a record failed meanwhile
+            raise self._must_abort()
+
+    def _cannot_end(self, error: KafkaError) -> NoReturn:
+        """What commit or prepare raises when a request of its own failed."""
+        if self.failed or isinstance(error, TransactionAbortableError):
+            raise error
+        self.abortable(error)
+        raise TransactionAbortableError(
+            f"the transaction could not commit ({error}): call abort_transaction()"
+        ) from error
 
     async def abort(self, fail_unsent: Callable[[KafkaError], None], flush: Callable[[], Awaitable[None]]) -> None:
         if self.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
@@ -467,13 +524,13 @@ class TransactionManager:
     async def end_on_close(
         self, fail_unsent: Callable[[KafkaError], None], flush: Callable[[], Awaitable[None]]
     ) -> None:
-        """close() aborts a transaction that is still open (as the Java client does). A
-        commit or abort under way is waited for; the whole is bounded by the transaction
-        timeout, after which the coordinator aborts the transaction anyway."""
+        """close() aborts a transaction that is still open (as the Java client does), but not a
+        prepared one. A commit, abort or prepare under way is waited for; the whole is bounded
+        by the transaction timeout, after which the coordinator aborts the transaction anyway."""
         async with asyncio.timeout(self._config.transaction_timeout_ms / 1000):
             op = self._operation
             if op is not None and not op[1].done():
-                if op[0] in ("commit_transaction", "abort_transaction"):
+                if op[0] in ("commit_transaction", "abort_transaction", "prepare_transaction"):
                     await asyncio.wait([op[1]])
                 else:
                     op[1].cancel()
@@ -575,7 +632,7 @@ class TransactionManager:
             self.poll()
             if self._adding is not None:
                 await asyncio.wait([self._adding])
-            if self.state is not TxnState.COMMITTING:
+            if self.state not in _DELIVERING:
                 raise self._must_abort()
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -603,6 +660,54 @@ class TransactionManager:
 
 def _add_partitions_codes(response: AddPartitionsToTxnResponse) -> list[int]:
     return [p.partition_error_code for t in response.results_by_topic_v3_and_below for p in t.results_by_partition]
+
+
+#: EndTxn answers meaning a prepared transaction is not open under its producer id and epoch.
+_NOT_OPEN = {
+    ProducerFencedError.code: "a newer producer with its transactional id fenced it (a retried or speculative "
+    "attempt, say), or the coordinator aborted it when it outlived its transaction timeout",
+    InvalidProducerEpochError.code: "a newer producer with its transactional id fenced it, or the coordinator "
+    "aborted it when it outlived its transaction timeout",
+    InvalidProducerIdMappingError.code: "the coordinator no longer knows its producer id (the transactional id "
+    "expired?)",
+    BrokerTransactionAbortableError.code: "the coordinator asked for it to be aborted",
+}
+
+
+async def end_prepared(coordinators: Coordinators, prepared: PreparedTransaction, *, commit: bool) -> None:
+    """Commit or abort a prepared transaction from any process: EndTxn with its handle's
+    producer id and epoch, to its coordinator. Ending it again the same way succeeds (the
+    coordinator answers a repeat as done); a transaction that is no longer open under that
+    epoch raises :class:`PreparedTransactionError`."""
+    try:
+        await coordinators.request(
+            TRANSACTION,
+            prepared.transactional_id,
+            lambda: EndTxnRequest(
+                transactional_id=prepared.transactional_id,
+                producer_id=prepared.producer_id,
+                producer_epoch=prepared.producer_epoch,
+                committed=commit,
+            ),
+            EndTxnResponse,
+            lambda r: [r.error_code],
+            max_version=versions.TRANSACTIONS_V2_VERSIONS[EndTxnRequest.API_KEY]
+            if prepared.transaction_version >= 2
+            else None,
+        )
+    except BrokerResponseError as exc:
+        if exc.code == InvalidTxnStateError.code:
+            why = f"it is not open: it was {'aborted' if commit else 'committed'} already, or never began"
+        elif exc.code in _NOT_OPEN:
+            why = _NOT_OPEN[exc.code]
+        else:
+            raise
+        verb = "commit" if commit else "abort"
+        raise PreparedTransactionError(
+            f"cannot {verb} transaction {prepared.transactional_id!r} (producer id {prepared.producer_id}, "
+            f"epoch {prepared.producer_epoch}): {why} ({exc.name})",
+            prepared,
+        ) from exc
 
 
 def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:
