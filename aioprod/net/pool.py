@@ -200,6 +200,10 @@ class ConnectionPool:
                 backoff * 1000,
                 state.failures,
             )
+            if not self._closed:
+                # As a lost connection: the broker may be gone for good and its partitions
+                # led elsewhere now (the Java client refreshes on every failed connect too).
+                self._on_disconnect()
         else:
             if self._closed:
                 conn.close()

@@ -196,3 +196,24 @@ async def test_a_recreated_topic_is_followed_to_its_new_leader(scripted: Scripte
         md = await p.send_and_wait("t", b"after", partition=0)  # the old leader (node 1) does not know it
     assert md.offset == 0
     assert cluster.partition("t", 0).values == [b"after"]
+
+
+async def test_a_dead_leader_keeps_metadata_coming_until_its_partitions_move(scripted: Scripted) -> None:
+    # Node 1 dies and its partition moves to node 2 only a second later. The refresh made
+    # when the connection dropped still names node 1; failed reconnects must keep asking
+    # (with backoff), or the producer waits for metadata_max_age_ms.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"before", partition=0)
+        await p.send_and_wait("t", b"before", partition=1)
+        cluster.stop(1)
+        died = clock.now
+        waiting = await p.send("t", b"after", partition=0)
+        await asyncio.sleep(1)
+        cluster.move_leader("t", 0, 2)
+        await waiting
+        recovered = clock.now - died
+    assert recovered < 3  # not metadata_max_age_ms (5 minutes)
+    assert cluster.partition("t", 0).values == [b"before", b"after"]

@@ -25,7 +25,7 @@ from aioprod.protocol import messages as m
 from aioprod.protocol.framing import FrameDecoder, decode_request_body, decode_request_header, encode_response
 from aioprod.protocol.records import read_batch
 from tests.fakes.coordinator import FakeCoordinator, Lost
-from tests.fakes.network import MemoryNetwork, ServerSide
+from tests.fakes.network import Listener, ServerSide
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -227,8 +227,10 @@ class _Connection:
 class ScriptedCluster:
     """Nodes 1..n at ``127.0.0.1:9091..``; topics are created with :meth:`create_topic`."""
 
-    def __init__(self, network: MemoryNetwork, nodes: int = 1) -> None:
+    def __init__(self, network: Listener, nodes: int = 1, ports: Callable[[int], int] | None = None) -> None:
         self.network = network
+        #: The port node N listens on (9090 + N unless given: the in-memory network has every port).
+        self._port_of = ports or (lambda node_id: 9090 + node_id)
         self.nodes: dict[int, FakeNode] = {}
         self.topics: dict[str, list[Partition]] = {}
         self.versions = default_versions()
@@ -250,7 +252,7 @@ class ScriptedCluster:
     # -- set-up and faults -------------------------------------------------------------------
 
     def add_node(self, node_id: int) -> FakeNode:
-        node = FakeNode(self, node_id, "127.0.0.1", 9090 + node_id)
+        node = FakeNode(self, node_id, "127.0.0.1", self._port_of(node_id))
         self.nodes[node_id] = node
         self.network.listen(node.host, node.port, node)
         return node

@@ -23,6 +23,14 @@ class Server(Protocol):
     def accept(self, conn: ServerSide) -> None: ...
 
 
+class Listener(Protocol):
+    """Where fake servers listen: this in-memory network, or real TCP (tests/fakes/tcp.py)."""
+
+    def listen(self, host: str, port: int, server: Server) -> None: ...
+
+    def stop_listening(self, host: str, port: int) -> None: ...
+
+
 class ServerSide:
     """The server's end of one in-memory connection."""
 
