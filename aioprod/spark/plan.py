@@ -15,6 +15,9 @@ from aioprod.errors import ConfigError
 
 #: Producer settings tuned for bulk writes; every one can be overridden by the caller.
 SPARK_PRODUCER_DEFAULTS: Mapping[str, Any] = {"linger_ms": 20, "batch_size": 256 * 1024}
+#: Exactly-once writes keep every transaction open until the whole write has succeeded: by
+#: default as long as Kafka lets one stay open (its ``transaction.max.timeout.ms`` default).
+EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,9 @@ class Plan:
     max_errors: int
     max_in_flight_rows: int
     close_timeout: float | None
+    #: Exactly-once: every writer writes in one transaction named after ``write_id`` (see :meth:`transactional_id`).
+    exactly_once: bool = False
+    write_id: str | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -42,8 +48,16 @@ class Plan:
         names += ["headers"] if self.has_headers else []
         return names
 
+    def transactional_id(self, unit: str) -> str:
+        """The transactional id of one unit of an exactly-once write (a Spark partition's index,
+        or ``"driver"``), and the consumer group whose committed offset marks it committed."""
+        assert self.write_id is not None
+        return f"{self.write_id}-{unit}"
 
-def producer_options(bootstrap_servers: Any, producer_config: Mapping[str, Any]) -> dict[str, Any]:
+
+def producer_options(
+    bootstrap_servers: Any, producer_config: Mapping[str, Any], *, exactly_once: bool = False
+) -> dict[str, Any]:
     """The producer options every writer of the write uses, validated here on the driver."""
     options: dict[str, Any] = {}
     for raw, value in producer_config.items():
@@ -58,5 +72,19 @@ def producer_options(bootstrap_servers: Any, producer_config: Mapping[str, Any])
     options["bootstrap_servers"] = bootstrap_servers
     for name, value in SPARK_PRODUCER_DEFAULTS.items():
         options.setdefault(name, value)
-    ProducerConfig.from_options(options)  # every mistake raises on the driver, before any job
+    if "transactional_id" in options:
+        raise ConfigError(
+            "transactional_id does not apply: "
+            + (
+                "an exactly-once write names its transactions after write_id"
+                if exactly_once
+                else "pass exactly_once=True for transactional writes"
+            )
+        )
+    if exactly_once:
+        options.setdefault("transaction_timeout_ms", EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS)
+        # Every mistake raises on the driver, before any job; transactions need idempotence.
+        ProducerConfig.from_options({**options, "transactional_id": "aioprod-check"})
+    else:
+        ProducerConfig.from_options(options)
     return options

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from aioprod.errors import KafkaError
+from aioprod.producer.transactions import PreparedTransaction
 
 
 class DataFrameSchemaError(KafkaError, ValueError):
@@ -48,6 +49,8 @@ class PartitionReport:
     rows_written: int
     rows_failed: int
     seconds: float
+    #: Exactly-once: an earlier run with the same ``write_id`` committed this partition; nothing was written.
+    skipped: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,12 @@ class WriteReport:
     partitions: list[PartitionReport] = field(default_factory=list)
     #: Why the write stopped before the end, if it did.
     aborted: str | None = None
+    #: Exactly-once writes: what names their transactions; a rerun with it skips what is committed.
+    write_id: str | None = None
+    #: Exactly-once writes: the Spark partitions an earlier run with the same ``write_id`` had
+    #: committed, so this run wrote nothing of them. Driver mode writes the whole DataFrame as one
+    #: unit: ``[0]`` when it was committed before.
+    partitions_skipped: list[int] = field(default_factory=list)
 
     @property
     def rows_per_second(self) -> float:
@@ -84,6 +93,8 @@ class WriteReport:
         )
         if self.errors:
             text += f"; first error: row {self.errors[0].row}: {self.errors[0].error}"
+        if self.partitions_skipped:
+            text += f"; {len(self.partitions_skipped)} partition(s) committed before, skipped"
         if self.aborted:
             text += f"; aborted: {self.aborted}"
         return text
@@ -106,6 +117,10 @@ class Tally:
     topics: Counter[str] = field(default_factory=Counter)
     errors: list[RowError] = field(default_factory=list)
     aborted: str | None = None
+    #: Exactly-once: the writer's transaction, delivered and left open for the driver to commit.
+    prepared: PreparedTransaction | None = None
+    #: Exactly-once: an earlier run committed this unit; nothing was written.
+    skipped: bool = False
 
     def add_error(self, error: RowError, limit: int) -> None:
         self.failed += 1
@@ -113,7 +128,14 @@ class Tally:
             self.errors.append(error)
 
     def report(
-        self, mode: str, transport: str, seconds: float, partitions: list[PartitionReport] | None = None
+        self,
+        mode: str,
+        transport: str,
+        seconds: float,
+        partitions: list[PartitionReport] | None = None,
+        *,
+        write_id: str | None = None,
+        partitions_skipped: list[int] | None = None,
     ) -> WriteReport:
         return WriteReport(
             mode=mode,
@@ -125,4 +147,6 @@ class Tally:
             errors=list(self.errors),
             partitions=partitions or [],
             aborted=self.aborted,
+            write_id=write_id,
+            partitions_skipped=partitions_skipped or [],
         )
