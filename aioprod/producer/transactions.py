@@ -413,10 +413,7 @@ class TransactionManager:
                 "prepare_transaction(): the transaction is empty (no record, no offsets), so the coordinator has "
                 "nothing to end; commit or abort it instead"
             )
-        ident = self._ident
-        self.prepared = PreparedTransaction(
-            self.transactional_id, ident.producer_id, ident.producer_epoch, 2 if self.v2 else 1
-        )
+        self.prepared = self._handle()
         self.state = TxnState.PREPARED
         log.info("transaction %r prepared: %s", self.transactional_id, self.prepared)
 
@@ -578,18 +575,10 @@ class TransactionManager:
 
     async def _end(self, *, commit: bool, nothing_open_is_fine: bool = False) -> None:
         ident = self._ident
-        response = await self._coordinators.request(
-            TRANSACTION,
-            self.transactional_id,
-            lambda: EndTxnRequest(
-                transactional_id=self.transactional_id,
-                producer_id=ident.producer_id,
-                producer_epoch=ident.producer_epoch,
-                committed=commit,
-            ),
-            EndTxnResponse,
-            lambda r: [r.error_code],
-            max_version=versions.TRANSACTIONS_V2_VERSIONS[EndTxnRequest.API_KEY] if self.v2 else None,
+        response = await _end_txn(
+            self._coordinators,
+            self._handle(),
+            commit=commit,
             tolerate=frozenset({InvalidTxnStateError.code}) if nothing_open_is_fine else frozenset(),
         )
         if response.error_code:
@@ -642,6 +631,11 @@ class TransactionManager:
         if op is not None and not op[1].done():
             raise TransactionStateError(f"{op[0]}() is still in progress; {name}() must wait for it to end")
 
+    def _handle(self) -> PreparedTransaction:
+        """This producer's transaction, as anyone can end it."""
+        ident = self._ident
+        return PreparedTransaction(self.transactional_id, ident.producer_id, ident.producer_epoch, 2 if self.v2 else 1)
+
     def _must_abort(self) -> TransactionAbortableError:
         error = TransactionAbortableError(f"the transaction cannot commit ({self.error}): call abort_transaction()")
         error.__cause__ = self.error
@@ -680,21 +674,7 @@ async def end_prepared(coordinators: Coordinators, prepared: PreparedTransaction
     coordinator answers a repeat as done); a transaction that is no longer open under that
     epoch raises :class:`PreparedTransactionError`."""
     try:
-        await coordinators.request(
-            TRANSACTION,
-            prepared.transactional_id,
-            lambda: EndTxnRequest(
-                transactional_id=prepared.transactional_id,
-                producer_id=prepared.producer_id,
-                producer_epoch=prepared.producer_epoch,
-                committed=commit,
-            ),
-            EndTxnResponse,
-            lambda r: [r.error_code],
-            max_version=versions.TRANSACTIONS_V2_VERSIONS[EndTxnRequest.API_KEY]
-            if prepared.transaction_version >= 2
-            else None,
-        )
+        await _end_txn(coordinators, prepared, commit=commit)
     except BrokerResponseError as exc:
         if exc.code == InvalidTxnStateError.code:
             why = f"it is not open: it was {'aborted' if commit else 'committed'} already, or never began"
@@ -708,6 +688,32 @@ async def end_prepared(coordinators: Coordinators, prepared: PreparedTransaction
             f"epoch {prepared.producer_epoch}): {why} ({exc.name})",
             prepared,
         ) from exc
+
+
+async def _end_txn(
+    coordinators: Coordinators,
+    transaction: PreparedTransaction,
+    *,
+    commit: bool,
+    tolerate: frozenset[int] = frozenset(),
+) -> EndTxnResponse:
+    """EndTxn for ``transaction`` (a producer's own, or a handle), retried as its answers allow."""
+    return await coordinators.request(
+        TRANSACTION,
+        transaction.transactional_id,
+        lambda: EndTxnRequest(
+            transactional_id=transaction.transactional_id,
+            producer_id=transaction.producer_id,
+            producer_epoch=transaction.producer_epoch,
+            committed=commit,
+        ),
+        EndTxnResponse,
+        lambda r: [r.error_code],
+        max_version=versions.TRANSACTIONS_V2_VERSIONS[EndTxnRequest.API_KEY]
+        if transaction.transaction_version >= 2
+        else None,
+        tolerate=tolerate,
+    )
 
 
 def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:

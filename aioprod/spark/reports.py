@@ -41,7 +41,8 @@ class PartitionReport:
     """What one Spark partition's writer did (executors mode).
 
     ``attempt`` > 0 means Spark ran the task again after a failure: the earlier attempt
-    may have written some of the partition's rows already.
+    may have written some of the partition's rows already (exactly once: into a transaction
+    that the retry aborted).
     """
 
     spark_partition: int
@@ -55,7 +56,12 @@ class PartitionReport:
 
 @dataclass(frozen=True)
 class WriteReport:
-    """The outcome of :func:`aioprod.spark.write_dataframe`."""
+    """The outcome of :func:`aioprod.spark.write_dataframe`.
+
+    In an exactly-once write, ``rows_written`` and ``topics`` count the rows committed by this
+    run: visible to ``read_committed`` readers (``PartitionReport.rows_written`` counts what each
+    task delivered into its transaction).
+    """
 
     mode: str
     transport: str
@@ -83,7 +89,8 @@ class WriteReport:
 
     @property
     def retried_partitions(self) -> list[int]:
-        """Spark partitions whose task was retried (their rows may have been sent twice)."""
+        """Spark partitions whose task was retried: at least once, their rows may have been sent
+        twice; exactly once, what an earlier attempt wrote was aborted."""
         return sorted(p.spark_partition for p in self.partitions if p.attempt > 0)
 
     def __str__(self) -> str:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from aioprod.errors import ConfigError
+from aioprod.errors import ConfigError, InvalidTransactionTimeoutError, ProducerFatalError
 from aioprod.producer.transactions import PreparedTransaction
-from aioprod.spark import Mode, write_dataframe
+from aioprod.spark import Mode, write_dataframe, writer
 from aioprod.spark import transactions as spark_transactions
 from aioprod.spark.chunks import Chunk
 from aioprod.spark.plan import Plan, producer_options
@@ -272,3 +272,11 @@ def test_exactly_once_arguments_are_checked_before_anything_runs(spark: Any) -> 
         write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", exactly_once=True, transactional_id="x")
     with pytest.raises(ConfigError, match="transactional_id needs idempotence"):
         write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", exactly_once=True, acks=1)
+
+
+def test_a_transaction_timeout_above_the_brokers_maximum_is_explained() -> None:
+    # Tansu accepts any transaction timeout; Kafka refuses one above transaction.max.timeout.ms at
+    # InitProducerId (INVALID_TRANSACTION_TIMEOUT), which fails the transactional producer's start.
+    refused = ProducerFatalError("the transactional producer 'w-0' failed: INVALID_TRANSACTION_TIMEOUT")
+    refused.__cause__ = InvalidTransactionTimeoutError()
+    assert "lower it, or raise the broker's; it must outlast the whole write" in writer._explain(refused)
