@@ -52,7 +52,7 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
         arrow = check_executors(sc, need_arrow=transport == "arrow")
         try:
             used, rows = _run_job(df, sc, plan, transport if arrow else "rows", accumulator)
-        except BaseException:
+        except Exception:  # not on an interrupt: that returns at once, and a rerun aborts what is left
             if plan.exactly_once:
                 abort_after_failed_job(plan, accumulator)
             raise
