@@ -15,7 +15,16 @@ from typing import Any
 
 from aioprod.embedded import EmbeddedBroker, free_port
 
-__all__ = ["MockCluster", "TansuBroker", "docker_available", "free_port", "kafka_container", "mock_cluster", "tansu"]
+__all__ = [
+    "MockCluster",
+    "TansuBroker",
+    "docker_available",
+    "free_port",
+    "kafka_container",
+    "mock_cluster",
+    "tansu",
+    "topic_across_leaders",
+]
 
 
 class TansuBroker(EmbeddedBroker):
@@ -60,6 +69,22 @@ def mock_cluster(num_brokers: int = 3) -> Iterator[MockCluster]:
     finally:
         owner.flush(5)
         del owner
+
+
+async def topic_across_leaders(producer: Any, prefix: str) -> str:
+    """A new topic on the mock cluster whose partitions have more than one leader.
+
+    The mock cluster picks each partition's leader at random (four partitions on three
+    brokers), so now and then all land on one broker; a test about several leaders takes
+    another topic then, instead of failing or proving nothing.
+    """
+    for attempt in range(20):
+        topic = f"{prefix}-{attempt}"
+        await producer.partitions_for(topic)
+        partitions = producer.cluster().topics[topic].partitions.values()
+        if len({p.leader for p in partitions}) > 1:
+            return topic
+    raise AssertionError("the mock cluster put 20 topics on one leader each")
 
 
 @contextlib.contextmanager
