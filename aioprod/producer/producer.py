@@ -568,9 +568,11 @@ class Producer:
         :meth:`commit_prepared_transaction` or :meth:`abort_prepared_transaction`; until then
         ``read_committed`` readers see none of it, and the coordinator aborts it when
         ``transaction_timeout_ms`` passes. This producer can then only close, and ``close()``
-        leaves the transaction open. A newer producer with the same ``transactional_id``
-        fences it (aborts it). Raises as :meth:`commit_transaction` does when the transaction
-        cannot commit, and :class:`~aioprod.errors.TransactionStateError` for an empty one.
+        leaves the transaction open (it aborts it only if no call returned the handle: a
+        :class:`~aioprod.errors.KafkaTimeoutError` that was not followed by another call). A
+        newer producer with the same ``transactional_id`` fences it (aborts it). Raises as
+        :meth:`commit_transaction` does when the transaction cannot commit, and
+        :class:`~aioprod.errors.TransactionStateError` for an empty one.
         """
         txn = self._transactions("prepare_transaction")
         if txn.prepared is None:

@@ -522,8 +522,9 @@ class TransactionManager:
         self, fail_unsent: Callable[[KafkaError], None], flush: Callable[[], Awaitable[None]]
     ) -> None:
         """close() aborts a transaction that is still open (as the Java client does), but not a
-        prepared one. A commit, abort or prepare under way is waited for; the whole is bounded
-        by the transaction timeout, after which the coordinator aborts the transaction anyway."""
+        prepared one whose handle a caller has. A commit, abort or prepare under way is waited
+        for; the whole is bounded by the transaction timeout, after which the coordinator
+        aborts the transaction anyway."""
         async with asyncio.timeout(self._config.transaction_timeout_ms / 1000):
             op = self._operation
             if op is not None and not op[1].done():
@@ -535,6 +536,13 @@ class TransactionManager:
             if self.in_transaction:
                 log.info("aborting transaction %r: the producer is closing", self.transactional_id)
                 await self.abort(fail_unsent, flush)
+            elif self.state is TxnState.PREPARED and op is not None and self._operation is op:
+                # Prepared, but its handle never reached a caller (prepare_transaction() timed
+                # out or was cancelled): nobody else can end it.
+                log.info("aborting prepared transaction %r: its handle was never returned", self.transactional_id)
+                self.state = TxnState.ABORTING
+                await self._end(commit=False)
+                self.state = TxnState.READY
 
     def cancel(self) -> list[asyncio.Task[None]]:
         """The producer closes now: stop whatever runs."""

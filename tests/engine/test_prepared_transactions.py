@@ -198,3 +198,20 @@ async def test_ending_by_handle_checks_its_argument(cluster: ScriptedCluster) ->
     async with committer(cluster) as q:
         with pytest.raises(TypeError, match="takes a PreparedTransaction, got tuple"):
             await q.commit_prepared_transaction(("txn-1", 5000, 0))  # type: ignore[arg-type]
+
+
+async def test_close_aborts_a_prepared_transaction_whose_handle_never_reached_the_caller(
+    cluster: ScriptedCluster,
+) -> None:
+    async with producer(cluster, max_block_ms=1000) as p:
+        p.begin_transaction()
+        cluster.nodes[1].holding = True  # the record's answer is held: the prepare waits for it
+        await p.send("t", b"v", partition=0)
+        with pytest.raises(KafkaTimeoutError, match="prepare_transaction"):
+            await p.prepare_transaction()
+        cluster.nodes[1].release()  # the prepare completes in the background, its handle unseen
+    (end,) = requests(cluster, m.EndTxnRequest)
+    assert end.committed is False  # type: ignore[attr-defined]
+    assert cluster.partition("t", 0).values == [b"v"]
+    assert cluster.partition("t", 0).committed == []
+    assert not cluster.coordinator.transactions["txn-1"].ongoing

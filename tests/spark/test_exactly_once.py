@@ -91,9 +91,9 @@ def test_a_retried_task_writes_every_row_once_and_a_rerun_writes_nothing(
     bootstrap = tansu_broker.bootstrap
     topic = new_topic(bootstrap)
     # In executors mode the first attempt of Spark partition 1 writes part of its rows before its
-    # input ends (about 13,000 of 15,000 here; with fewer rows its writer has not started yet).
+    # input ends (about 6,000 of 7,500 here; with fewer rows its writer has not started yet).
     # In driver mode Spark hands the driver whole partitions only: a small frame does.
-    rows = 40_000 if mode == "executors" else 6_000
+    rows = 20_000 if mode == "executors" else 6_000
     df = failing_frame(spark, rows, fail_at=rows * 7 // 8)  # in Spark partition 1
     write_id = f"eos-test-{uuid.uuid4().hex[:8]}"
     report = write_dataframe(
