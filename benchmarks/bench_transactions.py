@@ -7,8 +7,8 @@
                              N records, the marker offset, prepare, close; then another producer
                              commits the transaction by its handle.
 
-Each method runs for ``--seconds`` after a short untimed warm-up; rounds are interleaved. Every
-transaction is checked committed afterwards (the topic holds what was committed).
+Each run has a fresh broker and runs for ``--seconds`` after a short untimed warm-up; rounds are
+interleaved. Every transaction is checked committed afterwards (the topic holds what was committed).
 
     python benchmarks/bench_transactions.py [--records 1] [--seconds 5] [--repeat 3] [--json out.json]
 """
@@ -104,24 +104,23 @@ def main() -> None:
     args = parser.parse_args()
     methods = {name: METHODS[name] for name in (args.only or METHODS)}
     results: dict[str, list[float]] = {name: [] for name in methods}
-    with Tansu() as broker:
-        bootstrap = broker.bootstrap
-        for method in methods.values():  # untimed: connections, imports
-            topic = f"bench-txn-{uuid.uuid4().hex[:10]}"
-            create_topic(bootstrap, topic, 1)
-            method(bootstrap, topic, args.records, 0.5)
-        for round_ in range(args.repeat):
-            for name, method in methods.items():
+    # A fresh broker for every run: Tansu slows down as the transactions it has seen pile up
+    # (every client alike, by half within a few thousand), which would favour whoever runs first.
+    for round_ in range(args.repeat):
+        for name, method in methods.items():
+            with Tansu() as broker:
+                bootstrap = broker.bootstrap
                 topic = f"bench-txn-{uuid.uuid4().hex[:10]}"
                 create_topic(bootstrap, topic, 1)
+                warm = method(bootstrap, topic, args.records, 0.5)  # untimed: connections, imports
                 started = time.perf_counter()
                 done = method(bootstrap, topic, args.records, args.seconds)
                 rate = done / (time.perf_counter() - started)
                 held = count_records(bootstrap, topic)
-                if held != done * args.records:
-                    raise RuntimeError(f"{name}: {done} transactions of {args.records} committed, {held} records held")
-                results[name].append(rate)
-                print(f"round {round_ + 1}: {name:18} {rate:>8,.1f} transactions/s", file=sys.stderr)
+            if held != (warm + done) * args.records:
+                raise RuntimeError(f"{name}: {warm + done} transactions of {args.records} committed, {held} held")
+            results[name].append(rate)
+            print(f"round {round_ + 1}: {name:18} {rate:>8,.1f} transactions/s", file=sys.stderr)
     info = machine_info()
     print(
         f"\n{args.records} record(s) per transaction, Tansu {tansu_version()}, "
