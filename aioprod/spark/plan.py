@@ -1,7 +1,8 @@
 """The plan of a write: everything a partition's writer needs, as plain picklable data.
 
 The closure shipped to the executors captures only a :class:`Plan` (producer options as a
-dict, the topic, the column layout, the error policy), never a producer or a SparkSession.
+dict, the topic, the column layout, the error policy) — and for an exactly-once write the
+accumulator its tasks report their transactions to — never a producer or a SparkSession.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
 
 @dataclass(frozen=True)
 class Plan:
-    """Plain, picklable description of a write. The executor closure captures only this."""
+    """Plain, picklable description of a write: what the executor closure captures."""
 
     options: dict[str, Any]
     topic: str | None

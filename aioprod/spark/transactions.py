@@ -57,19 +57,27 @@ def decode(text: str) -> PreparedTransaction:
 
 
 def abort_after_failed_job(plan: Plan, accumulator: Accumulator[list[str]] | None) -> None:
-    """The Spark job failed: abort what its finished tasks prepared. Best effort: the failure
-    the caller raises matters more; a transaction left open is aborted by the coordinator
-    after ``transaction_timeout_ms``, or by the next run with the same write id."""
-    handles = [] if accumulator is None else [(-1, decode(text)) for text in accumulator.value]
+    """The Spark job failed: abort what its finished tasks prepared."""
+    _abort_all(plan, _accumulated(accumulator), "the Spark job failed")
+
+
+def _abort_all(plan: Plan, handles: Sequence[tuple[int, PreparedTransaction]], why: str) -> None:
+    """Best effort: the failure the caller reports matters more, and a transaction left open is
+    aborted by the coordinator after ``transaction_timeout_ms``, or by a rerun with the same write id."""
     if not handles:
         return
     try:
-        errors = end_all(plan, handles, commit=False)
+        failures = end_all(plan, handles, commit=False)
     except Exception as exc:
-        log.warning("could not abort the %d prepared transaction(s) of write %s: %r", len(handles), plan.write_id, exc)
+        log.warning("could not abort the %d transaction(s) of write %s (%s): %r", len(handles), plan.write_id, why, exc)
         return
-    for _, prepared, error in errors:
-        log.info("aborting %s after the failed job: %s", prepared.transactional_id, error)
+    for partition, prepared, error in failures:
+        log.info("aborting %s (partition %s; %s): %s", prepared.transactional_id, partition, why, error)
+
+
+def _accumulated(accumulator: Accumulator[list[str]] | None) -> list[tuple[int, PreparedTransaction]]:
+    """What the tasks reported through the accumulator (their partitions unknown: -1)."""
+    return [] if accumulator is None else [(-1, decode(text)) for text in accumulator.value]
 
 
 def end_transactions(
@@ -80,12 +88,12 @@ def end_transactions(
     prepared = [(r["spark_partition"], decode(r["prepared"])) for r in rows if r["prepared"]]
     if any(r["aborted"] or r["failed"] for r in rows):
         # Also what other attempts of the tasks prepared (the accumulator has every successful one).
-        extra = [] if accumulator is None else [(-1, decode(text)) for text in accumulator.value]
         seen = {h for _, h in prepared}
-        failures = end_all(plan, prepared + [(p, h) for p, h in extra if h not in seen], commit=False)
-        for partition, handle, error in failures:
-            log.info("aborting %s (partition %s): %s", handle.transactional_id, partition, error)
-        return {r["spark_partition"] for r in rows}, "every transaction of the write was aborted: nothing is visible"
+        extra = [(p, h) for p, h in _accumulated(accumulator) if h not in seen]
+        _abort_all(plan, prepared + extra, "a partition could not write")
+        return {
+            r["spark_partition"] for r in rows
+        }, "no transaction of the write was committed (they are aborted): nothing is visible"
     failures = end_all(plan, prepared, commit=True)
     if not failures:
         return set(), None

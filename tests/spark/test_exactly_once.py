@@ -256,7 +256,10 @@ def test_a_partition_that_cannot_write_aborts_every_transaction(tansu_broker: Ta
     rows = [result_row(0, run_task(plan, 0, [b"fine"])), result_row(1, None)]
     rows[1].update(aborted="ProducerFatalError: ...", failed=0)
     invisible, message = spark_transactions.end_transactions(plan, rows, None, 1)
-    assert (invisible, message) == ({0, 1}, "every transaction of the write was aborted: nothing is visible")
+    assert (invisible, message) == (
+        {0, 1},
+        "no transaction of the write was committed (they are aborted): nothing is visible",
+    )
     assert logs(bootstrap, topic) == TransactionalLog(committed=[], aborted=[b"fine"], open=[])
 
 
