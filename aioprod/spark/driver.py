@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,10 @@ def write_from_driver(df: DataFrame, plan: Plan, transport: str, progress: Progr
         tally = write_partition(unit, chunks)
     else:
         tally = unit.finish()
+    if plan.exactly_once and (tally.aborted is not None or tally.failed):
+        tally.written, tally.topics = 0, Counter()  # its transaction was not committed (or not surely)
+        if tally.aborted is None:
+            tally.aborted = "the transaction was aborted: nothing is visible"
     skipped = [0] if tally.skipped else []
     return tally.report("driver", used, time.monotonic() - started, write_id=plan.write_id, partitions_skipped=skipped)
 

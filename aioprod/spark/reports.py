@@ -58,9 +58,10 @@ class PartitionReport:
 class WriteReport:
     """The outcome of :func:`aioprod.spark.write_dataframe`.
 
-    In an exactly-once write, ``rows_written`` and ``topics`` count the rows committed by this
-    run: visible to ``read_committed`` readers (``PartitionReport.rows_written`` counts what each
-    task delivered into its transaction).
+    In an exactly-once write, ``rows_written`` and ``topics`` count the rows this run committed,
+    as far as it knows (a commit whose answer never came is not counted): what ``read_committed``
+    readers see of it. ``PartitionReport.rows_written`` counts what each task delivered into its
+    transaction.
     """
 
     mode: str

@@ -19,7 +19,7 @@ import pytest
 
 from aioprod.errors import ConfigError, InvalidTransactionTimeoutError, ProducerFatalError
 from aioprod.producer.transactions import PreparedTransaction
-from aioprod.spark import Mode, write_dataframe, writer
+from aioprod.spark import Mode, WriteError, write_dataframe, writer
 from aioprod.spark import transactions as spark_transactions
 from aioprod.spark.chunks import Chunk
 from aioprod.spark.plan import Plan, producer_options
@@ -129,6 +129,22 @@ def test_a_failed_job_leaves_nothing_visible(spark: Any, tansu_broker: TansuBrok
     if mode == "driver":  # the driver's one transaction was aborted when its input raised
         assert log.open == []
         assert set(numbers(log.aborted)) <= set(range(1000))  # what of partition 0 was sent
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_row_that_cannot_be_written_leaves_nothing_visible(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
+    bootstrap = tansu_broker.bootstrap
+    topic = new_topic(bootstrap)
+    rows = [(topic, str(i)) for i in range(40)]
+    rows[30] = ("not a topic!", "30")  # refused before it is queued; the rows of the other partition are fine
+    df = spark.createDataFrame(rows, "topic string, value string").repartition(2)
+    with pytest.raises(WriteError, match="illegal topic name") as info:
+        write_dataframe(df, bootstrap_servers=bootstrap, mode=mode, exactly_once=True)
+    report = info.value.report
+    assert (report.rows_written, report.rows_failed, report.topics) == (0, 1, {})
+    assert "nothing is visible" in str(info.value)
+    log = logs(bootstrap, topic)
+    assert (log.committed, log.open) == ([], [])
 
 
 def test_a_driver_that_dies_while_committing_is_finished_by_a_rerun(
