@@ -265,20 +265,6 @@ def test_a_failed_job_aborts_what_its_finished_tasks_prepared(tansu_broker: Tans
     assert logs(bootstrap, topic) == TransactionalLog(committed=[], aborted=[b"finished"], open=[])
 
 
-def test_a_partition_that_cannot_write_aborts_every_transaction(tansu_broker: TansuBroker) -> None:
-    bootstrap = tansu_broker.bootstrap
-    topic = new_topic(bootstrap)
-    plan = exactly_once_plan(bootstrap, topic)
-    rows = [result_row(0, run_task(plan, 0, [b"fine"])), result_row(1, None)]
-    rows[1].update(aborted="ProducerFatalError: ...", failed=0)
-    invisible, message = spark_transactions.end_transactions(plan, rows, None, 1)
-    assert (invisible, message) == (
-        {0, 1},
-        "no transaction of the write was committed (they are aborted): nothing is visible",
-    )
-    assert logs(bootstrap, topic) == TransactionalLog(committed=[], aborted=[b"fine"], open=[])
-
-
 def test_exactly_once_arguments_are_checked_before_anything_runs(spark: Any) -> None:
     df = spark.createDataFrame([("v",)], "value string")
     with pytest.raises(ValueError, match="errors='report' does not apply"):
