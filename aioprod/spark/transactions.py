@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 #: Transactions ended at once from the driver.
 _CONCURRENT_ENDS = 32
+_NOTHING_COMMITTED = "no transaction of the write was committed (they are aborted): nothing is visible"
 
 
 class _Handles:
@@ -91,9 +92,7 @@ def end_transactions(
         seen = {h for _, h in prepared}
         extra = [(p, h) for p, h in _accumulated(accumulator) if h not in seen]
         _abort_all(plan, prepared + extra, "a partition could not write")
-        return {
-            r["spark_partition"] for r in rows
-        }, "no transaction of the write was committed (they are aborted): nothing is visible"
+        return {r["spark_partition"] for r in rows}, _NOTHING_COMMITTED
     failures = end_all(plan, prepared, commit=True)
     if not failures:
         return set(), None
@@ -115,7 +114,7 @@ def end_transactions(
 
 def _outcome(error: BaseException) -> str:
     if isinstance(error, PreparedTransactionError):
-        return f"not committed, its rows are lost to readers ({error})"
+        return f"not committed, its rows are not visible ({error})"
     return f"commit in doubt ({type(error).__name__}: {error})"
 
 

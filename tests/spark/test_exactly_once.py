@@ -241,7 +241,7 @@ def test_a_partition_fenced_after_it_prepared_fails_the_commit_loudly_and_a_reru
     assert message is not None
     assert message.startswith("1 of 2 partitions could not be committed (partition 0: ")
     # Kafka answers PRODUCER_FENCED (not committed); Tansu closes the connection, so the commit times out (in doubt).
-    assert "not committed, its rows are lost to readers" in message or "commit in doubt" in message
+    assert "not committed, its rows are not visible" in message or "commit in doubt" in message
     assert f"write_id={plan.write_id!r}" in message
     assert "The write took 1000s, longer than transaction_timeout_ms (900000 ms)" in message
     assert logs(bootstrap, topic).committed == [b"other"]
