@@ -121,6 +121,18 @@ class TransactionAbortedError(TransactionError):
     """The record's transaction was aborted before the record was sent."""
 
 
+class PreparedTransactionError(TransactionError):
+    """A prepared transaction (see ``Producer.prepare_transaction``) cannot be ended as asked:
+    it is no longer open under its producer id and epoch. A newer producer with its
+    transactional id fenced it, the coordinator aborted it when it outlived its transaction
+    timeout, or it had already ended the other way. ``prepared`` is its handle; the broker's
+    answer is the ``__cause__``."""
+
+    def __init__(self, message: str, prepared: Any) -> None:
+        super().__init__(message)
+        self.prepared = prepared
+
+
 class AuthenticationError(KafkaError):
     """A broker refused this client's credentials, or the client refused the broker's.
 

@@ -37,7 +37,7 @@ from aioprod.metrics import MetricsSnapshot
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
 from aioprod.producer.record_future import RecordMetadata
-from aioprod.producer.transactions import ConsumerGroupMetadata, OffsetAndMetadata
+from aioprod.producer.transactions import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction
 
 __all__ = ["SyncProducer"]
 
@@ -278,6 +278,21 @@ class SyncProducer:
         """Commit consumer offsets with the transaction (see
         :meth:`aioprod.Producer.send_offsets_to_transaction`)."""
         self._call(self._max_block + _GRACE, self._producer.send_offsets_to_transaction, offsets, group)
+
+    def prepare_transaction(self) -> PreparedTransaction:
+        """Deliver the transaction and leave it open for another process to end; returns its
+        handle (see :meth:`aioprod.Producer.prepare_transaction`)."""
+        return self._call(self._max_block + _GRACE, self._producer.prepare_transaction)
+
+    def commit_prepared_transaction(self, prepared: PreparedTransaction) -> None:
+        """Commit a transaction another producer prepared (see
+        :meth:`aioprod.Producer.commit_prepared_transaction`)."""
+        self._call(self._max_block + _GRACE, self._producer.commit_prepared_transaction, prepared)
+
+    def abort_prepared_transaction(self, prepared: PreparedTransaction) -> None:
+        """Abort a transaction another producer prepared (see
+        :meth:`aioprod.Producer.abort_prepared_transaction`)."""
+        self._call(self._max_block + _GRACE, self._producer.abort_prepared_transaction, prepared)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[SyncProducer]:

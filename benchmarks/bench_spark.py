@@ -10,6 +10,8 @@ value binary, one header), every method writing it to a fresh topic:
 - ``aioprod-executors``    ``write_dataframe(mode="executors")``: Arrow batches via ``mapInArrow``.
 - ``aioprod-driver``       ``write_dataframe(mode="driver")``: Arrow batches streamed to the driver.
 - ``aioprod-*-rows``       the same two with ``transport="rows"`` (Spark Rows), to show what Arrow buys.
+- ``aioprod-*-eos``        the same two with ``exactly_once=True``: a transaction per Spark partition
+  (executors) or for the whole frame (driver), committed once the write has succeeded.
 
 Every method runs once untimed on a small frame first (Python workers, JIT, connections),
 then the timed runs are interleaved round by round so that machine noise hits all alike.
@@ -32,6 +34,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from common import count_records, print_rates
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -87,11 +91,13 @@ def aiokafka_driver(df: Any, bootstrap: str, topic: str) -> None:
 # -- aioprod -------------------------------------------------------------------------------------
 
 
-def aioprod_method(mode: Any, transport: Any) -> Method:
+def aioprod_method(mode: Any, transport: Any, exactly_once: bool = False) -> Method:
     def run(df: Any, bootstrap: str, topic: str) -> None:
         from aioprod.spark import write_dataframe
 
-        report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, mode=mode, transport=transport)
+        report = write_dataframe(
+            df, bootstrap_servers=bootstrap, topic=topic, mode=mode, transport=transport, exactly_once=exactly_once
+        )
         if report.transport != transport:
             raise RuntimeError(f"asked for transport {transport}, got {report.transport}")
 
@@ -102,14 +108,21 @@ METHODS: dict[str, Method] = {
     "confluent-executors": confluent_executors,
     "aioprod-executors": aioprod_method("executors", "arrow"),
     "aioprod-executors-rows": aioprod_method("executors", "rows"),
+    "aioprod-executors-eos": aioprod_method("executors", "arrow", exactly_once=True),
     "aiokafka-driver": aiokafka_driver,
     "aioprod-driver": aioprod_method("driver", "arrow"),
     "aioprod-driver-rows": aioprod_method("driver", "rows"),
+    "aioprod-driver-eos": aioprod_method("driver", "arrow", exactly_once=True),
 }
 #: What users write today, without aioprod.
 BASELINES = ("confluent-executors", "aiokafka-driver")
 #: (ours, the counterpart it is measured against)
-PAIRS = [("aioprod-executors", "confluent-executors"), ("aioprod-driver", "aiokafka-driver")]
+PAIRS = [
+    ("aioprod-executors", "confluent-executors"),
+    ("aioprod-driver", "aiokafka-driver"),
+    ("aioprod-executors-eos", "aioprod-executors"),
+    ("aioprod-driver-eos", "aioprod-driver"),
+]
 
 
 # -- harness -------------------------------------------------------------------------------------
@@ -136,37 +149,6 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
-
-
-def count_records(bootstrap: str, topic: str, timeout: float = 60.0) -> int:
-    """Records in the topic, counted by reading them all (Tansu's end offsets count batches)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-count",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "log_level": 0,
-        }
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        pending, count = set(partitions), 0
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(10_000, 0.5):
-                if msg.error() is None:
-                    count += 1
-                elif msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                else:
-                    raise RuntimeError(f"consume error: {msg.error()}")
-        return count
-    finally:
-        consumer.close()
 
 
 def timed(method: Method, df: Any, rows: int, bootstrap: str, topic_partitions: int) -> float:
@@ -243,9 +225,7 @@ def main() -> None:
         f"{args.master}, Tansu, topics of {args.topic_partitions} partitions; median (best) of {args.repeat}"
     )
     print(", ".join(f"{k} {v}" for k, v in info.items()))
-    print(f"\n{'method':24} {'rows/s median':>14} {'best':>10}")
-    for name, rates in results.items():
-        print(f"{name:24} {statistics.median(rates):>14,.0f} {max(rates):>10,.0f}")
+    print_rates(results, "rows/s")
     ratios = {}
     for ours, theirs in PAIRS:
         if ours in results and theirs in results:

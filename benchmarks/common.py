@@ -11,6 +11,7 @@ import importlib.metadata
 import os
 import platform
 import re
+import statistics
 import subprocess
 import time
 
@@ -127,6 +128,46 @@ def system_steal_seconds() -> float:
     """CPU seconds the hypervisor has stolen from all CPUs since boot (from /proc/stat)."""
     with open("/proc/stat") as f:
         return int(f.readline().split()[8]) / CLOCK_TICKS
+
+
+def count_records(bootstrap: str, topic: str, timeout: float = 60.0) -> int:
+    """Records in the topic as a consumer sees them, counted by reading them all (Tansu's end
+    offsets count batches; transaction markers take offsets too)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-count",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "log_level": 0,
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        pending, count = set(partitions), 0
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(10_000, 0.5):
+                if msg.error() is None:
+                    count += 1
+                elif msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                else:
+                    raise RuntimeError(f"consume error: {msg.error()}")
+        return count
+    finally:
+        consumer.close()
+
+
+def print_rates(results: dict[str, list[float]], unit: str, decimals: int = 0) -> None:
+    """One line per method: the median and the best of its rates."""
+    width = max(len(name) for name in results) + 2
+    print(f"\n{'method':{width}} {unit + ' median':>18} {'best':>10}")
+    for name, rates in results.items():
+        print(f"{name:{width}} {statistics.median(rates):>18,.{decimals}f} {max(rates):>10,.{decimals}f}")
 
 
 def package_version(name: str) -> str:

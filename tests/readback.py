@@ -85,8 +85,23 @@ def read_topic(
         consumer.close()
 
 
+@dataclass
+class TransactionalLog:
+    """One partition's log sorted by the markers: what a read_committed reader sees, what was
+    aborted, and what no marker has ended yet (a transaction still open)."""
+
+    committed: list[bytes | None]
+    aborted: list[bytes | None]
+    open: list[bytes | None]
+
+
 async def read_committed_from_markers(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes | None]]:
-    """What a read_committed consumer sees, worked out from the raw log.
+    """What a read_committed consumer sees, worked out from the raw log (see :func:`read_transactional_log`)."""
+    return {p: log.committed for p, log in (await read_transactional_log(bootstrap, topic, partitions)).items()}
+
+
+async def read_transactional_log(bootstrap: str, topic: str, partitions: int) -> dict[int, TransactionalLog]:
+    """Every partition's records, sorted by the transaction markers that follow them.
 
     Neither test broker filters aborted transactions for read_committed fetches (Tansu
     writes the commit and abort markers but reports no aborted transactions; librdkafka's
@@ -105,12 +120,12 @@ async def read_committed_from_markers(bootstrap: str, topic: str, partitions: in
     try:
         client.add_topic(topic)
         await client.force_metadata_update()
-        visible: dict[int, list[bytes | None]] = {}
+        logs: dict[int, TransactionalLog] = {}
         for partition in range(partitions):
             leader = client.cluster.leader_for_partition(AioTopicPartition(topic, partition))
-            request = FetchRequest(1000, 1, 64 << 20, 0, [(topic, [(partition, 0, 64 << 20)])])
+            request = FetchRequest(1000, 0, 64 << 20, 0, [(topic, [(partition, 0, 64 << 20)])])  # min_bytes 0: no wait
             response = await client.send(leader, request)
-            seen: list[bytes | None] = []
+            log = TransactionalLog([], [], [])
             pending: dict[int, list[bytes | None]] = {}
             for _name, parts in response.topics:
                 for part in parts:
@@ -121,12 +136,15 @@ async def read_committed_from_markers(bootstrap: str, topic: str, partitions: in
                             (marker,) = list(batch)
                             values = pending.pop(batch.producer_id, [])
                             if marker.key[2:4] == b"\x00\x01":  # control type 1: COMMIT (0: ABORT)
-                                seen.extend(values)
+                                log.committed.extend(values)
+                            else:
+                                log.aborted.extend(values)
                         elif batch.is_transactional:
                             pending.setdefault(batch.producer_id, []).extend(r.value for r in batch)
                         else:
-                            seen.extend(r.value for r in batch)
-            visible[partition] = seen
-        return visible
+                            log.committed.extend(r.value for r in batch)
+            log.open = [value for values in pending.values() for value in values]
+            logs[partition] = log
+        return logs
     finally:
         await client.close()

@@ -321,3 +321,22 @@ def test_transactions_from_a_thread(tansu_broker: TansuBroker, topic: str) -> No
         p.commit_transaction()
     visible = asyncio.run(read_committed_from_markers(tansu_broker.bootstrap, topic, 1))
     assert visible[0] == [b"kept", b"also kept"]
+
+
+def test_a_transaction_prepared_in_one_thread_is_committed_from_another_producer(
+    tansu_broker: TansuBroker, topic: str
+) -> None:
+    bootstrap = tansu_broker.bootstrap
+    with SyncProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-kept") as p:
+        p.begin_transaction()
+        p.send(topic, b"kept", partition=0)
+        kept = p.prepare_transaction()
+    with SyncProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-dropped") as p:
+        p.begin_transaction()
+        p.send(topic, b"dropped", partition=0)
+        dropped = p.prepare_transaction()
+    with SyncProducer(bootstrap_servers=bootstrap) as q:
+        q.commit_prepared_transaction(kept)
+        q.abort_prepared_transaction(dropped)
+    visible = asyncio.run(read_committed_from_markers(bootstrap, topic, 1))
+    assert visible[0] == [b"kept"]

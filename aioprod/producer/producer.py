@@ -7,9 +7,9 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from aioprod.cluster.metadata import ClusterSnapshot, Metadata
 from aioprod.config import ProducerConfig
@@ -29,15 +29,18 @@ from aioprod.net.pool import ConnectionPool
 from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import Headers, SendGroup, TopicPartition
+from aioprod.producer.coordinators import Coordinators, committed_offsets
 from aioprod.producer.partitioner import Partitioner, partition_for_key
 from aioprod.producer.record_future import RecordFuture, RecordMetadata
 from aioprod.producer.sender import Sender
 from aioprod.producer.transactions import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
+    PreparedTransaction,
     TransactionManager,
     as_group,
     as_offsets,
+    end_prepared,
 )
 from aioprod.protocol.messages import (
     ListOffsetsRequest,
@@ -47,6 +50,8 @@ from aioprod.protocol.messages import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _MAX_TOPIC_LENGTH = 249
@@ -112,6 +117,7 @@ class Producer:
             metrics=metrics,
         )
         self._metadata = Metadata(self.config, self._pool, metrics)
+        self._coordinators = Coordinators(self.config, self._metadata, self._pool, name=self.config.client_id)
         self._accumulator = RecordAccumulator(self.config, self._wakeup, metrics)
         self._sender = Sender(self.config, self._metadata, self._pool, self._accumulator, self._set_fatal, metrics)
         metrics.start(self._loop, self._accumulator.pool, self._pool, self._metadata)
@@ -561,6 +567,78 @@ class Producer:
         txn = self._transactions("send_offsets_to_transaction")
         checked, metadata = as_offsets(offsets), as_group(group)
         await txn.run("send_offsets_to_transaction", lambda: txn.send_offsets(checked, metadata))
+
+    async def prepare_transaction(self) -> PreparedTransaction:
+        """Deliver every record of the transaction and leave it open, for another process to
+        commit or abort: the first phase of a two-phase commit.
+
+        Returns the transaction's :class:`PreparedTransaction` (transactional id, producer id,
+        epoch): plain data that crosses processes. Any producer ends it with
+        :meth:`commit_prepared_transaction` or :meth:`abort_prepared_transaction`; until then
+        ``read_committed`` readers see none of it, and the coordinator aborts it when
+        ``transaction_timeout_ms`` passes. This producer can then only close, and ``close()``
+        leaves the transaction open (it aborts it only if no call returned the handle: a
+        :class:`~aioprod.errors.KafkaTimeoutError` that was not followed by another call). A
+        newer producer with the same ``transactional_id`` fences it (aborts it). Raises as
+        :meth:`commit_transaction` does when the transaction cannot commit, and
+        :class:`~aioprod.errors.TransactionStateError` for an empty one.
+        """
+        txn = self._transactions("prepare_transaction")
+        if txn.prepared is None:
+            await txn.run("prepare_transaction", lambda: txn.prepare(self._settle_transaction))
+        assert txn.prepared is not None
+        return txn.prepared
+
+    async def commit_prepared_transaction(self, prepared: PreparedTransaction) -> None:
+        """Commit a transaction another producer prepared (see :meth:`prepare_transaction`).
+
+        Any producer can: it needs no ``transactional_id`` of its own. Committing again what is
+        committed succeeds, so a commit whose outcome is unknown (it raised
+        :class:`~aioprod.errors.KafkaTimeoutError`) can simply be repeated. Raises
+        :class:`~aioprod.errors.PreparedTransactionError` when the transaction is no longer open
+        under its epoch: fenced by a newer producer with its transactional id, aborted by the
+        coordinator after its timeout, or aborted already; its records will never be visible.
+        Bounded by ``max_block_ms``.
+        """
+        await self._end_prepared("commit_prepared_transaction", prepared, commit=True)
+
+    async def abort_prepared_transaction(self, prepared: PreparedTransaction) -> None:
+        """Abort a transaction another producer prepared (see :meth:`prepare_transaction`).
+
+        Raises :class:`~aioprod.errors.PreparedTransactionError` when it is no longer open under
+        its epoch (fenced, timed out, committed already). Bounded by ``max_block_ms``.
+        """
+        await self._end_prepared("abort_prepared_transaction", prepared, commit=False)
+
+    async def _end_prepared(self, name: str, prepared: PreparedTransaction, *, commit: bool) -> None:
+        if not isinstance(prepared, PreparedTransaction):
+            raise TypeError(f"{name}() takes a PreparedTransaction, got {type(prepared).__name__}")
+        await self._coordinator_call(
+            f"{name}({prepared.transactional_id!r})", lambda: end_prepared(self._coordinators, prepared, commit=commit)
+        )
+
+    async def _committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        """The offsets committed for a consumer group (stable: waits out transactions ending).
+        Not public API: aioprod.spark's exactly-once writes read their commit markers with it."""
+        return await self._coordinator_call(
+            f"OffsetFetch for group {group_id!r}", lambda: committed_offsets(self._coordinators, group_id)
+        )
+
+    async def _coordinator_call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a request to a coordinator, retried as its answers allow, within ``max_block_ms``."""
+        if self._state != _STARTED:
+            self._raise_not_open()
+        try:
+            async with asyncio.timeout(self._max_block) as deadline:
+                return await call()
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            last = self._coordinators.last_error
+            raise KafkaTimeoutError(
+                f"{what} did not complete within max_block_ms ({self.config.max_block_ms} ms)"
+                + (f"; the last answer: {last}" if last is not None else "")
+            ) from None
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Producer]:

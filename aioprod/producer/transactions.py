@@ -4,7 +4,9 @@ KIP-890's transactions v2.
 The state follows the Java client's ``TransactionManager``: UNINITIALIZED → INITIALIZING →
 READY ⇄ IN_TRANSACTION → COMMITTING / ABORTING → READY; a transaction that cannot commit
 is in ABORTABLE_ERROR (abort it, and the producer goes on); an error nothing can repair
-is FATAL_ERROR (close the producer).
+is FATAL_ERROR (close the producer). Beyond Java: IN_TRANSACTION → PREPARING → PREPARED
+delivers the transaction and leaves it open for another process to end by its handle
+(:class:`PreparedTransaction`, :func:`end_prepared`); a PREPARED producer can only close.
 
 Under transactions v1 every partition joins the transaction (AddPartitionsToTxn to the
 transaction coordinator) before its first batch is sent: the sender holds such batches
@@ -27,24 +29,22 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn
 
 from aioprod.cluster.metadata import Metadata
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
     BrokerResponseError,
+    BrokerTransactionAbortableError,
     ClusterAuthorizationFailedError,
-    ConcurrentTransactionsError,
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
     InvalidTxnStateError,
     KafkaError,
     KafkaTimeoutError,
-    NotCoordinatorError,
-    OperationNotAttemptedError,
+    PreparedTransactionError,
     ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
@@ -53,12 +53,11 @@ from aioprod.errors import (
     TransactionalIdAuthorizationFailedError,
     TransactionStateError,
     UnknownMemberIdError,
-    UnknownTopicOrPartitionError,
-    error_for_code,
 )
 from aioprod.net.connection import BrokerConnection
-from aioprod.net.pool import ConnectionPool, exponential_backoff
+from aioprod.net.pool import ConnectionPool
 from aioprod.producer.batch import TopicPartition
+from aioprod.producer.coordinators import GROUP, TRANSACTION, Coordinators
 from aioprod.producer.idempotence import IdempotenceState
 from aioprod.protocol import versions
 from aioprod.protocol.messages import (
@@ -69,8 +68,6 @@ from aioprod.protocol.messages import (
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
@@ -79,29 +76,12 @@ from aioprod.protocol.messages import (
     TxnOffsetCommitRequestTopic,
     TxnOffsetCommitResponse,
 )
-from aioprod.protocol.schema import Request, Response
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R", bound=Response)
-
-GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
-
 #: Operations that take no arguments: calling one again waits for (or reports) the first.
-_RESUMABLE = frozenset({"start", "commit_transaction", "abort_transaction"})
+_RESUMABLE = frozenset({"start", "commit_transaction", "abort_transaction", "prepare_transaction"})
 
-#: Answers after which the operation is tried again, the coordinator looked up anew first.
-_FIND_AGAIN = frozenset({CoordinatorNotAvailableError.code, NotCoordinatorError.code})
-#: Answers after which the operation is tried again as it is, after a backoff.
-_RETRY = frozenset(
-    {
-        CoordinatorLoadInProgressError.code,
-        ConcurrentTransactionsError.code,
-        UnknownTopicOrPartitionError.code,
-        OperationNotAttemptedError.code,
-        7,  # REQUEST_TIMED_OUT
-    }
-)
 #: Answers that leave the producer unusable (Java's fatal transactional errors).
 _FATAL = frozenset(
     {
@@ -138,6 +118,12 @@ class TxnState(enum.Enum):
     ABORTING = "aborting"
     ABORTABLE_ERROR = "in a transaction that must be aborted"
     FATAL_ERROR = "failed"
+    PREPARING = "preparing its transaction"
+    PREPARED = "holding a prepared transaction (another process ends it; this producer can only close)"
+
+
+#: The states in which the transaction's records are delivered before it ends or is handed over.
+_DELIVERING = (TxnState.COMMITTING, TxnState.PREPARING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +144,19 @@ class ConsumerGroupMetadata:
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """The handle of a transaction left open by :meth:`aioprod.Producer.prepare_transaction`:
+    enough for any process to commit or abort it. Plain data: it pickles and crosses
+    processes (a Spark task hands it to the driver)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    #: 2 when the transaction ran under transactions v2 (KIP-890): it is ended with EndTxn v5.
+    transaction_version: int = 1
 
 
 class TransactionManager:
@@ -187,7 +186,14 @@ class TransactionManager:
         self.error: KafkaError | None = None
         #: This transaction speaks transactions v2 (decided when it begins).
         self.v2 = False
-        self._coordinators: dict[tuple[int, str], int] = {}
+        self._coordinators = Coordinators(
+            config,
+            metadata,
+            pool,
+            name=f"transaction {self.transactional_id!r}",
+            fatal_codes=_FATAL,
+            on_fatal=self.fatal,
+        )
         #: Partitions in the coordinator's transaction (v1), or written to (v2).
         self._partitions: set[TopicPartition] = set()
         self._to_add: set[TopicPartition] = set()
@@ -205,7 +211,8 @@ class TransactionManager:
         self._cut_short: KafkaError | None = None
         #: Counts transactions begun: a send() must queue into the one it started in.
         self.generation = 0
-        self._failures = 0
+        #: The handle of the prepared transaction, once PREPARED.
+        self.prepared: PreparedTransaction | None = None
 
     # -- state -------------------------------------------------------------------------------
 
@@ -227,15 +234,17 @@ class TransactionManager:
         transaction. Returns the current transaction's generation."""
         if self.state is TxnState.IN_TRANSACTION and (generation is None or generation == self.generation):
             return self.generation
-        if self.state is TxnState.IN_TRANSACTION or self.state is TxnState.COMMITTING:
+        if self.state is TxnState.IN_TRANSACTION or self.state in _DELIVERING:
             raise TransactionStateError(
-                "the transaction this send() began in ended (it committed or aborted) before the record "
-                "could be queued; the record was not sent"
+                "the transaction this send() began in ended (it committed, aborted or was prepared) before the "
+                "record could be queued; the record was not sent"
             )
         if self.state is TxnState.ABORTABLE_ERROR:
             raise self._must_abort()
         if self.state is TxnState.FATAL_ERROR:
             raise ProducerFatalError(f"the transactional producer failed: {self.error}") from self.error
+        if self.state is TxnState.PREPARED:
+            raise TransactionStateError(f"send() is not allowed: the producer is {self._where()}")
         raise TransactionStateError(
             f"send() needs an open transaction: call begin_transaction() first ({self._where()})"
         )
@@ -255,7 +264,7 @@ class TransactionManager:
 
     def abortable(self, error: KafkaError) -> None:
         """The current transaction cannot commit any more."""
-        if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.ABORTABLE_ERROR):
+        if self.state in (TxnState.IN_TRANSACTION, *_DELIVERING, TxnState.ABORTABLE_ERROR):
             if self.state is not TxnState.ABORTABLE_ERROR:
                 log.info("transaction %r must be aborted: %s", self.transactional_id, error)
                 self.error = error
@@ -305,7 +314,7 @@ class TransactionManager:
         if (
             self._to_add
             and (self._adding is None or self._adding.done())
-            and self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING)
+            and self.state in (TxnState.IN_TRANSACTION, *_DELIVERING)
         ):
             adding, self._to_add = self._to_add, set()
             self._pending = adding
@@ -381,28 +390,54 @@ class TransactionManager:
         )
 
     async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
-        if self.state is TxnState.ABORTABLE_ERROR:
-            raise self._must_abort()
-        if self.state is not TxnState.IN_TRANSACTION:
-            raise self._wrong_state("commit_transaction")
-        self.state = TxnState.COMMITTING
-        await flush()
-        if self.failed:
-            raise self._wrong_state("commit_transaction")
-        if self.state is not TxnState.COMMITTING:  # a record failed meanwhile
-            raise self._must_abort()
+        await self._deliver("commit_transaction", TxnState.COMMITTING, flush)
         try:
             await self._wait_for_adds()
             if self._started or self._maybe_started:
                 await self._end(commit=True)
         except KafkaError as exc:
-            if self.failed or isinstance(exc, TransactionAbortableError):
-                raise
-            self.abortable(exc)
-            raise TransactionAbortableError(
-                f"the transaction could not commit ({exc}): call abort_transaction()"
-            ) from exc
+            self._cannot_end(exc)
         self.state = TxnState.READY
+
+    async def prepare(self, flush: Callable[[], Awaitable[None]]) -> None:
+        """Deliver the transaction and leave it open: every record acknowledged, every partition
+        (and any offsets) in the coordinator's transaction; then only the handle is needed to end it."""
+        await self._deliver("prepare_transaction", TxnState.PREPARING, flush)
+        try:
+            await self._wait_for_adds()
+        except KafkaError as exc:
+            self._cannot_end(exc)
+        if not (self._started or self._maybe_started):
+            self.state = TxnState.IN_TRANSACTION
+            raise TransactionStateError(
+                "prepare_transaction(): the transaction is empty (no record, no offsets), so the coordinator has "
+                "nothing to end; commit or abort it instead"
+            )
+        self.prepared = self._handle()
+        self.state = TxnState.PREPARED
+        log.info("transaction %r prepared: %s", self.transactional_id, self.prepared)
+
+    async def _deliver(self, name: str, state: TxnState, flush: Callable[[], Awaitable[None]]) -> None:
+        """The transaction takes no more records (``state``); wait until every one it has is delivered."""
+        if self.state is TxnState.ABORTABLE_ERROR:
+            raise self._must_abort()
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._wrong_state(name)
+        self.state = state
+        await flush()
+        if self.failed:
+            raise self._wrong_state(name)
+        if self.state is not state:  # a record failed meanwhile
+            raise self._must_abort()
+
+    def _cannot_end(self, error: KafkaError) -> NoReturn:
+        """What commit or prepare raises when a request of its own failed."""
+        if self.failed or isinstance(error, TransactionAbortableError):
+            raise error
+        self.abortable(error)
+        raise TransactionAbortableError(
+            f"the transaction could not commit ({error}): call abort_transaction()"
+        ) from error
 
     async def abort(self, fail_unsent: Callable[[KafkaError], None], flush: Callable[[], Awaitable[None]]) -> None:
         if self.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
@@ -433,7 +468,7 @@ class TransactionManager:
         ident = self._ident
         self._maybe_started = True
         if not self.v2:
-            await self._coordinator_request(
+            await self._coordinators.request(
                 TRANSACTION,
                 self.transactional_id,
                 lambda: AddOffsetsToTxnRequest(
@@ -458,7 +493,7 @@ class TransactionManager:
             )
         topics = [TxnOffsetCommitRequestTopic(name, parts) for name, parts in by_topic.items()]
         try:
-            await self._coordinator_request(
+            await self._coordinators.request(
                 GROUP,
                 group.group_id,
                 lambda: TxnOffsetCommitRequest(
@@ -486,13 +521,14 @@ class TransactionManager:
     async def end_on_close(
         self, fail_unsent: Callable[[KafkaError], None], flush: Callable[[], Awaitable[None]]
     ) -> None:
-        """close() aborts a transaction that is still open (as the Java client does). A
-        commit or abort under way is waited for; the whole is bounded by the transaction
-        timeout, after which the coordinator aborts the transaction anyway."""
+        """close() aborts a transaction that is still open (as the Java client does), but not a
+        prepared one whose handle a caller has. A commit, abort or prepare under way is waited
+        for; the whole is bounded by the transaction timeout, after which the coordinator
+        aborts the transaction anyway."""
         async with asyncio.timeout(self._config.transaction_timeout_ms / 1000):
             op = self._operation
             if op is not None and not op[1].done():
-                if op[0] in ("commit_transaction", "abort_transaction"):
+                if op[0] in ("commit_transaction", "abort_transaction", "prepare_transaction"):
                     await asyncio.wait([op[1]])
                 else:
                     op[1].cancel()
@@ -500,6 +536,13 @@ class TransactionManager:
             if self.in_transaction:
                 log.info("aborting transaction %r: the producer is closing", self.transactional_id)
                 await self.abort(fail_unsent, flush)
+            elif self.state is TxnState.PREPARED and op is not None and self._operation is op:
+                # Prepared, but its handle never reached a caller (prepare_transaction() timed
+                # out or was cancelled): nobody else can end it.
+                log.info("aborting prepared transaction %r: its handle was never returned", self.transactional_id)
+                self.state = TxnState.ABORTING
+                await self._end(commit=False)
+                self.state = TxnState.READY
 
     def cancel(self) -> list[asyncio.Task[None]]:
         """The producer closes now: stop whatever runs."""
@@ -511,7 +554,7 @@ class TransactionManager:
     # -- the requests ----------------------------------------------------------------------------
 
     async def _init_producer_id(self, producer_id: int, epoch: int) -> InitProducerIdResponse:
-        return await self._coordinator_request(
+        return await self._coordinators.request(
             TRANSACTION,
             self.transactional_id,
             lambda: InitProducerIdRequest(
@@ -527,7 +570,7 @@ class TransactionManager:
     async def _bump(self) -> None:
         """KIP-360: a new epoch for the same producer id, so sequences start again."""
         ident = self._ident
-        conn = await self._pool.get(await self._coordinator(TRANSACTION, self.transactional_id))
+        conn = await self._pool.get(await self._coordinators.node(TRANSACTION, self.transactional_id))
         if versions.choose_version(InitProducerIdRequest, conn.api_versions) < 3:
             raise self.fatal(
                 TransactionStateError(
@@ -540,18 +583,10 @@ class TransactionManager:
 
     async def _end(self, *, commit: bool, nothing_open_is_fine: bool = False) -> None:
         ident = self._ident
-        response = await self._coordinator_request(
-            TRANSACTION,
-            self.transactional_id,
-            lambda: EndTxnRequest(
-                transactional_id=self.transactional_id,
-                producer_id=ident.producer_id,
-                producer_epoch=ident.producer_epoch,
-                committed=commit,
-            ),
-            EndTxnResponse,
-            lambda r: [r.error_code],
-            max_version=versions.TRANSACTIONS_V2_VERSIONS[EndTxnRequest.API_KEY] if self.v2 else None,
+        response = await _end_txn(
+            self._coordinators,
+            self._handle(),
+            commit=commit,
             tolerate=frozenset({InvalidTxnStateError.code}) if nothing_open_is_fine else frozenset(),
         )
         if response.error_code:
@@ -566,7 +601,7 @@ class TransactionManager:
         for tp in sorted(adding):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         try:
-            await self._coordinator_request(
+            await self._coordinators.request(
                 TRANSACTION,
                 self.transactional_id,
                 lambda: AddPartitionsToTxnRequest(
@@ -576,9 +611,7 @@ class TransactionManager:
                     v3_and_below_topics=[AddPartitionsToTxnRequestTopic(t, p) for t, p in by_topic.items()],
                 ),
                 AddPartitionsToTxnResponse,
-                lambda r: [
-                    p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition
-                ],
+                _add_partitions_codes,
             )
         except KafkaError as exc:
             self._pending = set()
@@ -596,94 +629,8 @@ class TransactionManager:
             self.poll()
             if self._adding is not None:
                 await asyncio.wait([self._adding])
-            if self.state is not TxnState.COMMITTING:
+            if self.state not in _DELIVERING:
                 raise self._must_abort()
-
-    async def _coordinator(self, key_type: int, key: str) -> int:
-        """The node coordinating ``key`` (a transactional id or a group id)."""
-        node = self._coordinators.get((key_type, key))
-        if node is not None:
-            return node
-        while True:
-            candidate = self._metadata.least_loaded_node()
-            try:
-                if candidate is None:
-                    raise KafkaTimeoutError("no broker can take a request now")
-                conn = await self._pool.get(candidate)
-                response: FindCoordinatorResponse = await conn.send(
-                    FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key])
-                )
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                await self._backoff(exc)
-                continue
-            if response.coordinators:
-                found = response.coordinators[0]
-                code, node_id, host, port = found.error_code, found.node_id, found.host, found.port
-            else:
-                code, node_id, host, port = response.error_code, response.node_id, response.host, response.port
-            if code:
-                error = error_for_code(code, f"FindCoordinator for {key!r}")
-                if code in _FATAL or not error.retriable:
-                    raise error
-                await self._backoff(error)
-                continue
-            self._pool.set_address(node_id, host, port)
-            self._coordinators[(key_type, key)] = node_id
-            self._failures = 0
-            return node_id
-
-    async def _coordinator_request(
-        self,
-        key_type: int,
-        key: str,
-        build: Callable[[], Request],
-        response_cls: type[R],
-        error_codes: Callable[[R], list[int]],
-        *,
-        max_version: int | None = None,
-        tolerate: frozenset[int] = frozenset(),
-    ) -> R:
-        """Send to the coordinator of ``key`` until it answers without a retriable error.
-        A fatal answer fails the producer; any other non-retriable one is raised; an answer
-        in ``tolerate`` is returned as it is."""
-        while True:
-            node = await self._coordinator(key_type, key)
-            try:
-                conn = await self._pool.get(node)
-                response: R = await conn.send(build(), max_version=max_version)
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                self._coordinators.pop((key_type, key), None)
-                await self._backoff(exc)
-                continue
-            assert isinstance(response, response_cls)
-            codes = [code for code in error_codes(response) if code]
-            if not codes or all(code in tolerate for code in codes):
-                self._failures = 0
-                return response
-            code = next((c for c in codes if c in _FATAL), None) or next(
-                (c for c in codes if c not in _FIND_AGAIN and c not in _RETRY), codes[0]
-            )
-            error = error_for_code(code, f"{type(response).__name__.removesuffix('Response')} for {key!r}")
-            if code in _FATAL:
-                raise self.fatal(error)
-            if code in _FIND_AGAIN:
-                self._coordinators.pop((key_type, key), None)
-            elif code not in _RETRY:
-                raise error
-            await self._backoff(error)
-
-    async def _backoff(self, error: KafkaError) -> None:
-        self._failures += 1
-        log.debug("transaction %r: %s; trying again", self.transactional_id, error)
-        await asyncio.sleep(
-            exponential_backoff(
-                self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, self._failures
-            )
-        )
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -691,6 +638,11 @@ class TransactionManager:
         op = self._operation
         if op is not None and not op[1].done():
             raise TransactionStateError(f"{op[0]}() is still in progress; {name}() must wait for it to end")
+
+    def _handle(self) -> PreparedTransaction:
+        """This producer's transaction, as anyone can end it."""
+        ident = self._ident
+        return PreparedTransaction(self.transactional_id, ident.producer_id, ident.producer_epoch, 2 if self.v2 else 1)
 
     def _must_abort(self) -> TransactionAbortableError:
         error = TransactionAbortableError(f"the transaction cannot commit ({self.error}): call abort_transaction()")
@@ -710,6 +662,66 @@ class TransactionManager:
 
 def _add_partitions_codes(response: AddPartitionsToTxnResponse) -> list[int]:
     return [p.partition_error_code for t in response.results_by_topic_v3_and_below for p in t.results_by_partition]
+
+
+#: EndTxn answers meaning a prepared transaction is not open under its producer id and epoch.
+_NOT_OPEN = {
+    ProducerFencedError.code: "a newer producer with its transactional id fenced it (a retried or speculative "
+    "attempt, say), or the coordinator aborted it when it outlived its transaction timeout",
+    InvalidProducerEpochError.code: "a newer producer with its transactional id fenced it, or the coordinator "
+    "aborted it when it outlived its transaction timeout",
+    InvalidProducerIdMappingError.code: "the coordinator no longer knows its producer id (the transactional id "
+    "expired?)",
+    BrokerTransactionAbortableError.code: "the coordinator asked for it to be aborted",
+}
+
+
+async def end_prepared(coordinators: Coordinators, prepared: PreparedTransaction, *, commit: bool) -> None:
+    """Commit or abort a prepared transaction from any process: EndTxn with its handle's
+    producer id and epoch, to its coordinator. Ending it again the same way succeeds (the
+    coordinator answers a repeat as done); a transaction that is no longer open under that
+    epoch raises :class:`PreparedTransactionError`."""
+    try:
+        await _end_txn(coordinators, prepared, commit=commit)
+    except BrokerResponseError as exc:
+        if exc.code == InvalidTxnStateError.code:
+            why = f"it is not open: it was {'aborted' if commit else 'committed'} already, or never began"
+        elif exc.code in _NOT_OPEN:
+            why = _NOT_OPEN[exc.code]
+        else:
+            raise
+        verb = "commit" if commit else "abort"
+        raise PreparedTransactionError(
+            f"cannot {verb} transaction {prepared.transactional_id!r} (producer id {prepared.producer_id}, "
+            f"epoch {prepared.producer_epoch}): {why} ({exc.name})",
+            prepared,
+        ) from exc
+
+
+async def _end_txn(
+    coordinators: Coordinators,
+    transaction: PreparedTransaction,
+    *,
+    commit: bool,
+    tolerate: frozenset[int] = frozenset(),
+) -> EndTxnResponse:
+    """EndTxn for ``transaction`` (a producer's own, or a handle), retried as its answers allow."""
+    return await coordinators.request(
+        TRANSACTION,
+        transaction.transactional_id,
+        lambda: EndTxnRequest(
+            transactional_id=transaction.transactional_id,
+            producer_id=transaction.producer_id,
+            producer_epoch=transaction.producer_epoch,
+            committed=commit,
+        ),
+        EndTxnResponse,
+        lambda r: [r.error_code],
+        max_version=versions.TRANSACTIONS_V2_VERSIONS[EndTxnRequest.API_KEY]
+        if transaction.transaction_version >= 2
+        else None,
+        tolerate=tolerate,
+    )
 
 
 def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:

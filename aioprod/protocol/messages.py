@@ -75,6 +75,16 @@ __all__ = [
     "MetadataResponseBroker",
     "MetadataResponsePartition",
     "MetadataResponseTopic",
+    "OffsetFetchRequest",
+    "OffsetFetchRequestGroup",
+    "OffsetFetchRequestTopic",
+    "OffsetFetchRequestTopics",
+    "OffsetFetchResponse",
+    "OffsetFetchResponseGroup",
+    "OffsetFetchResponsePartition",
+    "OffsetFetchResponsePartitions",
+    "OffsetFetchResponseTopic",
+    "OffsetFetchResponseTopics",
     "ProduceRequest",
     "ProduceRequestPartition",
     "ProduceRequestTopic",
@@ -673,6 +683,97 @@ class TxnOffsetCommitRequest(Request):
     topics: list[TxnOffsetCommitRequestTopic] = field(Array(TxnOffsetCommitRequestTopic))
 
 
+# --- OffsetFetch (key 9) -------------------------------------------------------------------
+# Read only to ask whether a transaction's offsets committed (aioprod.spark's exactly-once
+# writes). Versions from 2: a null topic list (every topic of the group) needs v2 or later.
+
+
+@dataclass(slots=True)
+class OffsetFetchRequestTopic(Struct):
+    name: str = field(STRING, "0-7")
+    partition_indexes: list[int] = field(Array(INT32), "0-7")
+
+
+@dataclass(slots=True)
+class OffsetFetchRequestTopics(Struct):
+    name: str = field(STRING, "8+")
+    partition_indexes: list[int] = field(Array(INT32), "8+")
+
+
+@dataclass(slots=True)
+class OffsetFetchRequestGroup(Struct):
+    group_id: str = field(STRING, "8+")
+    member_id: str | None = field(STRING, "9+", nullable="9+", default=None)
+    member_epoch: int = field(INT32, "9+", default=-1)
+    #: None asks for every topic of the group.
+    topics: list[OffsetFetchRequestTopics] | None = field(Array(OffsetFetchRequestTopics), "8+", nullable="8+")
+
+
+@dataclass(slots=True)
+class OffsetFetchResponsePartition(Struct):
+    partition_index: int = field(INT32, "0-7")
+    committed_offset: int = field(INT64, "0-7")
+    committed_leader_epoch: int = field(INT32, "5-7", default=-1)
+    metadata: str | None = field(STRING, "0-7", nullable="0-7")
+    error_code: int = field(INT16, "0-7")
+
+
+@dataclass(slots=True)
+class OffsetFetchResponseTopic(Struct):
+    name: str = field(STRING, "0-7")
+    partitions: list[OffsetFetchResponsePartition] = field(Array(OffsetFetchResponsePartition), "0-7")
+
+
+@dataclass(slots=True)
+class OffsetFetchResponsePartitions(Struct):
+    partition_index: int = field(INT32, "8+")
+    committed_offset: int = field(INT64, "8+")
+    committed_leader_epoch: int = field(INT32, "8+", default=-1)
+    metadata: str | None = field(STRING, "8+", nullable="8+")
+    error_code: int = field(INT16, "8+")
+
+
+@dataclass(slots=True)
+class OffsetFetchResponseTopics(Struct):
+    name: str = field(STRING, "8+")
+    partitions: list[OffsetFetchResponsePartitions] = field(Array(OffsetFetchResponsePartitions), "8+")
+
+
+@dataclass(slots=True)
+class OffsetFetchResponseGroup(Struct):
+    group_id: str = field(STRING, "8+")
+    topics: list[OffsetFetchResponseTopics] = field(Array(OffsetFetchResponseTopics), "8+")
+    error_code: int = field(INT16, "8+", default=0)
+
+
+@dataclass(slots=True)
+class OffsetFetchResponse(Response):
+    API_KEY = 9
+    MIN_VERSION = 2
+    MAX_VERSION = 9
+    FLEXIBLE_FROM = 6
+
+    throttle_time_ms: int = field(INT32, "3+")
+    topics: list[OffsetFetchResponseTopic] = field(Array(OffsetFetchResponseTopic), "0-7")
+    error_code: int = field(INT16, "2-7", default=0)
+    groups: list[OffsetFetchResponseGroup] = field(Array(OffsetFetchResponseGroup), "8+")
+
+
+@dataclass(slots=True)
+class OffsetFetchRequest(Request):
+    API_KEY = 9
+    MIN_VERSION = 2
+    MAX_VERSION = 9
+    FLEXIBLE_FROM = 6
+    RESPONSE = OffsetFetchResponse
+
+    group_id: str = field(STRING, "0-7")
+    #: None asks for every topic of the group.
+    topics: list[OffsetFetchRequestTopic] | None = field(Array(OffsetFetchRequestTopic), "0-7", nullable="2-7")
+    groups: list[OffsetFetchRequestGroup] = field(Array(OffsetFetchRequestGroup), "8+")
+    require_stable: bool = field(BOOL, "7+", default=False)
+
+
 # --- EndTxn (key 26) -----------------------------------------------------------------------
 
 
@@ -768,5 +869,6 @@ ALL_REQUESTS: tuple[type[Request], ...] = (
     AddOffsetsToTxnRequest,
     EndTxnRequest,
     TxnOffsetCommitRequest,
+    OffsetFetchRequest,
     SaslAuthenticateRequest,
 )

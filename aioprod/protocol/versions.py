@@ -81,6 +81,7 @@ CLIENT_THROTTLES_FROM: Mapping[int, int] = MappingProxyType(
         0: 6,  # Produce
         2: 3,  # ListOffsets
         3: 6,  # Metadata
+        9: 4,  # OffsetFetch
         10: 2,  # FindCoordinator
         18: 2,  # ApiVersions
         19: 3,  # CreateTopics

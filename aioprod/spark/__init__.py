@@ -11,13 +11,16 @@ required), optional ``key`` (binary or string), ``topic`` (string; required unle
 (``array<struct<key: string, value: binary>>``). Other columns are ignored.
 
 pyspark and pyarrow are optional (``pip install aioprod[spark]``) and imported only when
-a DataFrame is written. See ``docs/spark.md`` for delivery semantics.
+a DataFrame is written. See ``docs/spark.md`` for delivery semantics, at least once or (with
+``exactly_once=True``) exactly once.
 
 The modules follow the write's steps: ``api`` (arguments) → ``schema`` (the sink's shape) →
 ``plan`` (what every writer gets) → ``driver`` or ``executors`` (the two modes;
 ``environment`` checks the executors' Python) → ``chunks`` (Arrow batches or Rows as lists)
-→ ``writer`` (one partition's producer; ``reachability`` asks first whether a broker
-answers) → ``reports``. ``_pyspark`` holds every call into pyspark's private API.
+→ ``writer`` (one partition's producer, or its transaction; ``reachability`` asks first whether
+a broker answers) → ``transactions`` (exactly once from the executors: the driver commits or
+aborts what the tasks prepared) → ``reports``. ``_pyspark`` holds every call into pyspark's
+private API.
 """
 
 from aioprod.spark.api import ErrorPolicy as ErrorPolicy

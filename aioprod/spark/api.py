@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from aioprod.producer.producer import _check_topic
@@ -21,6 +23,7 @@ Transport = Literal["auto", "arrow", "rows"]
 
 _DEFAULT_MAX_IN_FLIGHT_ROWS = 50_000
 _DEFAULT_MAX_ERRORS = 20
+_WRITE_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 def write_dataframe(
@@ -35,6 +38,8 @@ def write_dataframe(
     max_errors: int = _DEFAULT_MAX_ERRORS,
     max_in_flight_rows: int = _DEFAULT_MAX_IN_FLIGHT_ROWS,
     close_timeout: float | None = None,
+    exactly_once: bool = False,
+    write_id: str | None = None,
     **producer_config: Any,
 ) -> WriteReport:
     """Write every row of ``df`` to Kafka and report what happened.
@@ -56,6 +61,14 @@ def write_dataframe(
     has finished. aioprod shows nothing itself. ``transport``: ``"arrow"`` moves Arrow
     record batches, ``"rows"`` Spark ``Row`` objects, ``"auto"`` prefers Arrow.
 
+    ``exactly_once=True`` writes every row exactly once for ``read_committed`` readers, even when
+    Spark retries tasks: each Spark partition (in driver mode, the whole DataFrame) is written in
+    one transaction, and the transactions are committed only once the whole write has succeeded;
+    if it fails, nothing of it becomes visible. ``write_id`` names the write's transactions: run a
+    write again with the same ``write_id`` (and the same DataFrame, partitioned the same way) and it
+    skips what an earlier run committed and writes the rest. Without one, a new id is made (the
+    report's ``write_id``). See ``docs/spark.md`` for the exact guarantee.
+
     Other keyword arguments are producer options (``linger_ms=``, ``acks=``,
     ``compression_type=``, ... or ``**{"linger.ms": 5}``); ``SPARK_PRODUCER_DEFAULTS``
     apply where not given.
@@ -72,7 +85,13 @@ def write_dataframe(
         raise TypeError(f"progress must be a callable(rows_written, rows_failed) or None, got {progress!r}")
     if topic is not None:
         _check_topic(topic)
-    options = producer_options(bootstrap_servers, producer_config)
+    if exactly_once:
+        if errors != "raise":
+            raise ValueError("exactly_once=True writes every row or none: errors='report' does not apply")
+        write_id = _check_write_id(write_id) if write_id is not None else f"aioprod-{uuid.uuid4().hex}"
+    elif write_id is not None:
+        raise ValueError("write_id names the transactions of an exactly-once write: pass exactly_once=True")
+    options = producer_options(bootstrap_servers, producer_config, exactly_once=exactly_once)
     columns = check_schema(df.schema, topic)
     plan = Plan(
         options=options,
@@ -85,6 +104,8 @@ def write_dataframe(
         max_errors=max_errors,
         max_in_flight_rows=max_in_flight_rows,
         close_timeout=close_timeout,
+        exactly_once=exactly_once,
+        write_id=write_id,
     )
     prepared = prepare(df, plan, columns)
     write = write_from_driver if mode == "driver" else write_from_executors
@@ -94,3 +115,14 @@ def write_dataframe(
     if report.rows_failed and errors == "raise":
         raise WriteError(f"{report.rows_failed} row(s) could not be written: {report.errors[0].error}", report)
     return report
+
+
+def _check_write_id(write_id: Any) -> str:
+    if not isinstance(write_id, str):
+        raise TypeError(f"write_id must be a str, got {type(write_id).__name__}")
+    if not _WRITE_ID.fullmatch(write_id):
+        raise ValueError(
+            f"write_id {write_id!r} must be 1-200 ASCII letters, digits, '.', '_' or '-' "
+            "(it names transactional ids and consumer groups)"
+        )
+    return write_id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,7 @@ from aioprod.spark.chunks import Chunk, arrow_chunks, row_chunks
 from aioprod.spark.plan import Plan
 from aioprod.spark.reports import SparkEnvironmentError, WriteReport
 from aioprod.spark.schema import arrow_schema
-from aioprod.spark.writer import PartitionWrite, ProgressCallback, write_partition
+from aioprod.spark.writer import PartitionWrite, ProgressCallback, TransactionalPartitionWrite, write_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -25,9 +26,18 @@ class ArrowUnavailable(Exception):
 
 
 def write_from_driver(df: DataFrame, plan: Plan, transport: str, progress: ProgressCallback | None) -> WriteReport:
-    """One producer on the driver; the producer opens (a broker must answer) before any Spark job runs."""
+    """One producer on the driver; the producer opens (a broker must answer) before any Spark job runs.
+
+    Exactly-once: the whole DataFrame in one transaction, committed once the last row is
+    delivered (in driver mode a failing Spark job raises from the input, so nothing partial is
+    committed); a write whose marker says it committed before reads nothing.
+    """
     started = time.monotonic()
-    unit = PartitionWrite(plan, on_progress=progress)
+    unit = (
+        TransactionalPartitionWrite(plan, "driver", commit=True, on_progress=progress)
+        if plan.exactly_once
+        else PartitionWrite(plan, on_progress=progress)
+    )
     used = "arrow" if transport != "rows" else "rows"
     if unit.open():
         try:
@@ -38,7 +48,12 @@ def write_from_driver(df: DataFrame, plan: Plan, transport: str, progress: Progr
         tally = write_partition(unit, chunks)
     else:
         tally = unit.finish()
-    return tally.report("driver", used, time.monotonic() - started)
+    if plan.exactly_once and (tally.aborted is not None or tally.failed):
+        tally.written, tally.topics = 0, Counter()  # its transaction was not committed (or not surely)
+        if tally.aborted is None:
+            tally.aborted = "the transaction was aborted: nothing is visible"
+    skipped = [0] if tally.skipped else []
+    return tally.report("driver", used, time.monotonic() - started, write_id=plan.write_id, partitions_skipped=skipped)
 
 
 def _chunks(df: DataFrame, plan: Plan, transport: str) -> tuple[Iterator[Chunk], str]:

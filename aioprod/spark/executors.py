@@ -15,11 +15,12 @@ from aioprod.spark.chunks import Chunk, arrow_chunks, row_chunks
 from aioprod.spark.environment import check_executors, executor_python, explain_job_failure, spark_context
 from aioprod.spark.plan import Plan
 from aioprod.spark.reports import PartitionReport, RowError, Tally, WriteReport
-from aioprod.spark.writer import PartitionWrite, ProgressCallback, write_partition
+from aioprod.spark.transactions import abort_after_failed_job, encode, end_transactions, handle_accumulator
+from aioprod.spark.writer import PartitionWrite, ProgressCallback, TransactionalPartitionWrite, write_partition
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark import SparkContext
+    from pyspark import Accumulator, SparkContext
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
@@ -27,32 +28,69 @@ log = logging.getLogger(__name__)
 #: One row per partition, in the Arrow transport's result schema and the Row transport's dicts.
 _RESULT_DDL = (
     "spark_partition int, attempt int, written long, failed long, seconds double, "
-    "topics string, errors string, aborted string"
+    "topics string, errors string, aborted string, prepared string, skipped boolean"
 )
 
 
 def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: ProgressCallback | None) -> WriteReport:
-    """Run the write as one Spark job; ``progress`` hears the totals once, when it ends."""
+    """Run the write as one Spark job; ``progress`` hears the totals once, when it ends.
+
+    Exactly-once: the tasks' transactions are committed once the job has succeeded and every
+    partition wrote all its rows, and aborted otherwise (see :mod:`aioprod.spark.transactions`).
+    """
     started = time.monotonic()
     sc = spark_context(df)
+    accumulator = None
+    if plan.exactly_once:
+        accumulator = handle_accumulator(sc)
+        if sc is not None and str(sc.getConf().get("spark.speculation", "false")).lower() == "true":
+            log.warning(
+                "spark.speculation is on: a speculative copy of a task fences the transaction of the attempt it "
+                "copies, and if Spark keeps that attempt's result the write fails (rows are never lost or doubled)"
+            )
     with executor_python(sc):
         arrow = check_executors(sc, need_arrow=transport == "arrow")
-        used, rows = _run_job(df, sc, plan, transport if arrow else "rows")
+        try:
+            used, rows = _run_job(df, sc, plan, transport if arrow else "rows", accumulator)
+        except Exception:  # not on an interrupt: that returns at once, and a rerun aborts what is left
+            if plan.exactly_once:
+                abort_after_failed_job(plan, accumulator)
+            raise
+    rows = sorted(rows, key=lambda r: r["spark_partition"])
+    invisible: set[int] = set()
+    outcome = None
+    if plan.exactly_once:
+        invisible, outcome = end_transactions(plan, rows, accumulator, time.monotonic() - started)
     partitions: list[PartitionReport] = []
     tally = Tally()
-    for r in sorted(rows, key=lambda r: r["spark_partition"]):
-        partitions.append(PartitionReport(r["spark_partition"], r["attempt"], r["written"], r["failed"], r["seconds"]))
-        tally.written += r["written"]
+    for r in rows:
+        partitions.append(
+            PartitionReport(
+                r["spark_partition"], r["attempt"], r["written"], r["failed"], r["seconds"], bool(r["skipped"])
+            )
+        )
         tally.failed += r["failed"]
-        tally.topics.update(json.loads(r["topics"]))
+        if r["spark_partition"] not in invisible:
+            tally.written += r["written"]
+            tally.topics.update(json.loads(r["topics"]))
         for e in json.loads(r["errors"]):
             if len(tally.errors) < plan.max_errors:
                 key = None if e["key"] is None else base64.b64decode(e["key"])
                 tally.errors.append(RowError(e["row"], e["topic"], key, e["error"], r["spark_partition"]))
         if r["aborted"] and tally.aborted is None:
             tally.aborted = f"partition {r['spark_partition']}: {r['aborted']}"
-    report = tally.report("executors", used, time.monotonic() - started, partitions)
-    if report.retried_partitions:
+    if outcome is not None:
+        tally.aborted = outcome if tally.aborted is None else f"{tally.aborted}; {outcome}"
+    skipped = [r["spark_partition"] for r in rows if r["skipped"]]
+    report = tally.report(
+        "executors",
+        used,
+        time.monotonic() - started,
+        partitions,
+        write_id=plan.write_id,
+        partitions_skipped=skipped,
+    )
+    if report.retried_partitions and not plan.exactly_once:
         log.warning(
             "Spark retried partition(s) %s: rows an earlier attempt sent may be in Kafka twice",
             report.retried_partitions,
@@ -62,43 +100,59 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
     return report
 
 
-def _run_job(df: DataFrame, sc: SparkContext | None, plan: Plan, transport: str) -> tuple[str, list[dict[str, Any]]]:
+def _run_job(
+    df: DataFrame, sc: SparkContext | None, plan: Plan, transport: str, prepared: Accumulator[list[str]] | None
+) -> tuple[str, list[dict[str, Any]]]:
     try:
         if transport in ("auto", "arrow"):
             try:
-                result = _pyspark.map_in_arrow(df, functools.partial(executor_arrow_task, plan), _RESULT_DDL)
+                task = functools.partial(executor_arrow_task, plan, prepared=prepared)
+                result = _pyspark.map_in_arrow(df, task, _RESULT_DDL)
             except Exception as exc:
                 if transport == "arrow":
                     raise
                 log.info("mapInArrow is not available (%s%s); writing from Rows instead", exc, _pyspark.untested_note())
             else:
                 return "arrow", [r.asDict() for r in result.collect()]
-        return "rows", df.rdd.mapPartitions(functools.partial(executor_rows_task, plan)).collect()
+        return "rows", df.rdd.mapPartitions(functools.partial(executor_rows_task, plan, prepared=prepared)).collect()
     except Exception as exc:
         explain_job_failure(exc, sc)
         raise
 
 
-def executor_arrow_task(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def executor_arrow_task(
+    plan: Plan, batches: Iterator[pa.RecordBatch], *, prepared: Accumulator[list[str]] | None = None
+) -> Iterator[pa.RecordBatch]:
     """Runs on an executor: send one partition's Arrow batches, yield one row of counts."""
     import pyarrow as pa
 
-    yield pa.RecordBatch.from_pylist([_run_partition(plan, arrow_chunks(batches, plan))], schema=_result_schema())
+    row = _run_partition(plan, arrow_chunks(batches, plan), prepared)
+    yield pa.RecordBatch.from_pylist([row], schema=_result_schema())
 
 
-def executor_rows_task(plan: Plan, rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
+def executor_rows_task(
+    plan: Plan, rows: Iterator[Any], *, prepared: Accumulator[list[str]] | None = None
+) -> Iterator[dict[str, Any]]:
     """Runs on an executor: send one partition's Rows, yield one dict of counts."""
-    yield _run_partition(plan, row_chunks(rows, plan))
+    yield _run_partition(plan, row_chunks(rows, plan), prepared)
 
 
-def _run_partition(plan: Plan, chunks: Iterator[Chunk]) -> dict[str, Any]:
+def _run_partition(plan: Plan, chunks: Iterator[Chunk], prepared: Accumulator[list[str]] | None) -> dict[str, Any]:
     from pyspark import TaskContext
 
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else -1
     attempt = context.attemptNumber() if context is not None else 0
     started = time.monotonic()
-    tally = write_partition(PartitionWrite(plan, spark_partition=partition), chunks)
+    unit = (
+        TransactionalPartitionWrite(plan, str(partition), commit=False, spark_partition=partition)
+        if plan.exactly_once
+        else PartitionWrite(plan, spark_partition=partition)
+    )
+    tally = write_partition(unit, chunks)
+    handle = None if tally.prepared is None else encode(tally.prepared)
+    if handle is not None and prepared is not None:
+        prepared.add([handle])
     errors = [
         {
             "row": e.row,
@@ -117,6 +171,8 @@ def _run_partition(plan: Plan, chunks: Iterator[Chunk]) -> dict[str, Any]:
         "topics": json.dumps(dict(tally.topics)),
         "errors": json.dumps(errors),
         "aborted": tally.aborted,
+        "prepared": handle,
+        "skipped": tally.skipped,
     }
 
 
@@ -134,5 +190,7 @@ def _result_schema() -> pa.Schema:
             ("topics", pa.string()),
             ("errors", pa.string()),
             ("aborted", pa.string()),
+            ("prepared", pa.string()),
+            ("skipped", pa.bool_()),
         ]
     )

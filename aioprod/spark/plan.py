@@ -1,7 +1,8 @@
 """The plan of a write: everything a partition's writer needs, as plain picklable data.
 
 The closure shipped to the executors captures only a :class:`Plan` (producer options as a
-dict, the topic, the column layout, the error policy), never a producer or a SparkSession.
+dict, the topic, the column layout, the error policy) — and for an exactly-once write the
+accumulator its tasks report their transactions to — never a producer or a SparkSession.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from aioprod.errors import ConfigError
 
 #: Producer settings tuned for bulk writes; every one can be overridden by the caller.
 SPARK_PRODUCER_DEFAULTS: Mapping[str, Any] = {"linger_ms": 20, "batch_size": 256 * 1024}
+#: Exactly-once writes keep every transaction open until the whole write has succeeded: by
+#: default as long as Kafka lets one stay open (its ``transaction.max.timeout.ms`` default).
+EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Plain, picklable description of a write. The executor closure captures only this."""
+    """Plain, picklable description of a write: what the executor closure captures."""
 
     options: dict[str, Any]
     topic: str | None
@@ -31,6 +35,9 @@ class Plan:
     max_errors: int
     max_in_flight_rows: int
     close_timeout: float | None
+    #: Exactly-once: every writer writes in one transaction named after ``write_id`` (see :meth:`transactional_id`).
+    exactly_once: bool = False
+    write_id: str | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -42,8 +49,16 @@ class Plan:
         names += ["headers"] if self.has_headers else []
         return names
 
+    def transactional_id(self, unit: str) -> str:
+        """The transactional id of one unit of an exactly-once write (a Spark partition's index,
+        or ``"driver"``), and the consumer group whose committed offset marks it committed."""
+        assert self.write_id is not None
+        return f"{self.write_id}-{unit}"
 
-def producer_options(bootstrap_servers: Any, producer_config: Mapping[str, Any]) -> dict[str, Any]:
+
+def producer_options(
+    bootstrap_servers: Any, producer_config: Mapping[str, Any], *, exactly_once: bool = False
+) -> dict[str, Any]:
     """The producer options every writer of the write uses, validated here on the driver."""
     options: dict[str, Any] = {}
     for raw, value in producer_config.items():
@@ -58,5 +73,19 @@ def producer_options(bootstrap_servers: Any, producer_config: Mapping[str, Any])
     options["bootstrap_servers"] = bootstrap_servers
     for name, value in SPARK_PRODUCER_DEFAULTS.items():
         options.setdefault(name, value)
-    ProducerConfig.from_options(options)  # every mistake raises on the driver, before any job
+    if "transactional_id" in options:
+        raise ConfigError(
+            "transactional_id does not apply: "
+            + (
+                "an exactly-once write names its transactions after write_id"
+                if exactly_once
+                else "pass exactly_once=True for transactional writes"
+            )
+        )
+    if exactly_once:
+        options.setdefault("transaction_timeout_ms", EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS)
+        # Every mistake raises on the driver, before any job; transactions need idempotence.
+        ProducerConfig.from_options({**options, "transactional_id": "aioprod-check"})
+    else:
+        ProducerConfig.from_options(options)
     return options

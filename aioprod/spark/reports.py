@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from aioprod.errors import KafkaError
+from aioprod.producer.transactions import PreparedTransaction
 
 
 class DataFrameSchemaError(KafkaError, ValueError):
@@ -40,7 +41,8 @@ class PartitionReport:
     """What one Spark partition's writer did (executors mode).
 
     ``attempt`` > 0 means Spark ran the task again after a failure: the earlier attempt
-    may have written some of the partition's rows already.
+    may have written some of the partition's rows already (exactly once: into a transaction
+    that the retry aborted).
     """
 
     spark_partition: int
@@ -48,11 +50,19 @@ class PartitionReport:
     rows_written: int
     rows_failed: int
     seconds: float
+    #: Exactly-once: an earlier run with the same ``write_id`` committed this partition; nothing was written.
+    skipped: bool = False
 
 
 @dataclass(frozen=True)
 class WriteReport:
-    """The outcome of :func:`aioprod.spark.write_dataframe`."""
+    """The outcome of :func:`aioprod.spark.write_dataframe`.
+
+    In an exactly-once write, ``rows_written`` and ``topics`` count the rows this run committed,
+    as far as it knows (a commit whose answer never came is not counted): what ``read_committed``
+    readers see of it. ``PartitionReport.rows_written`` counts what each task delivered into its
+    transaction.
+    """
 
     mode: str
     transport: str
@@ -67,6 +77,12 @@ class WriteReport:
     partitions: list[PartitionReport] = field(default_factory=list)
     #: Why the write stopped before the end, if it did.
     aborted: str | None = None
+    #: Exactly-once writes: what names their transactions; a rerun with it skips what is committed.
+    write_id: str | None = None
+    #: Exactly-once writes: the Spark partitions an earlier run with the same ``write_id`` had
+    #: committed, so this run wrote nothing of them. Driver mode writes the whole DataFrame as one
+    #: unit: ``[0]`` when it was committed before.
+    partitions_skipped: list[int] = field(default_factory=list)
 
     @property
     def rows_per_second(self) -> float:
@@ -74,7 +90,8 @@ class WriteReport:
 
     @property
     def retried_partitions(self) -> list[int]:
-        """Spark partitions whose task was retried (their rows may have been sent twice)."""
+        """Spark partitions whose task was retried: at least once, their rows may have been sent
+        twice; exactly once, what an earlier attempt wrote was aborted."""
         return sorted(p.spark_partition for p in self.partitions if p.attempt > 0)
 
     def __str__(self) -> str:
@@ -84,6 +101,8 @@ class WriteReport:
         )
         if self.errors:
             text += f"; first error: row {self.errors[0].row}: {self.errors[0].error}"
+        if self.partitions_skipped:
+            text += f"; {len(self.partitions_skipped)} partition(s) committed before, skipped"
         if self.aborted:
             text += f"; aborted: {self.aborted}"
         return text
@@ -106,6 +125,10 @@ class Tally:
     topics: Counter[str] = field(default_factory=Counter)
     errors: list[RowError] = field(default_factory=list)
     aborted: str | None = None
+    #: Exactly-once: the writer's transaction, delivered and left open for the driver to commit.
+    prepared: PreparedTransaction | None = None
+    #: Exactly-once: an earlier run committed this unit; nothing was written.
+    skipped: bool = False
 
     def add_error(self, error: RowError, limit: int) -> None:
         self.failed += 1
@@ -113,7 +136,14 @@ class Tally:
             self.errors.append(error)
 
     def report(
-        self, mode: str, transport: str, seconds: float, partitions: list[PartitionReport] | None = None
+        self,
+        mode: str,
+        transport: str,
+        seconds: float,
+        partitions: list[PartitionReport] | None = None,
+        *,
+        write_id: str | None = None,
+        partitions_skipped: list[int] | None = None,
     ) -> WriteReport:
         return WriteReport(
             mode=mode,
@@ -125,4 +155,6 @@ class Tally:
             errors=list(self.errors),
             partitions=partitions or [],
             aborted=self.aborted,
+            write_id=write_id,
+            partitions_skipped=partitions_skipped or [],
         )

@@ -12,19 +12,30 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
+import logging
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from aioprod.config import ProducerConfig
-from aioprod.errors import KafkaTimeoutError, ProducerClosedError, ProducerFatalError
+from aioprod.errors import (
+    InvalidTransactionTimeoutError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    ProducerFatalError,
+)
+from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
 from aioprod.producer.record_future import RecordFuture
+from aioprod.producer.transactions import OffsetAndMetadata
 from aioprod.spark.chunks import Chunk
 from aioprod.spark.plan import Plan
 from aioprod.spark.reachability import CONNECT_TIMEOUT, unreachable
 from aioprod.spark.reports import RowError, Tally
 from aioprod.sync import SyncProducer
+
+log = logging.getLogger(__name__)
 
 #: Called with ``(rows_written, rows_failed)`` so far; see ``write_dataframe(progress=)``.
 ProgressCallback = Callable[[int, int], None]
@@ -117,11 +128,7 @@ async def _send_chunk(producer: Producer, chunk: Chunk, state: _LoopState) -> _C
 class PartitionWrite:
     """The unit of work of one partition: :meth:`open`, :meth:`write` each chunk, :meth:`finish`.
 
-    These steps are the seam a transactional writer plugs into: ``open`` would also initialise
-    the producer's transaction and begin it, ``finish`` would flush and hand the still-open
-    transaction back instead of closing it. It must not commit there: when a task's upstream
-    fails mid-partition, Spark ends the writer's input iterator normally, so a finish that
-    commits could commit part of a partition.
+    :class:`TransactionalPartitionWrite` plugs into these steps (``_start``, ``_complete``).
     """
 
     def __init__(
@@ -156,11 +163,20 @@ class PartitionWrite:
         config = self._config
         reason = unreachable(config.bootstrap_servers, min(config.max_block_ms / 1000, CONNECT_TIMEOUT))
         if reason is not None:
-            self._state.stopped = True
-            self.tally.aborted = reason
+            self._stop(reason)
             return False
+        return self._start()
+
+    def _start(self) -> bool:
+        """Open the producer; False if the write cannot go on."""
         self._producer = SyncProducer(self.plan.options)
         return True
+
+    def _stop(self, reason: str | None) -> None:
+        """Read no more input; ``reason`` (None: nothing went wrong) is why the write stopped."""
+        self._state.stopped = True
+        if reason is not None and self.tally.aborted is None:
+            self.tally.aborted = reason
 
     def write(self, chunk: Chunk) -> bool:
         """Hand a chunk over; False once the write has stopped (read no more input)."""
@@ -184,12 +200,16 @@ class PartitionWrite:
         try:
             while self._pending:
                 self._collect_oldest()
+            self._complete()
         finally:
             self._close(self.plan.close_timeout)
         if self._state.fatal is not None and self.tally.aborted is None:
             fatal = self._state.fatal
             self.tally.aborted = f"{type(fatal).__name__}: {fatal}"
         return self.tally
+
+    def _complete(self) -> None:
+        """Every chunk is settled: an at-least-once write has nothing more to do."""
 
     def abort(self, *, interrupted: bool) -> None:
         """The input failed, or the caller was interrupted: stop and close.
@@ -236,6 +256,93 @@ class PartitionWrite:
             )
         if self.on_progress is not None:
             self.on_progress(tally.written, tally.failed)
+
+
+class TransactionalPartitionWrite(PartitionWrite):
+    """One unit of an exactly-once write: all its rows in one transaction.
+
+    The transactional id comes from the write id and the unit (a Spark partition's index, or
+    ``"driver"``), so starting the producer fences and aborts whatever an earlier attempt of
+    the same unit left open. A commit marker — the offset of the consumer group named like the
+    transaction, committed with it — tells a later run that the unit is committed: it then
+    writes nothing (``tally.skipped``). When every row is delivered, the marker joins the
+    transaction, which is then committed (``commit=True``: driver mode, where the input
+    raises when Spark fails), or prepared and handed back in ``tally.prepared`` for the driver
+    to commit once the whole job has succeeded (executors mode, where a task whose upstream
+    failed sees its input end normally, and must not commit).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        unit: str,
+        *,
+        commit: bool,
+        spark_partition: int | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        super().__init__(plan, spark_partition=spark_partition, on_progress=on_progress)
+        self.transactional_id = plan.transactional_id(unit)
+        self._commit = commit
+        self._call_timeout = self._config.max_block_ms / 1000 + _GRACE
+
+    def _start(self) -> bool:
+        try:
+            # Starting fences every earlier producer of this transactional id: its open transaction is aborted.
+            producer = SyncProducer(
+                self.plan.options, transactional_id=self.transactional_id, start_timeout=self._call_timeout
+            )
+        except KafkaError as exc:
+            self._stop(f"the transactional producer {self.transactional_id!r} could not start: {_explain(exc)}")
+            return False
+        self._producer = producer
+        try:
+            committed = producer.submit(_committed, self.transactional_id).result(self._call_timeout)
+        except KafkaError as exc:
+            self._stop(f"could not read the commit marker of {self.transactional_id!r}: {_explain(exc)}")
+            return False
+        if committed:
+            log.info("%s: committed by an earlier run with the same write_id; skipped", self.transactional_id)
+            self.tally.skipped = True
+            self._stop(None)
+            return False
+        producer.begin_transaction()
+        return True
+
+    def _complete(self) -> None:
+        producer, tally = self._producer, self.tally
+        if producer is None or not tally.written or tally.failed or tally.aborted or self._state.fatal is not None:
+            return  # nothing to commit, or it must not be: close() aborts the transaction
+        marker = OffsetAndMetadata(
+            1, f"aioprod exactly-once write {self.plan.write_id}: {self.transactional_id}, {tally.written} rows"
+        )
+        try:
+            producer.send_offsets_to_transaction({TopicPartition(min(tally.topics), 0): marker}, self.transactional_id)
+            if self._commit:
+                producer.commit_transaction()
+            else:
+                tally.prepared = producer.prepare_transaction()
+        except KafkaError as exc:
+            verb = "commit" if self._commit else "prepare"
+            self._stop(f"could not {verb} transaction {self.transactional_id!r}: {_explain(exc)}")
+
+
+async def _committed(producer: Producer, group_id: str) -> bool:
+    """Did a transaction commit an offset for ``group_id`` (an exactly-once unit's marker)?"""
+    return bool(await producer._committed_offsets(group_id))
+
+
+def _explain(error: KafkaError) -> str:
+    text = f"{type(error).__name__}: {error}"
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, InvalidTransactionTimeoutError):
+            return text + (
+                " (transaction_timeout_ms is above the broker's transaction.max.timeout.ms: lower it, or raise the"
+                " broker's; it must outlast the whole write)"
+            )
+        cause = cause.__cause__
+    return text
 
 
 def write_partition(unit: PartitionWrite, chunks: Iterable[Chunk]) -> Tally:

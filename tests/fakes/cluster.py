@@ -50,6 +50,7 @@ REQUESTS: dict[int, type] = {
         m.AddOffsetsToTxnRequest,
         m.TxnOffsetCommitRequest,
         m.EndTxnRequest,
+        m.OffsetFetchRequest,
     )
 }
 
@@ -66,6 +67,7 @@ def default_versions() -> dict[int, tuple[int, int]]:
         m.AddOffsetsToTxnRequest.API_KEY: (0, 4),
         m.TxnOffsetCommitRequest.API_KEY: (0, 4),
         m.EndTxnRequest.API_KEY: (0, 4),
+        m.OffsetFetchRequest.API_KEY: (0, 9),
     }
 
 
@@ -351,6 +353,8 @@ class ScriptedCluster:
                 response = coordinator.add_offsets(request)
             elif isinstance(request, m.TxnOffsetCommitRequest):
                 response = coordinator.commit_offsets(request, version)
+            elif isinstance(request, m.OffsetFetchRequest):
+                response = coordinator.fetch_offsets(request, version)
             else:
                 assert isinstance(request, m.EndTxnRequest)
                 response = coordinator.end(request, version)
@@ -496,5 +500,9 @@ def _coordinator_error(request: object, code: int) -> object:
             for t in request.topics
         ]
         return m.TxnOffsetCommitResponse(topics=topics)
+    if isinstance(request, m.OffsetFetchRequest):
+        return m.OffsetFetchResponse(
+            error_code=code, groups=[m.OffsetFetchResponseGroup(g.group_id, error_code=code) for g in request.groups]
+        )
     assert isinstance(request, m.EndTxnRequest)
     return m.EndTxnResponse(error_code=code)

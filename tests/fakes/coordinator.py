@@ -2,8 +2,8 @@
 transactional producer's fault tests need.
 
 It keeps one transaction per transactional id (producer id, epoch, partitions, pending
-offsets), fences older epochs, writes commit/abort markers into the partitions' logs, and
-applies committed offsets. Tests script its answers per API (``script``), move it to
+offsets), fences older epochs, writes commit/abort markers into the partitions' logs,
+applies committed offsets and answers OffsetFetch for them. Tests script its answers per API (``script``), move it to
 another node (it then answers NOT_COORDINATOR where it was), hold an answer back after
 acting on it (an EndTxn whose answer is lost), and switch on transactions v2
 (``transaction_version = 2``: finalized feature, Produce v12, EndTxn and TxnOffsetCommit
@@ -26,6 +26,7 @@ NONE = 0
 NOT_COORDINATOR = 16
 INVALID_TXN_STATE = 48
 PRODUCER_FENCED = 90
+UNSTABLE = 88  # UNSTABLE_OFFSET_COMMIT
 
 
 class Lost:
@@ -152,6 +153,32 @@ class FakeCoordinator:
         if txn is None:
             return m.EndTxnResponse(error_code=code)
         return m.EndTxnResponse(error_code=code, producer_id=txn.producer_id, producer_epoch=txn.epoch)
+
+    def fetch_offsets(self, request: m.OffsetFetchRequest, version: int) -> m.OffsetFetchResponse:
+        """Every committed offset of the group (the fake answers the whole group, whatever was
+        asked); with ``require_stable``, UNSTABLE_OFFSET_COMMIT for a partition whose offset an
+        open transaction holds, as Kafka does (KIP-447)."""
+        group = request.groups[0].group_id if version >= 8 else request.group_id
+        pending = {tp for txn in self.transactions.values() if txn.ongoing for tp in txn.offsets.get(group, {})}
+        by_topic: dict[str, list[tuple[int, int, int]]] = {}
+        for (topic, index), offset in sorted(self.committed.get(group, {}).items()):
+            unstable = request.require_stable and (topic, index) in pending
+            by_topic.setdefault(topic, []).append((index, -1 if unstable else offset, UNSTABLE if unstable else NONE))
+        for topic, index in sorted(pending - set(self.committed.get(group, {}))):
+            if request.require_stable:
+                by_topic.setdefault(topic, []).append((index, -1, UNSTABLE))
+        if version >= 8:
+            topics = [
+                m.OffsetFetchResponseTopics(t, [m.OffsetFetchResponsePartitions(i, o, -1, None, c) for i, o, c in ps])
+                for t, ps in by_topic.items()
+            ]
+            return m.OffsetFetchResponse(groups=[m.OffsetFetchResponseGroup(group, topics)])
+        return m.OffsetFetchResponse(
+            topics=[
+                m.OffsetFetchResponseTopic(t, [m.OffsetFetchResponsePartition(i, o, -1, None, c) for i, o, c in ps])
+                for t, ps in by_topic.items()
+            ]
+        )
 
     # -- what the partitions' leaders ask ------------------------------------------------------------
 

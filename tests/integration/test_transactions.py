@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from aioprod import ConsumerGroupMetadata, Producer, TopicPartition
-from aioprod.errors import ProducerFatalError, ProducerFencedError
+from aioprod import ConsumerGroupMetadata, PreparedTransaction, Producer, TopicPartition
+from aioprod.errors import KafkaTimeoutError, PreparedTransactionError, ProducerFatalError, ProducerFencedError
 from tests.brokers import MockCluster, TansuBroker, topic_across_leaders
 from tests.readback import read_committed_from_markers, read_topic
 
@@ -78,3 +78,48 @@ async def test_a_transaction_across_three_brokers(mock3: MockCluster, topic: str
         assert all(f.exception() is None for f in futures)
     values = sorted(int(r.value or b"") for r in read_topic(mock3.bootstrap, topic))
     assert values == list(range(30))
+
+
+async def prepare(bootstrap: str, topic: str, txn_id: str, values: list[bytes]) -> PreparedTransaction:
+    """Write ``values`` and a marker offset (group ``txn_id``) in one transaction; prepare it; close."""
+    async with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id) as p:
+        p.begin_transaction()
+        for value in values:
+            await p.send(topic, value, partition=0)
+        await p.send_offsets_to_transaction({TopicPartition(topic, 0): 1}, txn_id)
+        return await p.prepare_transaction()
+
+
+async def test_a_prepared_transaction_is_committed_or_aborted_by_another_producer(
+    tansu_broker: TansuBroker, topic: str
+) -> None:
+    bootstrap = tansu_broker.bootstrap
+    kept = await prepare(bootstrap, topic, f"{topic}-kept", [b"kept-1", b"kept-2"])
+    dropped = await prepare(bootstrap, topic, f"{topic}-dropped", [b"dropped"])
+    assert await read_committed_from_markers(bootstrap, topic, 1) == {0: []}  # both open: nothing visible
+    async with Producer(bootstrap_servers=bootstrap) as q:  # no transactional id of its own
+        await q.commit_prepared_transaction(kept)
+        await q.commit_prepared_transaction(kept)  # a repeat succeeds
+        await q.abort_prepared_transaction(dropped)
+        assert await q._committed_offsets(f"{topic}-kept") == {TopicPartition(topic, 0): 1}
+        assert await q._committed_offsets(f"{topic}-dropped") == {}
+    assert await read_committed_from_markers(bootstrap, topic, 1) == {0: [b"kept-1", b"kept-2"]}
+
+
+async def test_a_prepared_transaction_fenced_by_a_newer_producer_is_aborted_and_cannot_commit(
+    tansu_broker: TansuBroker, topic: str
+) -> None:
+    bootstrap = tansu_broker.bootstrap
+    prepared = await prepare(bootstrap, topic, f"{topic}-tx", [b"zombie"])
+    async with Producer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-tx") as newer, newer.transaction():
+        await newer.send(topic, b"newer", partition=0)
+    async with Producer(bootstrap_servers=bootstrap, max_block_ms=2000) as q:
+        # Kafka answers PRODUCER_FENCED; Tansu 0.6 closes the connection instead of answering,
+        # so the commit is retried until max_block_ms. Either way it fails, and says why.
+        with pytest.raises((PreparedTransactionError, KafkaTimeoutError)) as info:
+            await q.commit_prepared_transaction(prepared)
+    if isinstance(info.value, PreparedTransactionError):
+        assert "fenced" in str(info.value)
+    else:
+        assert "closed the connection" in str(info.value)
+    assert await read_committed_from_markers(bootstrap, topic, 1) == {0: [b"newer"]}

@@ -59,6 +59,7 @@ EXPECTED_RANGES = {
     "AddOffsetsToTxn": (0, 4),
     "TxnOffsetCommit": (0, 5),
     "EndTxn": (0, 5),
+    "OffsetFetch": (2, 9),
     "SaslHandshake": (0, 1),
     "SaslAuthenticate": (0, 2),
 }

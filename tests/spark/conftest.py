@@ -1,4 +1,4 @@
-"""One real local SparkSession (``local[2]``) for every Spark test."""
+"""One real local SparkSession (``local[2,4]``: a failed task is tried up to four times) for every Spark test."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """``local[2]``, UI off, 2 shuffle partitions; executors run this very interpreter."""
+    """``local[2,4]`` (task retries on, as on a cluster), UI off, 2 shuffle partitions; executors
+    run this very interpreter."""
     saved = {name: os.environ.get(name) for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -22,7 +23,7 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,4]")
         .appName("aioprod-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -39,7 +39,7 @@ def expected_output(block: str) -> list[str] | None:
 
 def test_every_python_example_runs_as_written(spark_default_python: Any) -> None:
     blocks = python_blocks(DOC.read_text(encoding="utf-8"))
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     # The session as a user has it (no PYSPARK_PYTHON): the executors example must just work,
     # its tasks on this interpreter rather than on python3 from the PATH.
     with tansu() as broker:
@@ -53,13 +53,14 @@ def test_every_python_example_runs_as_written(spark_default_python: Any) -> None
             if expected is not None:
                 assert printed.getvalue().splitlines() == expected, f"example {number} printed otherwise"
         records = read_topic(broker.bootstrap, "orders")
-    # Four examples write the three orders; the errors example adds its one good row.
+    # Five examples write the three orders (the exactly-once one once, its rerun not at all); the
+    # errors example adds its one good row.
     orders = Counter((r.key, r.value) for r in records if r.key is not None)
     assert orders == Counter(
         {
-            (b"1", json.dumps({"order_id": 1, "customer": "alice", "amount": 12.5}, separators=(",", ":")).encode()): 4,
-            (b"2", json.dumps({"order_id": 2, "customer": "bob", "amount": 3.0}, separators=(",", ":")).encode()): 4,
-            (b"3", json.dumps({"order_id": 3, "customer": "alice", "amount": 7.25}, separators=(",", ":")).encode()): 4,
+            (b"1", json.dumps({"order_id": 1, "customer": "alice", "amount": 12.5}, separators=(",", ":")).encode()): 5,
+            (b"2", json.dumps({"order_id": 2, "customer": "bob", "amount": 3.0}, separators=(",", ":")).encode()): 5,
+            (b"3", json.dumps({"order_id": 3, "customer": "alice", "amount": 7.25}, separators=(",", ":")).encode()): 5,
         }
     )
     assert [r.value for r in records if r.key is None] == [b"fine"]

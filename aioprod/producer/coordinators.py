@@ -1,0 +1,209 @@
+"""The coordinators of transactional ids and consumer groups: finding them, and asking them
+until they answer without a retriable error.
+
+The transactional producer sends every InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+TxnOffsetCommit and EndTxn through a :class:`Coordinators`; so do the calls that end a
+prepared transaction by its handle, and the look-up of a group's committed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from aioprod.cluster.metadata import Metadata
+from aioprod.config import ProducerConfig
+from aioprod.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    KafkaError,
+    KafkaTimeoutError,
+    NotCoordinatorError,
+    OperationNotAttemptedError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from aioprod.net.pool import ConnectionPool, exponential_backoff
+from aioprod.producer.batch import TopicPartition
+from aioprod.protocol.messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchResponse,
+)
+from aioprod.protocol.schema import Request, Response
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Response)
+
+GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
+
+#: Answers after which the request is sent again, the coordinator looked up anew first.
+FIND_AGAIN = frozenset({CoordinatorNotAvailableError.code, NotCoordinatorError.code})
+#: Answers after which the request is sent again as it is, after a backoff.
+RETRY = frozenset(
+    {
+        CoordinatorLoadInProgressError.code,
+        ConcurrentTransactionsError.code,
+        UnknownTopicOrPartitionError.code,
+        OperationNotAttemptedError.code,
+        7,  # REQUEST_TIMED_OUT
+        88,  # UNSTABLE_OFFSET_COMMIT: a transaction with offsets of the group is being ended
+    }
+)
+
+
+class Coordinators:
+    """Finds the coordinator of a key (cached until it moves) and sends it requests.
+
+    ``fatal_codes`` are answers that end the caller for good: ``on_fatal`` turns such an
+    answer into the error raised (the transactional producer fails itself there); other
+    answers that are not retriable are raised as they are.
+    """
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        metadata: Metadata,
+        pool: ConnectionPool,
+        *,
+        name: str,
+        fatal_codes: frozenset[int] = frozenset(),
+        on_fatal: Callable[[KafkaError], KafkaError] | None = None,
+    ) -> None:
+        self._config = config
+        self._metadata = metadata
+        self._pool = pool
+        self._name = name
+        self._fatal_codes = fatal_codes
+        self._on_fatal = on_fatal
+        self._nodes: dict[tuple[int, str], int] = {}
+        self._failures = 0
+        #: The last answer or connection error that made a request go again, for timeout messages.
+        self.last_error: KafkaError | None = None
+
+    async def node(self, key_type: int, key: str) -> int:
+        """The node coordinating ``key`` (a transactional id or a group id)."""
+        node = self._nodes.get((key_type, key))
+        if node is not None:
+            return node
+        while True:
+            candidate = self._metadata.least_loaded_node()
+            try:
+                if candidate is None:
+                    raise KafkaTimeoutError("no broker can take a request now")
+                conn = await self._pool.get(candidate)
+                response: FindCoordinatorResponse = await conn.send(
+                    FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key])
+                )
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                await self.backoff(exc)
+                continue
+            if response.coordinators:
+                found = response.coordinators[0]
+                code, node_id, host, port = found.error_code, found.node_id, found.host, found.port
+            else:
+                code, node_id, host, port = response.error_code, response.node_id, response.host, response.port
+            if code:
+                error = error_for_code(code, f"FindCoordinator for {key!r}")
+                if code in self._fatal_codes or not error.retriable:
+                    raise error
+                await self.backoff(error)
+                continue
+            self._pool.set_address(node_id, host, port)
+            self._nodes[(key_type, key)] = node_id
+            self._failures = 0
+            return node_id
+
+    async def request(
+        self,
+        key_type: int,
+        key: str,
+        build: Callable[[], Request],
+        response_cls: type[R],
+        error_codes: Callable[[R], list[int]],
+        *,
+        max_version: int | None = None,
+        tolerate: frozenset[int] = frozenset(),
+    ) -> R:
+        """Send to the coordinator of ``key`` until it answers without a retriable error.
+        An answer in ``tolerate`` is returned as it is."""
+        while True:
+            node = await self.node(key_type, key)
+            try:
+                conn = await self._pool.get(node)
+                response: R = await conn.send(build(), max_version=max_version)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                self._nodes.pop((key_type, key), None)
+                await self.backoff(exc)
+                continue
+            assert isinstance(response, response_cls)
+            codes = [code for code in error_codes(response) if code]
+            if not codes or all(code in tolerate for code in codes):
+                self._failures = 0
+                return response
+            code = next((c for c in codes if c in self._fatal_codes), None) or next(
+                (c for c in codes if c not in FIND_AGAIN and c not in RETRY), codes[0]
+            )
+            error = error_for_code(code, f"{type(response).__name__.removesuffix('Response')} for {key!r}")
+            if code in self._fatal_codes and self._on_fatal is not None:
+                raise self._on_fatal(error)
+            if code in FIND_AGAIN:
+                self._nodes.pop((key_type, key), None)
+            elif code not in RETRY:
+                raise error
+            await self.backoff(error)
+
+    async def backoff(self, error: KafkaError) -> None:
+        self._failures += 1
+        self.last_error = error
+        log.debug("%s: %s; trying again", self._name, error)
+        await asyncio.sleep(
+            exponential_backoff(
+                self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, self._failures
+            )
+        )
+
+
+async def committed_offsets(coordinators: Coordinators, group_id: str) -> dict[TopicPartition, int]:
+    """Every offset committed for ``group_id``: none for a group that never committed.
+
+    Stable (KIP-447, OffsetFetch v7+): while a transaction that commits offsets of the group
+    is being ended, the coordinator answers UNSTABLE_OFFSET_COMMIT and the request waits.
+    """
+    response = await coordinators.request(
+        GROUP,
+        group_id,
+        lambda: OffsetFetchRequest(
+            group_id=group_id,
+            topics=None,
+            groups=[OffsetFetchRequestGroup(group_id=group_id, topics=None)],
+            require_stable=True,
+        ),
+        OffsetFetchResponse,
+        _offset_fetch_codes,
+    )
+    topics = response.groups[0].topics if response.groups else response.topics
+    return {
+        TopicPartition(topic.name, p.partition_index): p.committed_offset
+        for topic in topics
+        for p in topic.partitions
+        if p.committed_offset >= 0
+    }
+
+
+def _offset_fetch_codes(response: OffsetFetchResponse) -> list[int]:
+    """Group-level (v8+) or top-level (v2-v7), then per-partition error codes."""
+    if response.groups:
+        group = response.groups[0]
+        return [group.error_code] + [p.error_code for t in group.topics for p in t.partitions]
+    return [response.error_code] + [p.error_code for t in response.topics for p in t.partitions]

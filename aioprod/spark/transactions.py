@@ -1,0 +1,149 @@
+"""The driver's side of an exactly-once write from the executors: the second phase.
+
+Every task writes its Spark partition in one transaction and hands it back prepared (see
+:class:`aioprod.spark.writer.TransactionalPartitionWrite`). Only once the whole Spark job has
+succeeded, and every partition says it wrote all its rows, does the driver commit them; if
+the job fails, or any partition could not write, it aborts them all. Handles come back in the
+tasks' result rows, and through an accumulator too, which also carries those of tasks that
+finished in a job that then failed (whose results never reach the driver).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from aioprod.errors import KafkaError, PreparedTransactionError
+from aioprod.producer.producer import Producer
+from aioprod.producer.transactions import PreparedTransaction
+from aioprod.spark.plan import Plan
+from aioprod.sync import SyncProducer
+
+if TYPE_CHECKING:
+    from pyspark import Accumulator, SparkContext
+
+log = logging.getLogger(__name__)
+
+#: Transactions ended at once from the driver.
+_CONCURRENT_ENDS = 32
+_NOTHING_COMMITTED = "no transaction of the write was committed (they are aborted): nothing is visible"
+
+
+class _Handles:
+    """A pyspark AccumulatorParam (by duck typing) of encoded handles: a list, concatenated."""
+
+    def zero(self, value: list[str]) -> list[str]:
+        return []
+
+    def addInPlace(self, value1: list[str], value2: list[str]) -> list[str]:
+        value1.extend(value2)
+        return value1
+
+
+def handle_accumulator(sc: SparkContext | None) -> Accumulator[list[str]] | None:
+    """Where tasks also report their prepared transactions; None without a SparkContext (Spark Connect)."""
+    return None if sc is None else sc.accumulator([], _Handles())  # type: ignore[arg-type]
+
+
+def encode(prepared: PreparedTransaction) -> str:
+    return json.dumps(dataclasses.asdict(prepared))
+
+
+def decode(text: str) -> PreparedTransaction:
+    return PreparedTransaction(**json.loads(text))
+
+
+def abort_after_failed_job(plan: Plan, accumulator: Accumulator[list[str]] | None) -> None:
+    """The Spark job failed: abort what its finished tasks prepared."""
+    _abort_all(plan, _accumulated(accumulator), "the Spark job failed")
+
+
+def _abort_all(plan: Plan, handles: Sequence[tuple[int, PreparedTransaction]], why: str) -> None:
+    """Best effort: the failure the caller reports matters more, and a transaction left open is
+    aborted by the coordinator after ``transaction_timeout_ms``, or by a rerun with the same write id."""
+    if not handles:
+        return
+    try:
+        failures = end_all(plan, handles, commit=False)
+    except Exception as exc:
+        log.warning("could not abort the %d transaction(s) of write %s (%s): %r", len(handles), plan.write_id, why, exc)
+        return
+    for partition, prepared, error in failures:
+        log.info("aborting %s (partition %s; %s): %s", prepared.transactional_id, partition, why, error)
+
+
+def _accumulated(accumulator: Accumulator[list[str]] | None) -> list[tuple[int, PreparedTransaction]]:
+    """What the tasks reported through the accumulator (their partitions unknown: -1)."""
+    return [] if accumulator is None else [(-1, decode(text)) for text in accumulator.value]
+
+
+def end_transactions(
+    plan: Plan, rows: Sequence[dict[str, Any]], accumulator: Accumulator[list[str]] | None, seconds: float
+) -> tuple[set[int], str | None]:
+    """The job succeeded: commit every partition's transaction, or abort them all when a
+    partition could not write. Returns the partitions whose rows are not visible, and why."""
+    prepared = [(r["spark_partition"], decode(r["prepared"])) for r in rows if r["prepared"]]
+    if any(r["aborted"] or r["failed"] for r in rows):
+        # Also what other attempts of the tasks prepared (the accumulator has every successful one).
+        seen = {h for _, h in prepared}
+        extra = [(p, h) for p, h in _accumulated(accumulator) if h not in seen]
+        _abort_all(plan, prepared + extra, "a partition could not write")
+        return {r["spark_partition"] for r in rows}, _NOTHING_COMMITTED
+    failures = end_all(plan, prepared, commit=True)
+    if not failures:
+        return set(), None
+    late = ""
+    timeout_ms = plan.options["transaction_timeout_ms"]
+    if seconds * 1000 > timeout_ms:
+        late = (
+            f" The write took {seconds:.0f}s, longer than transaction_timeout_ms ({timeout_ms} ms): the "
+            "coordinator may have aborted transactions that waited that long."
+        )
+    details = "; ".join(f"partition {p}: {_outcome(error)}" for p, _, error in failures)
+    message = (
+        f"{len(failures)} of {len(prepared)} partitions could not be committed ({details}).{late} The other "
+        f"partitions are committed. Run the write again with write_id={plan.write_id!r} and the same DataFrame "
+        "(same partitioning): it skips the committed partitions and writes the rest."
+    )
+    return {p for p, _, _ in failures}, message
+
+
+def _outcome(error: BaseException) -> str:
+    if isinstance(error, PreparedTransactionError):
+        return f"not committed, its rows are not visible ({error})"
+    return f"commit in doubt ({type(error).__name__}: {error})"
+
+
+def end_all(
+    plan: Plan, handles: Sequence[tuple[int, PreparedTransaction]], *, commit: bool
+) -> list[tuple[int, PreparedTransaction, KafkaError]]:
+    """Commit (or abort) every transaction from one producer on the driver, a few at a time;
+    the ones that failed, with their errors."""
+    if not handles:
+        return []
+    with SyncProducer(plan.options) as producer:
+        waves = -(-len(handles) // _CONCURRENT_ENDS)
+        timeout = waves * (producer.config.max_block_ms / 1000) + 30
+        return producer.submit(_end_all, handles, commit).result(timeout)
+
+
+async def _end_all(
+    producer: Producer, handles: Iterable[tuple[int, PreparedTransaction]], commit: bool
+) -> list[tuple[int, PreparedTransaction, KafkaError]]:
+    limit = asyncio.Semaphore(_CONCURRENT_ENDS)
+    end = producer.commit_prepared_transaction if commit else producer.abort_prepared_transaction
+
+    async def one(partition: int, prepared: PreparedTransaction) -> tuple[int, PreparedTransaction, KafkaError] | None:
+        async with limit:
+            try:
+                await end(prepared)
+            except KafkaError as exc:
+                return partition, prepared, exc
+            return None
+
+    outcomes = await asyncio.gather(*(one(p, h) for p, h in handles))
+    return [o for o in outcomes if o is not None]

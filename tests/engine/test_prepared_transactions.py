@@ -1,0 +1,217 @@
+"""Prepared transactions against the scripted fake coordinator: one producer delivers a
+transaction and leaves it open (prepare_transaction), another ends it by its handle. The
+exact requests, and every answer a real broker will not give on demand. (Real brokers:
+tests/integration/test_transactions.py.)"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from aioprod import PreparedTransaction, Producer, TopicPartition
+from aioprod.errors import (
+    InvalidRecordError,
+    KafkaTimeoutError,
+    PreparedTransactionError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionStateError,
+)
+from aioprod.protocol import messages as m
+from tests.conftest import Scripted
+from tests.engine.test_transactions import CONCURRENT, LOADING, producer, requests
+from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.coordinator import Lost
+
+
+@pytest.fixture
+def cluster(scripted: Scripted) -> ScriptedCluster:
+    """Two nodes; topic t with partition 0 led by node 1, partition 1 by node 2 (the coordinator is node 1)."""
+    scripted.cluster.add_node(2)
+    scripted.cluster.create_topic("t", leaders=[1, 2])
+    return scripted.cluster
+
+
+async def prepared_transaction(cluster: ScriptedCluster, **options: object) -> PreparedTransaction:
+    """txn-1 writes a0, a1 to partition 0 and b0 to partition 1, commits offset 1 for group
+    'marker' with them, prepares, and closes."""
+    async with producer(cluster, **options) as p:
+        p.begin_transaction()
+        await p.send_many("t", [b"a0", b"a1"], partition=0)
+        await p.send("t", b"b0", partition=1)
+        await p.send_offsets_to_transaction({TopicPartition("t", 0): 1}, "marker")
+        prepared = await p.prepare_transaction()
+        assert await p.prepare_transaction() is prepared  # asking again gives the same handle
+    return prepared
+
+
+def committer(cluster: ScriptedCluster, **options: object) -> Producer:
+    """A producer with no transactional id of its own."""
+    defaults: dict[str, object] = {"retry_backoff_ms": 10}
+    defaults.update(options)
+    return Producer(bootstrap_servers=cluster.bootstrap, **defaults)
+
+
+def committed(cluster: ScriptedCluster) -> list[bytes | None]:
+    return cluster.partition("t", 0).committed + cluster.partition("t", 1).committed
+
+
+async def test_another_producer_commits_a_prepared_transaction_by_its_handle(cluster: ScriptedCluster) -> None:
+    prepared = await prepared_transaction(cluster)
+    assert prepared == PreparedTransaction("txn-1", 5000, 0, transaction_version=1)
+    # Delivered and left open: close() did not abort it, and nothing is visible yet.
+    assert requests(cluster, m.EndTxnRequest) == []
+    assert cluster.coordinator.transactions["txn-1"].ongoing
+    assert cluster.partition("t", 0).values + cluster.partition("t", 1).values == [b"a0", b"a1", b"b0"]
+    assert committed(cluster) == []
+    async with committer(cluster) as q:
+        await q.commit_prepared_transaction(prepared)
+        await q.commit_prepared_transaction(prepared)  # a repeat (an outcome in doubt) succeeds
+        assert await q._committed_offsets("marker") == {TopicPartition("t", 0): 1}
+    assert committed(cluster) == [b"a0", b"a1", b"b0"]
+    first = cluster.requests_of(m.EndTxnRequest)[0]
+    assert first.version == 4  # transactions v1: EndTxn below v5
+    assert first.body == m.EndTxnRequest(transactional_id="txn-1", producer_id=5000, producer_epoch=0, committed=True)
+
+
+async def test_a_prepared_transaction_aborted_by_its_handle_is_never_visible(cluster: ScriptedCluster) -> None:
+    prepared = await prepared_transaction(cluster)
+    async with committer(cluster) as q:
+        await q.abort_prepared_transaction(prepared)
+        await q.abort_prepared_transaction(prepared)
+        with pytest.raises(PreparedTransactionError, match="it was aborted already") as info:
+            await q.commit_prepared_transaction(prepared)
+        assert await q._committed_offsets("marker") == {}
+    assert info.value.prepared == prepared
+    assert committed(cluster) == []
+    assert [b.marker for b in cluster.partition("t", 0).log if b.marker] == ["abort"]
+
+
+async def test_a_fenced_prepared_transaction_cannot_commit_and_says_so(cluster: ScriptedCluster) -> None:
+    prepared = await prepared_transaction(cluster)
+    async with producer(cluster):  # a retried attempt with the same transactional id: fences, aborts
+        pass
+    async with committer(cluster) as q:
+        with pytest.raises(PreparedTransactionError) as info:
+            await q.commit_prepared_transaction(prepared)
+    message = str(info.value)
+    assert "cannot commit transaction 'txn-1' (producer id 5000, epoch 0)" in message
+    assert "fenced" in message and "transaction timeout" in message
+    assert isinstance(info.value.__cause__, ProducerFencedError)
+    assert committed(cluster) == []
+
+
+async def test_ending_by_handle_is_retried_while_the_coordinator_moves_or_loses_answers(
+    cluster: ScriptedCluster,
+) -> None:
+    prepared = await prepared_transaction(cluster)
+    cluster.coordinator.move_to(2)  # node 1 now answers NOT_COORDINATOR
+    cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([LOADING, CONCURRENT, Lost])
+    async with committer(cluster) as q:
+        await q.commit_prepared_transaction(prepared)
+    assert committed(cluster) == [b"a0", b"a1", b"b0"]
+    ends = cluster.requests_of(m.EndTxnRequest)
+    assert [r.node for r in ends][-4:] == [2, 2, 2, 2]  # loading, concurrent, lost, then done
+    assert len(cluster.requests_of(m.FindCoordinatorRequest)) >= 2
+
+
+async def test_a_commit_by_handle_that_outlasts_max_block_can_be_repeated(cluster: ScriptedCluster) -> None:
+    prepared = await prepared_transaction(cluster)
+    cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([CONCURRENT] * 30)
+    async with committer(cluster, max_block_ms=1000, retry_backoff_max_ms=100) as q:
+        with pytest.raises(KafkaTimeoutError, match=r"commit_prepared_transaction\('txn-1'\) did not complete") as info:
+            await q.commit_prepared_transaction(prepared)
+        assert "CONCURRENT_TRANSACTIONS" in str(info.value)
+        assert committed(cluster) == []
+        cluster.coordinator.script[m.EndTxnRequest.API_KEY].clear()
+        await q.commit_prepared_transaction(prepared)
+    assert committed(cluster) == [b"a0", b"a1", b"b0"]
+
+
+async def test_offsets_of_an_open_transaction_are_not_stable(cluster: ScriptedCluster) -> None:
+    prepared = await prepared_transaction(cluster)
+    async with committer(cluster, max_block_ms=1000) as q:
+        # OffsetFetch with require_stable: the coordinator answers UNSTABLE_OFFSET_COMMIT until
+        # the transaction holding the group's offset ends; the look-up waits, up to max_block_ms.
+        cluster.coordinator.committed["marker"] = {("t", 0): 0}  # an older commit is not the answer
+        with pytest.raises(KafkaTimeoutError, match="UNSTABLE_OFFSET_COMMIT"):
+            await q._committed_offsets("marker")
+        await q.commit_prepared_transaction(prepared)
+        assert await q._committed_offsets("marker") == {TopicPartition("t", 0): 1}
+    fetch = cluster.requests_of(m.OffsetFetchRequest)[-1]
+    assert fetch.version == 9
+    assert fetch.body.require_stable is True  # type: ignore[attr-defined]
+    assert fetch.body.groups == [m.OffsetFetchRequestGroup(group_id="marker", topics=None)]  # type: ignore[attr-defined]
+
+
+async def test_a_prepared_producer_only_closes(cluster: ScriptedCluster) -> None:
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        await p.send("t", b"v", partition=0)
+        await p.prepare_transaction()
+        with pytest.raises(TransactionStateError, match="holding a prepared transaction"):
+            await p.send("t", b"more", partition=0)
+        with pytest.raises(TransactionStateError, match="holding a prepared transaction"):
+            p.begin_transaction()
+        with pytest.raises(TransactionStateError, match="holding a prepared transaction"):
+            await p.commit_transaction()
+        with pytest.raises(TransactionStateError, match="holding a prepared transaction"):
+            await p.abort_transaction()
+        assert not p.in_transaction
+    assert requests(cluster, m.EndTxnRequest) == []
+    assert cluster.coordinator.transactions["txn-1"].ongoing
+
+
+async def test_an_empty_or_failed_transaction_is_not_prepared(cluster: ScriptedCluster) -> None:
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        with pytest.raises(TransactionStateError, match="the transaction is empty"):
+            await p.prepare_transaction()
+        assert p.in_transaction  # still open: abort (or commit) it
+        await p.abort_transaction()
+        p.begin_transaction()
+        cluster.nodes[1].script = deque([InvalidRecordError.code])
+        await p.send("t", b"refused", partition=0)
+        with pytest.raises(TransactionAbortableError):
+            await p.prepare_transaction()
+        await p.abort_transaction()
+    assert cluster.partition("t", 0).committed == []
+
+
+async def test_transactions_v2_prepares_with_its_epoch_and_ends_with_end_txn_v5(cluster: ScriptedCluster) -> None:
+    cluster.coordinator.transaction_version = 2
+    async with producer(cluster) as p:
+        async with p.transaction():  # EndTxn bumps the epoch to 1 (KIP-890)
+            await p.send("t", b"first", partition=0)
+        p.begin_transaction()
+        await p.send("t", b"second", partition=0)
+        prepared = await p.prepare_transaction()
+    assert prepared == PreparedTransaction("txn-1", 5000, 1, transaction_version=2)
+    async with committer(cluster) as q:
+        await q.commit_prepared_transaction(prepared)
+    assert cluster.partition("t", 0).committed == [b"first", b"second"]
+    assert cluster.requests_of(m.EndTxnRequest)[-1].version == 5
+
+
+async def test_ending_by_handle_checks_its_argument(cluster: ScriptedCluster) -> None:
+    async with committer(cluster) as q:
+        with pytest.raises(TypeError, match="takes a PreparedTransaction, got tuple"):
+            await q.commit_prepared_transaction(("txn-1", 5000, 0))  # type: ignore[arg-type]
+
+
+async def test_close_aborts_a_prepared_transaction_whose_handle_never_reached_the_caller(
+    cluster: ScriptedCluster,
+) -> None:
+    async with producer(cluster, max_block_ms=1000) as p:
+        p.begin_transaction()
+        cluster.nodes[1].holding = True  # the record's answer is held: the prepare waits for it
+        await p.send("t", b"v", partition=0)
+        with pytest.raises(KafkaTimeoutError, match="prepare_transaction"):
+            await p.prepare_transaction()
+        cluster.nodes[1].release()  # the prepare completes in the background, its handle unseen
+    (end,) = requests(cluster, m.EndTxnRequest)
+    assert end.committed is False  # type: ignore[attr-defined]
+    assert cluster.partition("t", 0).values == [b"v"]
+    assert cluster.partition("t", 0).committed == []
+    assert not cluster.coordinator.transactions["txn-1"].ongoing
