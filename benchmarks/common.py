@@ -124,6 +124,12 @@ def system_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
 
 
+def system_steal_seconds() -> float:
+    """CPU seconds the hypervisor has stolen from all CPUs since boot (from /proc/stat)."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8]) / CLOCK_TICKS
+
+
 def count_records(bootstrap: str, topic: str, timeout: float = 60.0) -> int:
     """Records in the topic as a consumer sees them, counted by reading them all (Tansu's end
     offsets count batches; transaction markers take offsets too)."""

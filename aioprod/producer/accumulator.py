@@ -135,6 +135,11 @@ class RecordAccumulator:
         self.closing = False
         #: Counts new batches; send() yields to the loop when it changes (see there).
         self.batches_created = 0
+        #: When the sender's next round is due (loop time; set by the sender as it sleeps, -inf
+        #: while a round is running or pending). A new batch wakes the sender only if it may be
+        #: sent before then: otherwise that round finds it anyway. With many partitions, a wake-up
+        #: per new batch made a round (each visiting every partition with data) per record.
+        self.next_round = float("inf")
         #: Told the partition of every new batch (a transaction adds the partition then).
         self.on_new_batch: Callable[[TopicPartition], None] | None = None
 
@@ -169,6 +174,15 @@ class RecordAccumulator:
         now: float | None = None,
     ) -> RecordFuture:
         """Add a record whose ``size`` bytes are already reserved from the pool."""
+        # _add's common case inlined (a call less per record): the partition's open batch.
+        queue = self._batches.get(tp)
+        if queue:
+            last = queue[-1]
+            if last.payload is None:
+                index = last.builder.append(timestamp, key, value, headers)
+                if index is not None:
+                    last.reserved += size
+                    return RecordFuture(last.settlement, index, timestamp)
         batch, index = self._add(tp, timestamp, key, value, headers, size, now)
         return RecordFuture(batch.settlement, index, timestamp)
 
@@ -260,9 +274,13 @@ class RecordAccumulator:
         self.batches_created += 1
         if self.on_new_batch is not None:
             self.on_new_batch(batch.tp)
-        # A new batch: the sender must start its linger clock, and the one before it (if
-        # any) is now complete and sendable.
-        self._wakeup()
+        # The one before it (if any) is now complete and sendable; else the new batch is
+        # sendable once it lingered (or at once, if something forces sending).
+        if len(queue) > 1 or self._forced():
+            if self.next_round > batch.created:
+                self._wakeup()
+        elif batch.created + self._linger < self.next_round:
+            self._wakeup()
 
     def _track(self, batch: ProducerBatch) -> None:
         self.incomplete.add(batch)

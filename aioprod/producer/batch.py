@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any, NamedTuple
 
+from aioprod._compiled import speedups
 from aioprod.errors import DeliveryTimeoutError, KafkaError, SendManyError
 from aioprod.producer.record_future import BatchFailure, BatchSettlement, RecordMetadata, _metadata
 from aioprod.protocol.records import RecordBatchBuilder, read_batch
@@ -18,6 +19,24 @@ class TopicPartition(NamedTuple):
 
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+def _py_metadata_range(
+    cls: type[RecordMetadata], topic: str, partition: int, first_offset: int, count: int, timestamp: int
+) -> list[RecordMetadata]:
+    """One RecordMetadata per acknowledged record of a range (the bulk path's ack cost): made in
+    C-level iteration here, or by the compiled twin (aioprod/_speedups.c)."""
+    offsets = range(first_offset, first_offset + count) if first_offset >= 0 else repeat(-1, count)
+    return list(
+        map(
+            _metadata,
+            repeat(cls, count),
+            zip(repeat(topic, count), repeat(partition, count), offsets, repeat(timestamp, count), strict=True),
+        )
+    )
+
+
+_metadata_range = _py_metadata_range if speedups is None else speedups.metadata_range
 
 
 class SendGroup:
@@ -40,12 +59,8 @@ class SendGroup:
             self.future.set_result([])
 
     def succeeded(self, start: int, count: int, partition: int, first_offset: int, timestamp: int) -> None:
-        offsets = range(first_offset, first_offset + count) if first_offset >= 0 else repeat(-1, count)
-        # One RecordMetadata per record, made in C-level iteration (the bulk path's ack cost).
-        self.results[start : start + count] = map(
-            _metadata,
-            repeat(RecordMetadata, count),
-            zip(repeat(self.topic, count), repeat(partition, count), offsets, repeat(timestamp, count), strict=True),
+        self.results[start : start + count] = _metadata_range(
+            RecordMetadata, self.topic, partition, first_offset, count, timestamp
         )
         self._settle(count)
 

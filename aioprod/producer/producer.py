@@ -30,7 +30,7 @@ from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import Headers, SendGroup, TopicPartition
 from aioprod.producer.coordinators import Coordinators, committed_offsets
-from aioprod.producer.partitioner import Partitioner
+from aioprod.producer.partitioner import Partitioner, partition_for_key
 from aioprod.producer.record_future import RecordFuture, RecordMetadata
 from aioprod.producer.sender import Sender
 from aioprod.producer.transactions import (
@@ -76,6 +76,9 @@ class Producer:
         self._partitioner = Partitioner(self.config.partitioner, self.config.batch_size)
         self._key_serializer = self.config.key_serializer
         self._value_serializer = self.config.value_serializer
+        self._serializers = self._key_serializer is not None or self._value_serializer is not None
+        #: Keyed records go by murmur2 of the key (every built-in partitioner but round_robin).
+        self._hash_keys = self._partitioner.hashes_keys
         self._max_block = self.config.max_block_ms / 1000
         # Records up to this size need no size check against max_request_size/buffer_memory.
         self._size_limit = min(self.config.max_request_size, self.config.buffer_memory)
@@ -245,13 +248,14 @@ class Producer:
         if tps is None:
             _check_topic(topic)
         # Serialize and type-check; the common case (bytes, no serializer) costs two checks.
-        if self._key_serializer is not None and key is not None:
-            key = _serialized("key", self._key_serializer(key))
-        elif key is not None and type(key) is not bytes:
+        if self._serializers:
+            if self._key_serializer is not None and key is not None:
+                key = _serialized("key", self._key_serializer(key))
+            if self._value_serializer is not None and value is not None:
+                value = _serialized("value", self._value_serializer(value))
+        if type(key) is not bytes and key is not None:
             key = _as_bytes("key", key)
-        if self._value_serializer is not None and value is not None:
-            value = _serialized("value", self._value_serializer(value))
-        elif value is not None and type(value) is not bytes:
+        if type(value) is not bytes and value is not None:
             value = _as_bytes("value", value)
         header_list = () if headers is None else _check_headers(headers)
         if timestamp_ms is None:
@@ -283,6 +287,8 @@ class Producer:
         if partition is None:
             if key is None:
                 partition = self._partitioner.keyless(topic, size, info.all_partitions, info.available_partitions)
+            elif self._hash_keys:
+                partition = partition_for_key(key, len(info.all_partitions))  # Partitioner.partition's rule
             else:
                 partition = self._partitioner.partition(topic, key, info.all_partitions, info.available_partitions)
         elif partition not in info.partitions:
@@ -292,12 +298,13 @@ class Producer:
                 + ("" if count == 1 else "s")
                 + f" (0-{count - 1})"
             )
-        if not acc.pool.try_reserve(size):
+        pool = acc.pool
+        if not pool.try_reserve(size):
             if deadline is None:
                 deadline = self._loop.time() + self._max_block
-            await acc.pool.reserve(size, max(0.0, deadline - self._loop.time()))
+            await pool.reserve(size, max(0.0, deadline - self._loop.time()))
             if self._state is not _STARTED or self._fatal is not None:
-                acc.pool.release(size)
+                pool.release(size)
                 self._raise_not_open()
         if txn is not None and not txn.accepts(txn_generation):
             acc.pool.release(size)  # the transaction ended while we waited
@@ -305,7 +312,9 @@ class Producer:
         created = acc.batches_created
         future = acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
         if acc.batches_created != created:
-            self._yield_first = True
+            # The sender has a round due (the batch before this one is complete, or a
+            # linger ran out): the next send() lets it run first.
+            self._yield_first = acc.next_round <= self._loop.time()
             self._metadata.touch(topic)
         return future
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Any, NamedTuple, TypeAlias
 
+from aioprod._compiled import speedups
 from aioprod.errors import KafkaError
 
 
@@ -152,14 +153,7 @@ class RecordFuture:
         self._cancel_message: str | None = _NOT_CANCELLED
 
     def __repr__(self) -> str:
-        if self._cancel_message is not _NOT_CANCELLED:
-            state = "cancelled"
-        elif not self._settlement.done.done():
-            state = "pending"
-        else:
-            outcome = self.exception()
-            state = f"finished {outcome!r}" if outcome is not None else f"finished {self.result()!r}"
-        return f"<RecordFuture {state}>"
+        return _describe(self)
 
     def done(self) -> bool:
         return self._cancel_message is not _NOT_CANCELLED or self._settlement.done.done()
@@ -184,28 +178,10 @@ class RecordFuture:
         return done.result()
 
     def result(self) -> RecordMetadata:
-        outcome = self._outcome()
-        index = self._index
-        if type(outcome) is SplitOutcome:
-            outcome, index = outcome.locate(index)
-        if isinstance(outcome, BatchFailure):
-            raise outcome.error.with_traceback(outcome.traceback)
-        topic, partition, base_offset, log_append_time = outcome  # type: ignore[misc]
-        return _metadata(
-            RecordMetadata,
-            (
-                topic,
-                partition,
-                base_offset + index if base_offset >= 0 else -1,
-                log_append_time if log_append_time >= 0 else self._timestamp,
-            ),
-        )
+        return _metadata_of(self._outcome(), self._index, self._timestamp)
 
     def exception(self) -> BaseException | None:
-        outcome = self._outcome()
-        if type(outcome) is SplitOutcome:
-            outcome = outcome.locate(self._index)[0]
-        return outcome.error if isinstance(outcome, BatchFailure) else None
+        return _error_of(self._outcome(), self._index)
 
     def add_done_callback(self, fn: _Callback, /, *, context: contextvars.Context | None = None) -> None:
         if context is None:
@@ -250,23 +226,8 @@ class RecordFuture:
 
     def _run_callbacks(self) -> None:
         callbacks, self._callbacks = self._callbacks, None
-        if not callbacks:
-            return
-        loop = self.get_loop()
-        for position, (fn, context) in enumerate(callbacks):
-            try:
-                try:
-                    context.run(fn, self)
-                except (SystemExit, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    loop.call_exception_handler(
-                        {"message": f"Exception in callback {fn!r}", "exception": exc, "future": self}
-                    )
-            except BaseException:  # SystemExit/KeyboardInterrupt, from fn or the exception handler
-                for later, later_context in callbacks[position + 1 :]:
-                    loop.call_soon(later, self, context=later_context)
-                raise
+        if callbacks:
+            _call_back(self, callbacks)
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         if not self.done():
@@ -277,3 +238,68 @@ class RecordFuture:
         return self.result()
 
     __iter__ = __await__
+
+
+# -- shared by both RecordFuture implementations (the compiled one calls these too) -----------
+
+
+def _metadata_of(outcome: BatchOutcome, index: int, timestamp: int) -> RecordMetadata:
+    """The record's metadata from its batch's outcome, or the batch's error raised."""
+    if type(outcome) is SplitOutcome:
+        outcome, index = outcome.locate(index)
+    if isinstance(outcome, BatchFailure):
+        raise outcome.error.with_traceback(outcome.traceback)
+    topic, partition, base_offset, log_append_time = outcome  # type: ignore[misc]
+    return _metadata(
+        RecordMetadata,
+        (
+            topic,
+            partition,
+            base_offset + index if base_offset >= 0 else -1,
+            log_append_time if log_append_time >= 0 else timestamp,
+        ),
+    )
+
+
+def _error_of(outcome: BatchOutcome, index: int) -> BaseException | None:
+    if type(outcome) is SplitOutcome:
+        outcome = outcome.locate(index)[0]
+    return outcome.error if isinstance(outcome, BatchFailure) else None
+
+
+def _call_back(future: Any, callbacks: list[tuple[_Callback, contextvars.Context]]) -> None:
+    """Run a settled future's callbacks, each in its context, as asyncio.Future would."""
+    loop = future.get_loop()
+    for position, (fn, context) in enumerate(callbacks):
+        try:
+            try:
+                context.run(fn, future)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                loop.call_exception_handler(
+                    {"message": f"Exception in callback {fn!r}", "exception": exc, "future": future}
+                )
+        except BaseException:  # SystemExit/KeyboardInterrupt, from fn or the exception handler
+            for later, later_context in callbacks[position + 1 :]:
+                loop.call_soon(later, future, context=later_context)
+            raise
+
+
+def _describe(future: Any) -> str:
+    if future.cancelled():
+        state = "cancelled"
+    elif not future.done():
+        state = "pending"
+    else:
+        outcome = future.exception()
+        state = f"finished {outcome!r}" if outcome is not None else f"finished {future.result()!r}"
+    return f"<RecordFuture {state}>"
+
+
+_PyRecordFuture = RecordFuture
+if speedups is not None:
+    speedups.setup_record_future(
+        _metadata_of, _error_of, _call_back, _describe, asyncio.CancelledError, asyncio.InvalidStateError
+    )
+    RecordFuture = speedups.RecordFuture  # type: ignore[misc]

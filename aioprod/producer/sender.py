@@ -102,6 +102,7 @@ class Sender:
 
     def wakeup(self) -> None:
         self._wake_flag = True
+        self._acc.next_round = -_IDLE
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -172,13 +173,16 @@ class Sender:
             return
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        handle = loop.call_later(max(delay, 0.0), _resolve, waiter)
+        delay = max(delay, 0.0)
+        self._acc.next_round = loop.time() + delay
+        handle = loop.call_later(delay, _resolve, waiter)
         try:
             await waiter
         finally:
             handle.cancel()
             self._waiter = None
             self._wake_flag = False
+            self._acc.next_round = -_IDLE
 
     def run_once(self, now: float) -> float:
         """One round; returns how many seconds may pass before the next is due."""

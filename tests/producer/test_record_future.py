@@ -236,11 +236,12 @@ async def test_a_failed_batch_error_keeps_its_own_traceback() -> None:
         with pytest.raises(NotLeaderOrFollowerError) as info:
             await RecordFuture(done, i, TS)
         assert info.value is error
-    # Each raise starts again from the batch's traceback: it does not pile up frames.
+    # Each raise starts again from the batch's traceback: it does not pile up frames (at most
+    # the raising test's, __await__'s, result()'s and the helper's that raises, plus its own).
     depth, tb = 0, error.__traceback__
     while tb is not None:
         depth, tb = depth + 1, tb.tb_next
-    assert depth <= 4 and original is not None
+    assert depth <= 5 and original is not None
 
 
 def _settle_through_an_exit(

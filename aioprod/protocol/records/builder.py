@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import crc32c
 
+from aioprod._compiled import speedups
 from aioprod.protocol.primitives import INT16_MAX, INT16_MIN, INT32_MAX, INT64_MAX
 from aioprod.protocol.records.compression import Codec, compress, resolve_codec, resolve_level
 
@@ -64,56 +65,20 @@ def _varint_size(value: int) -> int:
     return size
 
 
-class RecordBatchBuilder:
-    """Accumulates records for one partition and serialises them as a v2 record batch.
+class _PyRecordsCore:
+    """The record encoder of :class:`RecordBatchBuilder`, in Python: the reference, and the
+    fallback where the compiled ``aioprod._speedups.RecordsCore`` (the same fields, bytes and
+    errors) is not built or is turned off (``AIOPROD_PURE_PYTHON=1``)."""
 
-    Timestamps are create-time (the producer's clock). ``append`` returns the record's offset
-    delta, or None when the record does not fit; a record larger than ``batch_size`` is still
-    accepted into an empty builder, so any record that passed the producer's max-request-size
-    check can be sent. ``build`` closes the builder: later appends return None.
-    """
+    __slots__ = ("_base_ts", "_buf", "_count", "_full", "_limit", "_max_ts", "_section")
 
-    __slots__ = (
-        "_base_ts",
-        "_batch_size",
-        "_buf",
-        "_built",
-        "_built_args",
-        "_codec",
-        "_count",
-        "_full",
-        "_level",
-        "_limit",
-        "_max_ts",
-        "_section",
-        "_section_codec",
-        "_size",
-    )
-
-    def __init__(
-        self,
-        compression_type: str | int = Codec.NONE,
-        batch_size: int = 16384,
-        *,
-        compression_level: int | None = None,
-    ) -> None:
-        codec = resolve_codec(compression_type)
-        if not 0 < batch_size <= INT32_MAX:
-            raise ValueError(f"batch_size must be in [1, {INT32_MAX}], got {batch_size}")
-        self._codec = codec
-        self._level = resolve_level(codec, compression_level)
-        self._batch_size = batch_size
-        self._limit = batch_size - BATCH_HEADER_SIZE  # records-section bytes that fit
-        self._buf = bytearray()
-        self._count = 0
-        self._base_ts = 0
-        self._max_ts = 0
-        self._full = False
-        self._size = 0  # uncompressed size, frozen once the builder is closed
-        self._section: bytes | None = None
-        self._section_codec = Codec.NONE
-        self._built_args: tuple[int, int, int, bool, int, int] | None = None
-        self._built = b""
+    _buf: bytearray
+    _section: bytes | None
+    _count: int
+    _base_ts: int
+    _max_ts: int
+    _limit: int
+    _full: bool
 
     def append(
         self,
@@ -312,6 +277,50 @@ class RecordBatchBuilder:
                 self._max_ts = timestamp_ms
             self._count = count
         return index - start, cost
+
+
+# The compiled encoder when built (aioprod/_compiled.py); mypy checks against the Python one.
+if TYPE_CHECKING or speedups is None:  # noqa: SIM108 (mypy follows only this form)
+    _RecordsCore = _PyRecordsCore
+else:
+    _RecordsCore = speedups.RecordsCore
+
+
+class RecordBatchBuilder(_RecordsCore):
+    """Accumulates records for one partition and serialises them as a v2 record batch.
+
+    Timestamps are create-time (the producer's clock). ``append`` returns the record's offset
+    delta, or None when the record does not fit; a record larger than ``batch_size`` is still
+    accepted into an empty builder, so any record that passed the producer's max-request-size
+    check can be sent. ``build`` closes the builder: later appends return None.
+    """
+
+    __slots__ = ("_batch_size", "_built", "_built_args", "_codec", "_level", "_section_codec", "_size")
+
+    def __init__(
+        self,
+        compression_type: str | int = Codec.NONE,
+        batch_size: int = 16384,
+        *,
+        compression_level: int | None = None,
+    ) -> None:
+        codec = resolve_codec(compression_type)
+        if not 0 < batch_size <= INT32_MAX:
+            raise ValueError(f"batch_size must be in [1, {INT32_MAX}], got {batch_size}")
+        self._codec = codec
+        self._level = resolve_level(codec, compression_level)
+        self._batch_size = batch_size
+        self._limit = batch_size - BATCH_HEADER_SIZE  # records-section bytes that fit
+        self._buf = bytearray()
+        self._count = 0
+        self._base_ts = 0
+        self._max_ts = 0
+        self._full = False
+        self._size = 0  # uncompressed size, frozen once the builder is closed
+        self._section: bytes | None = None
+        self._section_codec = Codec.NONE
+        self._built_args: tuple[int, int, int, bool, int, int] | None = None
+        self._built = b""
 
     @property
     def record_count(self) -> int:

@@ -1,0 +1,1289 @@
+/* The compiled hot path: what the producer does once per record.
+ *
+ * - RecordsCore: the record encoder of RecordBatchBuilder (aioprod/protocol/records/builder.py),
+ *   its base class when this module is built. Same fields, same bytes, same errors as the
+ *   pure-Python _PyRecordsCore there (tests/protocol/records compare the two byte for byte).
+ * - murmur2 / partition_for_key: Kafka's key hash (aioprod/producer/partitioner.py).
+ *
+ * Everything here has a pure-Python twin that stays the reference and the fallback: the module
+ * is optional at build time, and AIOPROD_PURE_PYTHON=1 turns it off at run time
+ * (aioprod/_compiled.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* -- varints ---------------------------------------------------------------------------------- */
+
+static inline int
+uvarint_size(uint64_t value)
+{
+    int size = 1;
+    while (value > 0x7F) {
+        value >>= 7;
+        size++;
+    }
+    return size;
+}
+
+static inline char *
+put_uvarint(char *out, uint64_t value)
+{
+    while (value > 0x7F) {
+        *out++ = (char)((value & 0x7F) | 0x80);
+        value >>= 7;
+    }
+    *out++ = (char)value;
+    return out;
+}
+
+static inline uint64_t
+zigzag(int64_t value)
+{
+    return ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+}
+
+/* -- RecordsCore ------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *buf;     /* bytearray: the records section so far */
+    PyObject *section; /* None, or the closed (compressed) section: no more appends */
+    long long count;
+    long long base_ts;
+    long long max_ts;
+    long long limit; /* records-section bytes that fit; -1 once closed */
+    char full;
+} RecordsCore;
+
+/* One header, resolved for encoding. */
+typedef struct {
+    PyObject *pair; /* keeps the name and value alive while they are encoded */
+    const char *name;
+    Py_ssize_t name_len;
+    Py_buffer value; /* value.obj == NULL: null value */
+} Header;
+
+static int
+timestamp_arg(PyObject *arg, long long *out)
+{
+    int overflow = 0;
+    long long value;
+    if (!PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "timestamp must be an int, not %.100s", Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    value = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (value == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || value < 0) {
+        PyErr_Format(PyExc_ValueError, "timestamp must be in [0, 2**63), got %S", arg);
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+
+static void
+release_headers(Header *headers, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (headers[i].value.obj != NULL)
+            PyBuffer_Release(&headers[i].value);
+        Py_XDECREF(headers[i].pair);
+    }
+    PyMem_Free(headers);
+}
+
+/* Resolve ``headers`` (an iterable of (str, bytes-like | None) pairs) into ``*out``; returns the
+ * number of headers and adds their encoded size to ``*size``, or -1 with an exception set. */
+static Py_ssize_t
+resolve_headers(PyObject *headers, Header **out, Py_ssize_t *size)
+{
+    PyObject *seq, *item;
+    Py_ssize_t count, i;
+    Header *list;
+
+    *out = NULL;
+    seq = PySequence_Fast(headers, "headers must be an iterable of (str, bytes | None) pairs");
+    if (seq == NULL)
+        return -1;
+    count = PySequence_Fast_GET_SIZE(seq);
+    if (count == 0) {
+        Py_DECREF(seq);
+        *size += 1;
+        return 0;
+    }
+    list = PyMem_Calloc((size_t)count, sizeof(Header));
+    if (list == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    *size += uvarint_size((uint64_t)count << 1);
+    for (i = 0; i < count; i++) {
+        PyObject *name, *value, *pair;
+        item = PySequence_Fast_GET_ITEM(seq, i);
+        /* As Python's "for name, value in headers": any iterable of two (TypeError if not
+         * iterable, ValueError if not two items). */
+        pair = PySequence_Fast(item, "cannot unpack a header that is not a pair");
+        if (pair == NULL)
+            goto fail;
+        list[i].pair = pair;
+        if (PySequence_Fast_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_ValueError, "each header must be a (str, bytes | None) pair");
+            goto fail;
+        }
+        name = PySequence_Fast_GET_ITEM(pair, 0);
+        value = PySequence_Fast_GET_ITEM(pair, 1);
+        if (!PyUnicode_Check(name)) {
+            PyErr_Format(PyExc_TypeError, "header key must be str, not %.100s", Py_TYPE(name)->tp_name);
+            goto fail;
+        }
+        list[i].name = PyUnicode_AsUTF8AndSize(name, &list[i].name_len);
+        if (list[i].name == NULL)
+            goto fail;
+        *size += uvarint_size((uint64_t)list[i].name_len << 1) + list[i].name_len;
+        if (value == Py_None) {
+            *size += 1;
+        }
+        else {
+            if (PyObject_GetBuffer(value, &list[i].value, PyBUF_SIMPLE) < 0)
+                goto fail;
+            *size += uvarint_size((uint64_t)list[i].value.len << 1) + list[i].value.len;
+        }
+    }
+    Py_DECREF(seq); /* each entry's pair keeps its name (and the name's cached UTF-8) and value */
+    *out = list;
+    return count;
+fail:
+    Py_DECREF(seq);
+    release_headers(list, count); /* calloc'd: entries not reached hold no buffer */
+    return -1;
+}
+
+/* Encode one record at the end of ``self->buf``; returns 1 if appended, 0 if it does not fit
+ * (the builder is then full), -1 on error. Key and value are bytes-like or None. */
+static int
+encode_record(RecordsCore *self, uint64_t ts_varint, PyObject *key, PyObject *value, PyObject *headers)
+{
+    Py_buffer key_view = {0}, value_view = {0};
+    Header *resolved = NULL;
+    Py_ssize_t header_count = 0, body = 1 /* attributes */, total, start;
+    uint64_t offset_varint = (uint64_t)self->count << 1;
+    char *out;
+    int result = -1;
+
+    if (key != Py_None && PyObject_GetBuffer(key, &key_view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (value != Py_None && PyObject_GetBuffer(value, &value_view, PyBUF_SIMPLE) < 0)
+        goto done;
+    body += uvarint_size(ts_varint) + uvarint_size(offset_varint);
+    body += key_view.obj ? uvarint_size((uint64_t)key_view.len << 1) + key_view.len : 1;
+    body += value_view.obj ? uvarint_size((uint64_t)value_view.len << 1) + value_view.len : 1;
+    if (headers != Py_None && headers != NULL) {
+        header_count = resolve_headers(headers, &resolved, &body);
+        if (header_count < 0)
+            goto done;
+    }
+    else {
+        body += 1;
+    }
+    total = uvarint_size((uint64_t)body << 1) + body;
+    start = PyByteArray_GET_SIZE(self->buf);
+    if (start + total > self->limit && self->count) {
+        self->full = 1;
+        result = 0;
+        goto done;
+    }
+    if (PyByteArray_Resize(self->buf, start + total) < 0)
+        goto done;
+    out = PyByteArray_AS_STRING(self->buf) + start;
+    out = put_uvarint(out, (uint64_t)body << 1);
+    *out++ = 0; /* attributes */
+    out = put_uvarint(out, ts_varint);
+    out = put_uvarint(out, offset_varint);
+    if (key_view.obj) {
+        out = put_uvarint(out, (uint64_t)key_view.len << 1);
+        memcpy(out, key_view.buf, (size_t)key_view.len);
+        out += key_view.len;
+    }
+    else {
+        *out++ = 1;
+    }
+    if (value_view.obj) {
+        out = put_uvarint(out, (uint64_t)value_view.len << 1);
+        memcpy(out, value_view.buf, (size_t)value_view.len);
+        out += value_view.len;
+    }
+    else {
+        *out++ = 1;
+    }
+    if (resolved != NULL) {
+        out = put_uvarint(out, (uint64_t)header_count << 1);
+        for (Py_ssize_t i = 0; i < header_count; i++) {
+            out = put_uvarint(out, (uint64_t)resolved[i].name_len << 1);
+            memcpy(out, resolved[i].name, (size_t)resolved[i].name_len);
+            out += resolved[i].name_len;
+            if (resolved[i].value.obj) {
+                out = put_uvarint(out, (uint64_t)resolved[i].value.len << 1);
+                memcpy(out, resolved[i].value.buf, (size_t)resolved[i].value.len);
+                out += resolved[i].value.len;
+            }
+            else {
+                *out++ = 1;
+            }
+        }
+    }
+    else {
+        *out++ = 0; /* no headers */
+    }
+    result = 1;
+done:
+    if (resolved != NULL)
+        release_headers(resolved, header_count);
+    if (key_view.obj)
+        PyBuffer_Release(&key_view);
+    if (value_view.obj)
+        PyBuffer_Release(&value_view);
+    return result;
+}
+
+static int
+check_open(RecordsCore *self)
+{
+    if (self->buf == NULL || !PyByteArray_Check(self->buf)) {
+        PyErr_SetString(PyExc_TypeError, "the builder's buffer is not a bytearray");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(append_doc,
+             "append(timestamp_ms, key, value, headers=())\n--\n\n"
+             "Encode one record; return its offset delta, or None if it does not fit.");
+
+static PyObject *
+RecordsCore_append(RecordsCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"timestamp_ms", "key", "value", "headers"};
+    PyObject *values[4] = {NULL, NULL, NULL, NULL};
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    long long timestamp;
+    int64_t delta;
+    int appended;
+
+    if (nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "append() takes at most 4 arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        values[i] = args[i];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, i);
+        int found = 0;
+        for (int j = 0; j < 4; j++) {
+            if (PyUnicode_CompareWithASCIIString(kw, names[j]) == 0) {
+                if (values[j] != NULL) {
+                    PyErr_Format(PyExc_TypeError, "append() got multiple values for argument '%s'", names[j]);
+                    return NULL;
+                }
+                values[j] = args[nargs + i];
+                found = 1;
+                break;
+            }
+        }
+        if (!found) {
+            PyErr_Format(PyExc_TypeError, "append() got an unexpected keyword argument '%U'", kw);
+            return NULL;
+        }
+    }
+    if (values[0] == NULL || values[1] == NULL || values[2] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "append() needs timestamp_ms, key and value");
+        return NULL;
+    }
+    if (check_open(self) < 0 || timestamp_arg(values[0], &timestamp) < 0)
+        return NULL;
+    delta = self->count ? (int64_t)timestamp - (int64_t)self->base_ts : 0;
+    appended = encode_record(self, zigzag(delta), values[1], values[2], values[3]);
+    if (appended < 0)
+        return NULL;
+    if (!appended)
+        Py_RETURN_NONE;
+    if (self->count) {
+        if (timestamp > self->max_ts)
+            self->max_ts = timestamp;
+    }
+    else {
+        self->base_ts = self->max_ts = timestamp;
+    }
+    self->count++;
+    return PyLong_FromLongLong(self->count - 1);
+}
+
+PyDoc_STRVAR(append_values_doc,
+             "append_values(timestamp_ms, values, keys, start, stop, budget, overhead)\n--\n\n"
+             "Append values[start:stop] (and keys) without headers, in one loop; (appended, cost).");
+
+static PyObject *
+RecordsCore_append_values(RecordsCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *values, *keys, *value_seq = NULL, *key_seq = NULL, *result = NULL;
+    long long timestamp;
+    Py_ssize_t start, stop, budget, overhead, index, cost = 0, first;
+    uint64_t ts_varint;
+
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "append_values() takes 7 arguments");
+        return NULL;
+    }
+    if (check_open(self) < 0 || timestamp_arg(args[0], &timestamp) < 0)
+        return NULL;
+    values = args[1];
+    keys = args[2];
+    start = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    stop = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
+    budget = PyNumber_AsSsize_t(args[5], PyExc_OverflowError);
+    overhead = PyNumber_AsSsize_t(args[6], PyExc_OverflowError);
+    if (PyErr_Occurred())
+        return NULL;
+    if (self->section != NULL && self->section != Py_None)
+        return Py_BuildValue("(nn)", (Py_ssize_t)0, (Py_ssize_t)0);
+    value_seq = PySequence_Fast(values, "values must be a sequence");
+    if (value_seq == NULL)
+        return NULL;
+    if (keys != Py_None) {
+        key_seq = PySequence_Fast(keys, "keys must be a sequence");
+        if (key_seq == NULL)
+            goto done;
+    }
+    if (stop > PySequence_Fast_GET_SIZE(value_seq) ||
+        (key_seq != NULL && stop > PySequence_Fast_GET_SIZE(key_seq)) || start < 0) {
+        PyErr_SetString(PyExc_IndexError, "append_values range out of bounds");
+        goto done;
+    }
+    first = (Py_ssize_t)self->count;
+    ts_varint = zigzag(first ? (int64_t)timestamp - (int64_t)self->base_ts : 0);
+    for (index = start; index < stop; index++) {
+        PyObject *value = PySequence_Fast_GET_ITEM(value_seq, index);
+        PyObject *key = key_seq ? PySequence_Fast_GET_ITEM(key_seq, index) : Py_None;
+        Py_ssize_t size;
+        int appended;
+        if ((value != Py_None && !PyBytes_CheckExact(value)) || (key != Py_None && !PyBytes_CheckExact(key)))
+            break;
+        size = overhead + (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) +
+               (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
+        if (cost + size > budget)
+            break;
+        appended = encode_record(self, ts_varint, key, value, NULL);
+        if (appended < 0)
+            goto done;
+        if (!appended)
+            break;
+        self->count++;
+        cost += size;
+    }
+    if ((Py_ssize_t)self->count > first) {
+        if (!first)
+            self->base_ts = self->max_ts = timestamp;
+        else if (timestamp > self->max_ts)
+            self->max_ts = timestamp;
+    }
+    result = Py_BuildValue("(nn)", index - start, cost);
+done:
+    Py_XDECREF(value_seq);
+    Py_XDECREF(key_seq);
+    return result;
+}
+
+static void
+RecordsCore_dealloc(RecordsCore *self)
+{
+    Py_XDECREF(self->buf);
+    Py_XDECREF(self->section);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+RecordsCore_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    RecordsCore *self = (RecordsCore *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->buf = PyByteArray_FromStringAndSize(NULL, 0);
+    if (self->buf == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(Py_None);
+    self->section = Py_None;
+    self->limit = -1;
+    return (PyObject *)self;
+}
+
+static PyMethodDef RecordsCore_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))RecordsCore_append, METH_FASTCALL | METH_KEYWORDS, append_doc},
+    {"append_values", (PyCFunction)(void (*)(void))RecordsCore_append_values, METH_FASTCALL, append_values_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef RecordsCore_members[] = {
+    {"_buf", T_OBJECT_EX, offsetof(RecordsCore, buf), 0, NULL},
+    {"_section", T_OBJECT, offsetof(RecordsCore, section), 0, NULL},
+    {"_count", T_LONGLONG, offsetof(RecordsCore, count), 0, NULL},
+    {"_base_ts", T_LONGLONG, offsetof(RecordsCore, base_ts), 0, NULL},
+    {"_max_ts", T_LONGLONG, offsetof(RecordsCore, max_ts), 0, NULL},
+    {"_limit", T_LONGLONG, offsetof(RecordsCore, limit), 0, NULL},
+    {"_full", T_BOOL, offsetof(RecordsCore, full), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RecordsCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod._speedups.RecordsCore",
+    .tp_basicsize = sizeof(RecordsCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The record encoder of a record batch builder (compiled).",
+    .tp_new = RecordsCore_new,
+    .tp_dealloc = (destructor)RecordsCore_dealloc,
+    .tp_methods = RecordsCore_methods,
+    .tp_members = RecordsCore_members,
+};
+
+
+/* -- RecordFuture ----------------------------------------------------------------------------- */
+/* The future Producer.send returns (aioprod/producer/record_future.py has the Python twin and
+ * the documentation). Compiled for what it is not: an object the garbage collector tracks. It
+ * holds no reference that could close a cycle through itself while it has no callbacks, so the
+ * type leaves out GC support, and a million queued records are a million objects the collector
+ * never walks (nor counts towards its next pass). Its callbacks, while it has some, are also
+ * held by its batch's settlement (BatchSettlement._watch), which the collector does see; they are
+ * dropped once run or cancelled. The rare paths (split batches, failures, callbacks, repr) call
+ * the Python helpers record_future.py registers with setup_record_future(). */
+
+static PyObject *metadata_of;      /* (outcome, index, timestamp) -> RecordMetadata, or raises */
+static PyObject *error_of;         /* (outcome, index) -> exception or None */
+static PyObject *call_back;        /* (future, callbacks) -> None */
+static PyObject *describe;         /* (future) -> str */
+static PyObject *cancelled_error;  /* asyncio.CancelledError */
+static PyObject *invalid_state;    /* asyncio.InvalidStateError */
+static PyObject *str_done, *str_result, *str_get_loop, *str_call_soon, *str_context, *str_watch, *str_unwatch;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *settlement;     /* BatchSettlement */
+    PyObject *done_future;    /* settlement.done: the batch's asyncio future */
+    PyObject *callbacks;      /* list of (fn, context), or NULL */
+    PyObject *cancel_message; /* NULL while not cancelled; then None or the message */
+    PyObject *weakreflist;
+    Py_ssize_t index;         /* the record's offset delta in its batch */
+    long long timestamp;
+    char blocking;            /* asyncio's _asyncio_future_blocking */
+} RecordFutureObject;
+
+static PyTypeObject RecordFutureType;
+
+static int
+ready(void)
+{
+    if (metadata_of == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "aioprod._speedups.setup_record_future() was not called");
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 if the batch has its outcome, 0 if not, -1 on error. */
+static int
+batch_done(RecordFutureObject *self)
+{
+    PyObject *done = PyObject_CallMethodNoArgs(self->done_future, str_done);
+    int result;
+    if (done == NULL)
+        return -1;
+    result = PyObject_IsTrue(done);
+    Py_DECREF(done);
+    return result;
+}
+
+static int
+future_done(RecordFutureObject *self)
+{
+    return self->cancel_message != NULL ? 1 : batch_done(self);
+}
+
+static PyObject *
+make_cancelled_error(RecordFutureObject *self)
+{
+    if (self->cancel_message == NULL || self->cancel_message == Py_None)
+        return PyObject_CallNoArgs(cancelled_error);
+    return PyObject_CallOneArg(cancelled_error, self->cancel_message);
+}
+
+/* The batch's outcome, or NULL with CancelledError / InvalidStateError set. */
+static PyObject *
+outcome(RecordFutureObject *self)
+{
+    int done;
+    if (self->cancel_message != NULL) {
+        PyObject *error = make_cancelled_error(self);
+        if (error != NULL) {
+            PyErr_SetObject(cancelled_error, error);
+            Py_DECREF(error);
+        }
+        return NULL;
+    }
+    done = batch_done(self);
+    if (done < 0)
+        return NULL;
+    if (!done) {
+        PyErr_SetString(invalid_state, "the record is not acknowledged or failed yet");
+        return NULL;
+    }
+    return PyObject_CallMethodNoArgs(self->done_future, str_result);
+}
+
+static PyObject *
+RecordFuture_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    RecordFutureObject *self;
+    PyObject *done_future;
+    Py_ssize_t index;
+    long long timestamp;
+    if (nargs != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "RecordFuture(settlement, index, timestamp) takes 3 positional arguments");
+        return NULL;
+    }
+    index = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    timestamp = PyLong_AsLongLong(args[2]);
+    if (timestamp == -1 && PyErr_Occurred())
+        return NULL;
+    done_future = PyObject_GetAttr(args[0], str_done);
+    if (done_future == NULL)
+        return NULL;
+    self = PyObject_New(RecordFutureObject, (PyTypeObject *)type);
+    if (self == NULL) {
+        Py_DECREF(done_future);
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    self->settlement = args[0];
+    self->done_future = done_future;
+    self->callbacks = NULL;
+    self->cancel_message = NULL;
+    self->weakreflist = NULL;
+    self->index = index;
+    self->timestamp = timestamp;
+    self->blocking = 0;
+    return (PyObject *)self;
+}
+
+static PyObject *
+RecordFuture_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "RecordFuture takes no keyword arguments");
+        return NULL;
+    }
+    return RecordFuture_vectorcall((PyObject *)type, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), NULL);
+}
+
+static void
+RecordFuture_dealloc(RecordFutureObject *self)
+{
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    Py_XDECREF(self->settlement);
+    Py_XDECREF(self->done_future);
+    Py_XDECREF(self->callbacks);
+    Py_XDECREF(self->cancel_message);
+    PyObject_Free(self);
+}
+
+static PyObject *
+RecordFuture_done(RecordFutureObject *self, PyObject *unused)
+{
+    int done = future_done(self);
+    if (done < 0)
+        return NULL;
+    return PyBool_FromLong(done);
+}
+
+static PyObject *
+RecordFuture_cancelled(RecordFutureObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->cancel_message != NULL);
+}
+
+static PyObject *
+RecordFuture_get_loop(RecordFutureObject *self, PyObject *unused)
+{
+    return PyObject_CallMethodNoArgs(self->done_future, str_get_loop);
+}
+
+static PyObject *
+RecordFuture_make_cancelled_error(RecordFutureObject *self, PyObject *unused)
+{
+    return make_cancelled_error(self);
+}
+
+static PyObject *
+RecordFuture_result(RecordFutureObject *self, PyObject *unused)
+{
+    PyObject *got, *stamp, *result;
+    if (ready() < 0 || (got = outcome(self)) == NULL)
+        return NULL;
+    stamp = PyLong_FromLongLong(self->timestamp);
+    if (stamp == NULL) {
+        Py_DECREF(got);
+        return NULL;
+    }
+    {
+        PyObject *index = PyLong_FromSsize_t(self->index);
+        if (index == NULL) {
+            Py_DECREF(got);
+            Py_DECREF(stamp);
+            return NULL;
+        }
+        PyObject *call_args[3] = {got, index, stamp};
+        result = PyObject_Vectorcall(metadata_of, call_args, 3, NULL);
+        Py_DECREF(index);
+    }
+    Py_DECREF(got);
+    Py_DECREF(stamp);
+    return result;
+}
+
+static PyObject *
+RecordFuture_exception(RecordFutureObject *self, PyObject *unused)
+{
+    PyObject *got, *index, *result;
+    if (ready() < 0 || (got = outcome(self)) == NULL)
+        return NULL;
+    index = PyLong_FromSsize_t(self->index);
+    if (index == NULL) {
+        Py_DECREF(got);
+        return NULL;
+    }
+    {
+        PyObject *call_args[2] = {got, index};
+        result = PyObject_Vectorcall(error_of, call_args, 2, NULL);
+    }
+    Py_DECREF(got);
+    Py_DECREF(index);
+    return result;
+}
+
+/* loop.call_soon(fn, self, context=context) */
+static int
+call_soon(RecordFutureObject *self, PyObject *fn, PyObject *context)
+{
+    PyObject *loop = PyObject_CallMethodNoArgs(self->done_future, str_get_loop), *method, *handle, *names;
+    if (loop == NULL)
+        return -1;
+    method = PyObject_GetAttr(loop, str_call_soon);
+    Py_DECREF(loop);
+    if (method == NULL)
+        return -1;
+    names = PyTuple_Pack(1, str_context);
+    if (names == NULL) {
+        Py_DECREF(method);
+        return -1;
+    }
+    {
+        PyObject *call_args[3] = {fn, (PyObject *)self, context};
+        handle = PyObject_Vectorcall(method, call_args, 2, names);
+    }
+    Py_DECREF(names);
+    Py_DECREF(method);
+    if (handle == NULL)
+        return -1;
+    Py_DECREF(handle);
+    return 0;
+}
+
+static PyObject *
+RecordFuture_add_done_callback(RecordFutureObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    PyObject *fn, *context = NULL, *entry;
+    int done;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "add_done_callback() takes one positional argument");
+        return NULL;
+    }
+    fn = args[0];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "context") != 0) {
+            PyErr_Format(PyExc_TypeError, "add_done_callback() got an unexpected keyword argument '%U'",
+                         PyTuple_GET_ITEM(kwnames, i));
+            return NULL;
+        }
+        context = args[nargs + i];
+    }
+    if (context == NULL || context == Py_None)
+        context = PyContext_CopyCurrent();
+    else
+        Py_INCREF(context);
+    if (context == NULL)
+        return NULL;
+    done = future_done(self);
+    if (done < 0)
+        goto fail;
+    if (done) {
+        if (call_soon(self, fn, context) < 0)
+            goto fail;
+        Py_DECREF(context);
+        Py_RETURN_NONE;
+    }
+    entry = PyTuple_Pack(2, fn, context);
+    Py_DECREF(context);
+    if (entry == NULL)
+        return NULL;
+    if (self->callbacks == NULL) {
+        PyObject *watched;
+        self->callbacks = PyList_New(1);
+        if (self->callbacks == NULL) {
+            Py_DECREF(entry);
+            return NULL;
+        }
+        PyList_SET_ITEM(self->callbacks, 0, entry);
+        watched = PyObject_CallMethodOneArg(self->settlement, str_watch, (PyObject *)self);
+        if (watched == NULL) {
+            Py_CLEAR(self->callbacks);
+            return NULL;
+        }
+        Py_DECREF(watched);
+    }
+    else {
+        int appended = PyList_Append(self->callbacks, entry);
+        Py_DECREF(entry);
+        if (appended < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(context);
+    return NULL;
+}
+
+static int
+unwatch(RecordFutureObject *self)
+{
+    PyObject *result = PyObject_CallMethodOneArg(self->settlement, str_unwatch, (PyObject *)self);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+static PyObject *
+RecordFuture_remove_done_callback(RecordFutureObject *self, PyObject *fn)
+{
+    PyObject *kept;
+    Py_ssize_t removed, count;
+    int done;
+    if (self->callbacks == NULL || PyList_GET_SIZE(self->callbacks) == 0)
+        return PyLong_FromLong(0);
+    done = future_done(self);
+    if (done < 0)
+        return NULL;
+    if (done) /* once done, its callbacks are as good as scheduled */
+        return PyLong_FromLong(0);
+    count = PyList_GET_SIZE(self->callbacks);
+    kept = PyList_New(0);
+    if (kept == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(self->callbacks, i);
+        int equal = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 0), fn, Py_EQ);
+        if (equal < 0 || (!equal && PyList_Append(kept, entry) < 0)) {
+            Py_DECREF(kept);
+            return NULL;
+        }
+    }
+    removed = count - PyList_GET_SIZE(kept);
+    if (PyList_GET_SIZE(kept) == 0) {
+        Py_DECREF(kept);
+        Py_CLEAR(self->callbacks);
+        if (unwatch(self) < 0)
+            return NULL;
+    }
+    else if (removed) {
+        Py_SETREF(self->callbacks, kept);
+    }
+    else {
+        Py_DECREF(kept);
+    }
+    return PyLong_FromSsize_t(removed);
+}
+
+static PyObject *
+RecordFuture_cancel(RecordFutureObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *msg = Py_None, *callbacks;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    int done;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "cancel() takes at most one argument");
+        return NULL;
+    }
+    if (nargs == 1)
+        msg = args[0];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "msg") != 0) {
+            PyErr_Format(PyExc_TypeError, "cancel() got an unexpected keyword argument '%U'",
+                         PyTuple_GET_ITEM(kwnames, i));
+            return NULL;
+        }
+        msg = args[nargs + i];
+    }
+    done = future_done(self);
+    if (done < 0)
+        return NULL;
+    if (done)
+        Py_RETURN_FALSE;
+    Py_INCREF(msg);
+    self->cancel_message = msg;
+    callbacks = self->callbacks;
+    self->callbacks = NULL;
+    if (callbacks != NULL) {
+        Py_ssize_t count = PyList_GET_SIZE(callbacks);
+        if (unwatch(self) < 0) {
+            Py_DECREF(callbacks);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *entry = PyList_GET_ITEM(callbacks, i);
+            if (call_soon(self, PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1)) < 0) {
+                Py_DECREF(callbacks);
+                return NULL;
+            }
+        }
+        Py_DECREF(callbacks);
+    }
+    Py_RETURN_TRUE;
+}
+
+/* Another future of the same record, with callbacks and cancellation of its own. */
+static PyObject *
+RecordFuture_twin(RecordFutureObject *self, PyObject *unused)
+{
+    RecordFutureObject *twin = PyObject_New(RecordFutureObject, Py_TYPE(self));
+    if (twin == NULL)
+        return NULL;
+    twin->settlement = Py_NewRef(self->settlement);
+    twin->done_future = Py_NewRef(self->done_future);
+    twin->callbacks = NULL;
+    twin->cancel_message = NULL;
+    twin->weakreflist = NULL;
+    twin->index = self->index;
+    twin->timestamp = self->timestamp;
+    twin->blocking = 0;
+    return (PyObject *)twin;
+}
+
+static PyObject *
+RecordFuture_run_callbacks(RecordFutureObject *self, PyObject *unused)
+{
+    PyObject *callbacks = self->callbacks, *result;
+    self->callbacks = NULL;
+    if (callbacks == NULL)
+        Py_RETURN_NONE;
+    if (ready() < 0) {
+        Py_DECREF(callbacks);
+        return NULL;
+    }
+    {
+        PyObject *call_args[2] = {(PyObject *)self, callbacks};
+        result = PyObject_Vectorcall(call_back, call_args, 2, NULL);
+    }
+    Py_DECREF(callbacks);
+    return result;
+}
+
+static PyObject *
+RecordFuture_repr(RecordFutureObject *self)
+{
+    if (ready() < 0)
+        return NULL;
+    return PyObject_CallOneArg(describe, (PyObject *)self);
+}
+
+/* The iterator behind ``await future``: yields the future once (a task then waits on it),
+ * then returns its result. */
+typedef struct {
+    PyObject_HEAD
+    RecordFutureObject *future;
+    int yielded;
+} RecordFutureIterObject;
+
+static PyTypeObject RecordFutureIterType;
+
+static PyObject *
+RecordFuture_await(RecordFutureObject *self)
+{
+    RecordFutureIterObject *iter = PyObject_New(RecordFutureIterObject, &RecordFutureIterType);
+    if (iter == NULL)
+        return NULL;
+    Py_INCREF(self);
+    iter->future = self;
+    iter->yielded = 0;
+    return (PyObject *)iter;
+}
+
+static void
+RecordFutureIter_dealloc(RecordFutureIterObject *self)
+{
+    Py_XDECREF(self->future);
+    PyObject_Free(self);
+}
+
+static PyObject *
+RecordFutureIter_next(RecordFutureIterObject *self)
+{
+    RecordFutureObject *future = self->future;
+    PyObject *result, *stop;
+    int done = future_done(future);
+    if (done < 0)
+        return NULL;
+    if (!done) {
+        if (self->yielded) {
+            PyErr_SetString(PyExc_RuntimeError, "await wasn't used with future");
+            return NULL;
+        }
+        self->yielded = 1;
+        future->blocking = 1;
+        Py_INCREF(future);
+        return (PyObject *)future;
+    }
+    result = RecordFuture_result(future, NULL);
+    if (result == NULL)
+        return NULL;
+    /* StopIteration(result), made explicitly: RecordMetadata is a tuple, which PyErr_SetObject
+     * would take for the exception's arguments. */
+    stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+    Py_DECREF(result);
+    if (stop == NULL)
+        return NULL;
+    PyErr_SetObject(PyExc_StopIteration, stop);
+    Py_DECREF(stop);
+    return NULL;
+}
+
+static PyObject *
+RecordFutureIter_send(RecordFutureIterObject *self, PyObject *value)
+{
+    return RecordFutureIter_next(self);
+}
+
+static PyMethodDef RecordFutureIter_methods[] = {
+    {"send", (PyCFunction)RecordFutureIter_send, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecordFutureIterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod._speedups.RecordFutureIter",
+    .tp_basicsize = sizeof(RecordFutureIterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)RecordFutureIter_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)RecordFutureIter_next,
+    .tp_methods = RecordFutureIter_methods,
+};
+
+static PyObject *
+RecordFuture_get_blocking(RecordFutureObject *self, void *closure)
+{
+    return PyBool_FromLong(self->blocking);
+}
+
+static int
+RecordFuture_set_blocking(RecordFutureObject *self, PyObject *value, void *closure)
+{
+    int truth;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete _asyncio_future_blocking");
+        return -1;
+    }
+    truth = PyObject_IsTrue(value);
+    if (truth < 0)
+        return -1;
+    self->blocking = (char)truth;
+    return 0;
+}
+
+static PyObject *
+RecordFuture_get_timestamp(RecordFutureObject *self, void *closure)
+{
+    return PyLong_FromLongLong(self->timestamp);
+}
+
+/* Read by asyncio.gather(return_exceptions=True) for a cancelled child. */
+static PyObject *
+RecordFuture_get_cancel_message(RecordFutureObject *self, void *closure)
+{
+    return Py_NewRef(self->cancel_message != NULL ? self->cancel_message : Py_None);
+}
+
+static PyGetSetDef RecordFuture_getset[] = {
+    {"_cancel_message", (getter)RecordFuture_get_cancel_message, NULL, NULL, NULL},
+    {"_asyncio_future_blocking", (getter)RecordFuture_get_blocking, (setter)RecordFuture_set_blocking, NULL, NULL},
+    {"_timestamp", (getter)RecordFuture_get_timestamp, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef RecordFuture_members[] = {
+    {"_settlement", T_OBJECT, offsetof(RecordFutureObject, settlement), READONLY, NULL},
+    {"_index", T_PYSSIZET, offsetof(RecordFutureObject, index), READONLY, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(RecordFutureObject, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMethodDef RecordFuture_methods[] = {
+    {"done", (PyCFunction)RecordFuture_done, METH_NOARGS, NULL},
+    {"cancelled", (PyCFunction)RecordFuture_cancelled, METH_NOARGS, NULL},
+    {"get_loop", (PyCFunction)RecordFuture_get_loop, METH_NOARGS, NULL},
+    {"_make_cancelled_error", (PyCFunction)RecordFuture_make_cancelled_error, METH_NOARGS, NULL},
+    {"result", (PyCFunction)RecordFuture_result, METH_NOARGS, NULL},
+    {"exception", (PyCFunction)RecordFuture_exception, METH_NOARGS, NULL},
+    {"add_done_callback", (PyCFunction)(void (*)(void))RecordFuture_add_done_callback,
+     METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"remove_done_callback", (PyCFunction)RecordFuture_remove_done_callback, METH_O, NULL},
+    {"cancel", (PyCFunction)(void (*)(void))RecordFuture_cancel, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"_run_callbacks", (PyCFunction)RecordFuture_run_callbacks, METH_NOARGS, NULL},
+    {"twin", (PyCFunction)RecordFuture_twin, METH_NOARGS,
+     "Another future of the same record, with callbacks and cancellation of its own."},
+    {"__await__", (PyCFunction)RecordFuture_await, METH_NOARGS, NULL},
+    {"__iter__", (PyCFunction)RecordFuture_await, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyAsyncMethods RecordFuture_async = {
+    .am_await = (unaryfunc)RecordFuture_await,
+};
+
+static PyTypeObject RecordFutureType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod.RecordFuture",
+    .tp_basicsize = sizeof(RecordFutureObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "One record's delivery: an asyncio-compatible future (compiled; see "
+              "aioprod.producer.record_future).",
+    .tp_new = RecordFuture_new,
+    .tp_vectorcall = RecordFuture_vectorcall,
+    .tp_dealloc = (destructor)RecordFuture_dealloc,
+    .tp_repr = (reprfunc)RecordFuture_repr,
+    .tp_as_async = &RecordFuture_async,
+    .tp_iter = (getiterfunc)RecordFuture_await,
+    .tp_weaklistoffset = offsetof(RecordFutureObject, weakreflist),
+    .tp_methods = RecordFuture_methods,
+    .tp_members = RecordFuture_members,
+    .tp_getset = RecordFuture_getset,
+};
+
+static PyObject *
+speedups_setup_record_future(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "setup_record_future() takes 6 arguments");
+        return NULL;
+    }
+    Py_XSETREF(metadata_of, Py_NewRef(args[0]));
+    Py_XSETREF(error_of, Py_NewRef(args[1]));
+    Py_XSETREF(call_back, Py_NewRef(args[2]));
+    Py_XSETREF(describe, Py_NewRef(args[3]));
+    Py_XSETREF(cancelled_error, Py_NewRef(args[4]));
+    Py_XSETREF(invalid_state, Py_NewRef(args[5]));
+    Py_RETURN_NONE;
+}
+
+/* -- metadata_range ---------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(metadata_range_doc,
+             "metadata_range(cls, topic, partition, first_offset, count, timestamp)\n--\n\n"
+             "[cls(topic, partition, offset, timestamp), ...] for count consecutive offsets from first_offset\n"
+             "(all -1 when first_offset is negative): a send_many group's acknowledgements.");
+
+static PyObject *
+speedups_metadata_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyTypeObject *cls;
+    PyObject *topic, *partition, *timestamp, *list, *minus_one = NULL;
+    long long first;
+    Py_ssize_t count;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "metadata_range() takes 6 arguments");
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "metadata_range() needs a tuple subclass");
+        return NULL;
+    }
+    cls = (PyTypeObject *)args[0];
+    topic = args[1];
+    partition = args[2];
+    first = PyLong_AsLongLong(args[3]);
+    count = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
+    timestamp = args[5];
+    if (PyErr_Occurred())
+        return NULL;
+    if (count < 0)
+        count = 0;
+    list = PyList_New(count);
+    if (list == NULL)
+        return NULL;
+    if (first < 0 && (minus_one = PyLong_FromLong(-1)) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = cls->tp_alloc(cls, 4), *offset;
+        if (item == NULL)
+            goto fail;
+        offset = first < 0 ? Py_NewRef(minus_one) : PyLong_FromLongLong(first + i);
+        if (offset == NULL) {
+            Py_DECREF(item);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(item, 0, Py_NewRef(topic));
+        PyTuple_SET_ITEM(item, 1, Py_NewRef(partition));
+        PyTuple_SET_ITEM(item, 2, offset);
+        PyTuple_SET_ITEM(item, 3, Py_NewRef(timestamp));
+        PyList_SET_ITEM(list, i, item);
+    }
+    Py_XDECREF(minus_one);
+    return list;
+fail:
+    Py_XDECREF(minus_one);
+    Py_DECREF(list);
+    return NULL;
+}
+
+/* -- murmur2 ---------------------------------------------------------------------------------- */
+
+static int32_t
+murmur2_hash(const unsigned char *data, Py_ssize_t length)
+{
+    const uint32_t m = 0x5BD1E995;
+    uint32_t h = 0x9747B28Cu ^ (uint32_t)length;
+    Py_ssize_t words = length / 4, i;
+    for (i = 0; i < words; i++) {
+        uint32_t k;
+        memcpy(&k, data + 4 * i, 4); /* little-endian, as Kafka reads it */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        k = __builtin_bswap32(k);
+#endif
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const unsigned char *tail = data + 4 * words;
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)tail[2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)tail[1] << 8;
+        /* fall through */
+    case 1:
+        h ^= tail[0];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+static PyObject *
+speedups_murmur2(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    int32_t hash;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    hash = murmur2_hash(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(hash);
+}
+
+static PyObject *
+speedups_partition_for_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t partitions;
+    int32_t hash;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "partition_for_key() takes 2 arguments");
+        return NULL;
+    }
+    partitions = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (partitions == -1 && PyErr_Occurred())
+        return NULL;
+    if (partitions <= 0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "integer division or modulo by zero");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    hash = murmur2_hash(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t((Py_ssize_t)((uint32_t)hash & 0x7FFFFFFFu) % partitions);
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"metadata_range", (PyCFunction)(void (*)(void))speedups_metadata_range, METH_FASTCALL, metadata_range_doc},
+    {"setup_record_future", (PyCFunction)(void (*)(void))speedups_setup_record_future, METH_FASTCALL,
+     "Hand RecordFuture the Python helpers it calls for its rare paths."},
+    {"murmur2", speedups_murmur2, METH_O, "Kafka's 32-bit murmur2 of the bytes, as a signed int."},
+    {"partition_for_key", (PyCFunction)(void (*)(void))speedups_partition_for_key, METH_FASTCALL,
+     "toPositive(murmur2(key)) % partitions, as the Java client partitions a keyed record."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "aioprod._speedups",
+    "aioprod's compiled hot path (see aioprod/_compiled.py).",
+    -1,
+    speedups_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *module;
+    if (PyType_Ready(&RecordsCoreType) < 0 || PyType_Ready(&RecordFutureType) < 0 ||
+        PyType_Ready(&RecordFutureIterType) < 0)
+        return NULL;
+    str_done = PyUnicode_InternFromString("done");
+    str_result = PyUnicode_InternFromString("result");
+    str_get_loop = PyUnicode_InternFromString("get_loop");
+    str_call_soon = PyUnicode_InternFromString("call_soon");
+    str_context = PyUnicode_InternFromString("context");
+    str_watch = PyUnicode_InternFromString("_watch");
+    str_unwatch = PyUnicode_InternFromString("_unwatch");
+    if (!str_done || !str_result || !str_get_loop || !str_call_soon || !str_context || !str_watch || !str_unwatch)
+        return NULL;
+    module = PyModule_Create(&speedups_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&RecordsCoreType);
+    if (PyModule_AddObject(module, "RecordsCore", (PyObject *)&RecordsCoreType) < 0) {
+        Py_DECREF(&RecordsCoreType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&RecordFutureType);
+    if (PyModule_AddObject(module, "RecordFuture", (PyObject *)&RecordFutureType) < 0) {
+        Py_DECREF(&RecordFutureType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,33 @@
+from collections.abc import Sequence
+
+class RecordsCore:
+    _buf: bytearray
+    _section: bytes | None
+    _count: int
+    _base_ts: int
+    _max_ts: int
+    _limit: int
+    _full: bool
+    def append(
+        self,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None = (),
+    ) -> int | None: ...
+    def append_values(
+        self,
+        timestamp_ms: int,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        start: int,
+        stop: int,
+        budget: int,
+        overhead: int,
+    ) -> tuple[int, int]: ...
+
+def murmur2(data: bytes) -> int: ...
+def partition_for_key(key: bytes, num_partitions: int) -> int: ...
+def metadata_range(
+    cls: type[tuple[str, int, int, int]], topic: str, partition: int, first_offset: int, count: int, timestamp: int
+) -> list[tuple[str, int, int, int]]: ...
