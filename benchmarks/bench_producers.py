@@ -79,6 +79,8 @@ from common import (  # noqa: E402
 CLIENTS = ("aioprod", "aiokafka", "AIOProducer", "Producer")
 #: aioprod as of another git revision (``--baseline REF``): what a change costs or gains.
 BASELINE = "aioprod-baseline"
+#: Where each client's rows go in a table: a baseline right after aioprod.
+ROW_ORDER = {c: i for i, c in enumerate(("aioprod", BASELINE, *CLIENTS[1:]))}
 LABELS = {
     "aioprod": "aioprod",
     BASELINE: "aioprod @ baseline",
@@ -1022,13 +1024,12 @@ def latency_table(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
     rows = [row for key, row in cells.items() if key[0] == "latency"]
     if not rows:
         return ""
-    order = {c: i for i, c in enumerate(CLIENTS)}
     lines = [
         "| client | loop | p50 ms | p99 ms | p99.9 ms | max ms (worst run) | worst at s | full GCs | "
         "longest GC ms | CPU µs/rec | other load / steal |",
         "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
-    for row in sorted(rows, key=lambda r: (order[r["client"]], r["loop"])):
+    for row in sorted(rows, key=lambda r: (ROW_ORDER[r["client"]], r["loop"])):
         if row.get("p50_ms") is None:
             lines.append(f"| {SHORT[row['client']]} | {row['loop']} | failed: {'; '.join(row['failed'])[:80]} |")
             continue
@@ -1049,7 +1050,7 @@ def scaling_table(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
         "| client | partitions | records/s | CPU µs/rec | x its 3-partition figure | other load / steal |",
         "|---|--:|--:|--:|--:|--:|",
     ]
-    for client in SCALING_CLIENTS:
+    for client in sorted({client for _, client in rows}, key=ROW_ORDER.__getitem__):
         for partitions in SCALING_PARTITIONS:
             row = rows.get((partitions, client))
             if row is None:
@@ -1074,8 +1075,7 @@ def memory_table(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
         "| client | records queued | RSS growth | bytes/record | x aioprod | time to queue | acked meanwhile |",
         "|---|--:|--:|--:|--:|--:|--:|",
     ]
-    order = {c: i for i, c in enumerate(CLIENTS)}
-    for row in sorted(rows, key=lambda r: order[r["client"]]):
+    for row in sorted(rows, key=lambda r: ROW_ORDER[r["client"]]):
         if row["bytes_per_record"] is None:
             lines.append(f"| {LABELS[row['client']]} | failed: {'; '.join(row['failed'])[:100]} | | | | | |")
             continue
