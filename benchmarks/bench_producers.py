@@ -1271,6 +1271,9 @@ def profile_top(raw: Path, top: int) -> str:
 
 def profile(args: argparse.Namespace) -> int:
     """Run one client's path under ``py-spy record`` and print where its time goes."""
+    if shutil.which("py-spy") is None:
+        print("--profile needs py-spy on PATH: pip install py-spy", file=sys.stderr)
+        return 2
     spec = base_spec(
         suite="profile",
         client=args.profile_client,
