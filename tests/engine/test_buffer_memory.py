@@ -59,3 +59,21 @@ async def test_acks_0_holds_no_more_than_buffer_memory_when_the_broker_stops_rea
         await p.close(timeout=0)
     assert delivered * len(value) <= 1_000_000 + 100_000
     assert buffered <= 1_000_000 + 100_000
+
+
+async def test_a_full_buffer_sends_what_is_queued_without_waiting_for_linger(scripted: Scripted) -> None:
+    # Memory short forces sending (nothing else frees it): a send() waiting for space must not
+    # wait out a linger (here longer than max_block_ms) for the sender to take the batch.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=10_000,
+        buffer_memory=10_000,
+        batch_size=100_000,
+        max_request_size=100_000,
+        max_block_ms=2_000,
+    ) as p:
+        await p.partitions_for("t")
+        futures = [await p.send("t", b"x" * 1000) for _ in range(20)]  # twice buffer_memory
+        assert [(await future).offset for future in futures] == list(range(20))
