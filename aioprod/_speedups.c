@@ -805,7 +805,7 @@ unwatch(RecordFutureObject *self)
 static PyObject *
 RecordFuture_remove_done_callback(RecordFutureObject *self, PyObject *fn)
 {
-    PyObject *kept;
+    PyObject *kept, *callbacks;
     Py_ssize_t removed, count;
     int done;
     if (self->callbacks == NULL || PyList_GET_SIZE(self->callbacks) == 0)
@@ -815,17 +815,28 @@ RecordFuture_remove_done_callback(RecordFutureObject *self, PyObject *fn)
         return NULL;
     if (done) /* once done, its callbacks are as good as scheduled */
         return PyLong_FromLong(0);
-    count = PyList_GET_SIZE(self->callbacks);
     kept = PyList_New(0);
     if (kept == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entry = PyList_GET_ITEM(self->callbacks, i);
+    /* A comparison runs Python code (a callback's __eq__), which may add callbacks, cancel the
+     * future or settle it: hold the list and each entry, and re-read the size every time. */
+    callbacks = Py_NewRef(self->callbacks);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(callbacks); i++) {
+        PyObject *entry = Py_NewRef(PyList_GET_ITEM(callbacks, i));
         int equal = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 0), fn, Py_EQ);
         if (equal < 0 || (!equal && PyList_Append(kept, entry) < 0)) {
+            Py_DECREF(entry);
+            Py_DECREF(callbacks);
             Py_DECREF(kept);
             return NULL;
         }
+        Py_DECREF(entry);
+    }
+    count = PyList_GET_SIZE(callbacks);
+    Py_DECREF(callbacks);
+    if (self->callbacks != callbacks) { /* cancelled or run meanwhile: they are scheduled */
+        Py_DECREF(kept);
+        return PyLong_FromLong(0);
     }
     removed = count - PyList_GET_SIZE(kept);
     if (PyList_GET_SIZE(kept) == 0) {

@@ -346,3 +346,27 @@ async def test_a_future_whose_callback_refers_to_it_is_freed_if_its_batch_never_
     del future, done
     gc.collect()
     assert ref() is None
+
+
+async def test_a_callback_whose_comparison_cancels_the_future_is_safe_to_remove() -> None:
+    # remove_done_callback compares each callback with ==, which runs the callback's __eq__:
+    # one that cancels the future (scheduling and dropping the callbacks) must not crash it.
+    future = RecordFuture(batch(), 0, TS)
+    calls: list[Any] = []
+
+    class CancelsWhenCompared:
+        def __call__(self, f: RecordFuture) -> None:
+            calls.append(f)
+
+        def __eq__(self, other: object) -> bool:
+            future.cancel()
+            return False
+
+        __hash__ = object.__hash__
+
+    future.add_done_callback(CancelsWhenCompared())
+    future.add_done_callback(calls.append)
+    future.remove_done_callback(calls.append)  # the compiled future crashed here
+    await asyncio.sleep(0)
+    assert future.cancelled()
+    assert calls == [future, future]  # cancelled before the removal: both were scheduled
