@@ -454,13 +454,12 @@ static PyTypeObject RecordsCoreType = {
 
 /* -- RecordFuture ----------------------------------------------------------------------------- */
 /* The future Producer.send returns (aioprod/producer/record_future.py has the Python twin and
- * the documentation). Compiled for what it is not: an object the garbage collector tracks. It
- * holds no reference that could close a cycle through itself while it has no callbacks, so the
- * type leaves out GC support, and a million queued records are a million objects the collector
- * never walks (nor counts towards its next pass). Its callbacks, while it has some, are also
- * held by its batch's settlement (BatchSettlement._watch), which the collector does see; they are
- * dropped once run or cancelled. The rare paths (split batches, failures, callbacks, repr) call
- * the Python helpers record_future.py registers with setup_record_future(). */
+ * the documentation). It takes part in garbage collection as asyncio.Future does: a record of a
+ * failed batch reaches the batch's error, whose traceback, once the error is re-raised from a
+ * coroutine, holds that coroutine's frame and so whatever the frame holds (the futures), and a
+ * done-callback may hold its own future. Such a cycle through an object the collector does not
+ * track is never freed. The rare paths (split batches, failures, callbacks, repr) call the
+ * Python helpers record_future.py registers with setup_record_future(). */
 
 static PyObject *metadata_of;      /* (outcome, index, timestamp) -> RecordMetadata, or raises */
 static PyObject *error_of;         /* (outcome, index) -> exception or None */
@@ -565,7 +564,7 @@ RecordFuture_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, Py
     done_future = PyObject_GetAttr(args[0], str_done);
     if (done_future == NULL)
         return NULL;
-    self = PyObject_New(RecordFutureObject, (PyTypeObject *)type);
+    self = PyObject_GC_New(RecordFutureObject, (PyTypeObject *)type);
     if (self == NULL) {
         Py_DECREF(done_future);
         return NULL;
@@ -579,6 +578,7 @@ RecordFuture_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, Py
     self->index = index;
     self->timestamp = timestamp;
     self->blocking = 0;
+    PyObject_GC_Track(self);
     return (PyObject *)self;
 }
 
@@ -592,16 +592,36 @@ RecordFuture_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return RecordFuture_vectorcall((PyObject *)type, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), NULL);
 }
 
+static int
+RecordFuture_traverse(RecordFutureObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->settlement);
+    Py_VISIT(self->done_future);
+    Py_VISIT(self->callbacks);
+    Py_VISIT(self->cancel_message);
+    return 0;
+}
+
+/* Breaks a cycle through the callbacks; the batch references stay, so the future still answers
+ * (the other objects of a cycle through the batch's error, a frame or the error, clear theirs). */
+static int
+RecordFuture_clear(RecordFutureObject *self)
+{
+    Py_CLEAR(self->callbacks);
+    return 0;
+}
+
 static void
 RecordFuture_dealloc(RecordFutureObject *self)
 {
+    PyObject_GC_UnTrack(self);
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
     Py_XDECREF(self->settlement);
     Py_XDECREF(self->done_future);
     Py_XDECREF(self->callbacks);
     Py_XDECREF(self->cancel_message);
-    PyObject_Free(self);
+    PyObject_GC_Del(self);
 }
 
 static PyObject *
@@ -785,7 +805,7 @@ unwatch(RecordFutureObject *self)
 static PyObject *
 RecordFuture_remove_done_callback(RecordFutureObject *self, PyObject *fn)
 {
-    PyObject *kept;
+    PyObject *kept, *callbacks;
     Py_ssize_t removed, count;
     int done;
     if (self->callbacks == NULL || PyList_GET_SIZE(self->callbacks) == 0)
@@ -795,17 +815,28 @@ RecordFuture_remove_done_callback(RecordFutureObject *self, PyObject *fn)
         return NULL;
     if (done) /* once done, its callbacks are as good as scheduled */
         return PyLong_FromLong(0);
-    count = PyList_GET_SIZE(self->callbacks);
     kept = PyList_New(0);
     if (kept == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entry = PyList_GET_ITEM(self->callbacks, i);
+    /* A comparison runs Python code (a callback's __eq__), which may add callbacks, cancel the
+     * future or settle it: hold the list and each entry, and re-read the size every time. */
+    callbacks = Py_NewRef(self->callbacks);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(callbacks); i++) {
+        PyObject *entry = Py_NewRef(PyList_GET_ITEM(callbacks, i));
         int equal = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 0), fn, Py_EQ);
         if (equal < 0 || (!equal && PyList_Append(kept, entry) < 0)) {
+            Py_DECREF(entry);
+            Py_DECREF(callbacks);
             Py_DECREF(kept);
             return NULL;
         }
+        Py_DECREF(entry);
+    }
+    count = PyList_GET_SIZE(callbacks);
+    Py_DECREF(callbacks);
+    if (self->callbacks != callbacks) { /* cancelled or run meanwhile: they are scheduled */
+        Py_DECREF(kept);
+        return PyLong_FromLong(0);
     }
     removed = count - PyList_GET_SIZE(kept);
     if (PyList_GET_SIZE(kept) == 0) {
@@ -874,7 +905,7 @@ RecordFuture_cancel(RecordFutureObject *self, PyObject *const *args, Py_ssize_t 
 static PyObject *
 RecordFuture_twin(RecordFutureObject *self, PyObject *unused)
 {
-    RecordFutureObject *twin = PyObject_New(RecordFutureObject, Py_TYPE(self));
+    RecordFutureObject *twin = PyObject_GC_New(RecordFutureObject, Py_TYPE(self));
     if (twin == NULL)
         return NULL;
     twin->settlement = Py_NewRef(self->settlement);
@@ -885,6 +916,7 @@ RecordFuture_twin(RecordFutureObject *self, PyObject *unused)
     twin->index = self->index;
     twin->timestamp = self->timestamp;
     twin->blocking = 0;
+    PyObject_GC_Track(twin);
     return (PyObject *)twin;
 }
 
@@ -928,20 +960,29 @@ static PyTypeObject RecordFutureIterType;
 static PyObject *
 RecordFuture_await(RecordFutureObject *self)
 {
-    RecordFutureIterObject *iter = PyObject_New(RecordFutureIterObject, &RecordFutureIterType);
+    RecordFutureIterObject *iter = PyObject_GC_New(RecordFutureIterObject, &RecordFutureIterType);
     if (iter == NULL)
         return NULL;
     Py_INCREF(self);
     iter->future = self;
     iter->yielded = 0;
+    PyObject_GC_Track(iter);
     return (PyObject *)iter;
+}
+
+static int
+RecordFutureIter_traverse(RecordFutureIterObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->future);
+    return 0;
 }
 
 static void
 RecordFutureIter_dealloc(RecordFutureIterObject *self)
 {
+    PyObject_GC_UnTrack(self);
     Py_XDECREF(self->future);
-    PyObject_Free(self);
+    PyObject_GC_Del(self);
 }
 
 static PyObject *
@@ -990,8 +1031,9 @@ static PyMethodDef RecordFutureIter_methods[] = {
 static PyTypeObject RecordFutureIterType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod._speedups.RecordFutureIter",
     .tp_basicsize = sizeof(RecordFutureIterObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_dealloc = (destructor)RecordFutureIter_dealloc,
+    .tp_traverse = (traverseproc)RecordFutureIter_traverse,
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)RecordFutureIter_next,
     .tp_methods = RecordFutureIter_methods,
@@ -1071,12 +1113,14 @@ static PyAsyncMethods RecordFuture_async = {
 static PyTypeObject RecordFutureType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod.RecordFuture",
     .tp_basicsize = sizeof(RecordFutureObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "One record's delivery: an asyncio-compatible future (compiled; see "
               "aioprod.producer.record_future).",
     .tp_new = RecordFuture_new,
     .tp_vectorcall = RecordFuture_vectorcall,
     .tp_dealloc = (destructor)RecordFuture_dealloc,
+    .tp_traverse = (traverseproc)RecordFuture_traverse,
+    .tp_clear = (inquiry)RecordFuture_clear,
     .tp_repr = (reprfunc)RecordFuture_repr,
     .tp_as_async = &RecordFuture_async,
     .tp_iter = (getiterfunc)RecordFuture_await,

@@ -34,10 +34,15 @@ RECORD_OVERHEAD = 64
 class BufferPool:
     """``buffer_memory`` as a byte budget with FIFO waiters."""
 
-    def __init__(self, total: int, metrics: ProducerMetrics | None = None) -> None:
+    def __init__(
+        self, total: int, metrics: ProducerMetrics | None = None, on_exhausted: Callable[[], None] | None = None
+    ) -> None:
         self.total = total
         self.used = 0
         self._metrics = metrics
+        #: Called when a reservation starts to wait: queued batches are then sendable at once
+        #: (RecordAccumulator._forced), and only the sender sending them frees space.
+        self._on_exhausted = on_exhausted
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     @property
@@ -68,6 +73,8 @@ class BufferPool:
         future: asyncio.Future[None] = loop.create_future()
         entry = (size, future)
         self._waiters.append(entry)
+        if len(self._waiters) == 1 and self._on_exhausted is not None:
+            self._on_exhausted()
         started = loop.time()
         try:
             async with asyncio.timeout(timeout):
@@ -120,7 +127,7 @@ class RecordAccumulator:
         self._metrics = metrics if metrics is not None else ProducerMetrics(config)
         #: Non-empty queues only, in drain order (see the module docstring).
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self.pool = BufferPool(config.buffer_memory, self._metrics)
+        self.pool = BufferPool(config.buffer_memory, self._metrics, wakeup)
         self._linger = config.linger_ms / 1000
         self._delivery_timeout = config.delivery_timeout_ms / 1000
         #: Every unfinished batch's deadline: (deadline, tie-break, batch); entries of

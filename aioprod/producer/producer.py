@@ -48,6 +48,7 @@ from aioprod.protocol.messages import (
     ListOffsetsRequestTopic,
     ListOffsetsResponse,
 )
+from aioprod.protocol.primitives import INT64_MAX
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +265,8 @@ class Producer:
             raise TypeError(f"timestamp_ms must be an int (milliseconds), got {type(timestamp_ms).__name__}")
         elif timestamp_ms < 0:
             raise ValueError(f"timestamp_ms must be >= 0, got {timestamp_ms}")
+        elif timestamp_ms > INT64_MAX:
+            raise ValueError(f"timestamp_ms must be < 2**63 (milliseconds since the epoch), got {timestamp_ms}")
         if partition is not None and (type(partition) is not int or partition < 0):
             if type(partition) is not int:
                 raise TypeError(f"partition must be an int or None, got {type(partition).__name__}")
@@ -355,9 +358,9 @@ class Producer:
             raise ValueError(f"headers has {len(headers)} items but values has {count}")
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+        elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= INT64_MAX:
             raise (TypeError if type(timestamp_ms) is not int else ValueError)(
-                f"timestamp_ms must be an int >= 0, got {timestamp_ms!r}"
+                f"timestamp_ms must be an int >= 0 and < 2**63, got {timestamp_ms!r}"
             )
         if partition is not None and (type(partition) is not int or partition < 0):
             raise (TypeError if type(partition) is not int else ValueError)(
@@ -772,6 +775,11 @@ def _check_headers(headers: Any) -> Headers:
         name, value = item
         if type(name) is not str:
             raise TypeError(f"header name must be a str, got {type(name).__name__}")
+        if not name.isascii():
+            try:
+                name.encode()
+            except UnicodeEncodeError:
+                raise ValueError(f"header name {name!r} is not valid Unicode (a lone surrogate)") from None
         if value is not None and not isinstance(value, _BYTES):
             raise TypeError(f"header {name!r} value must be bytes or None, got {type(value).__name__}")
         checked.append((name, value if value is None or type(value) is bytes else bytes(value)))

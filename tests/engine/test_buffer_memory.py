@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -59,3 +60,49 @@ async def test_acks_0_holds_no_more_than_buffer_memory_when_the_broker_stops_rea
         await p.close(timeout=0)
     assert delivered * len(value) <= 1_000_000 + 100_000
     assert buffered <= 1_000_000 + 100_000
+
+
+async def test_a_full_buffer_sends_what_is_queued_without_waiting_for_linger(scripted: Scripted) -> None:
+    # Memory short forces sending (nothing else frees it): a send() waiting for space must not
+    # wait out a linger (here longer than max_block_ms) for the sender to take the batch.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=10_000,
+        buffer_memory=10_000,
+        batch_size=100_000,
+        max_request_size=100_000,
+        max_block_ms=2_000,
+    ) as p:
+        await p.partitions_for("t")
+        futures = [await p.send("t", b"x" * 1000) for _ in range(20)]  # twice buffer_memory
+        assert [(await future).offset for future in futures] == list(range(20))
+
+
+@pytest.mark.parametrize(
+    ("send_many", "kwargs", "message"),
+    [
+        (False, {"timestamp_ms": 2**63}, "timestamp_ms must be < 2**63"),
+        (True, {"timestamp_ms": 2**63}, "timestamp_ms must be an int >= 0 and < 2**63"),
+        (False, {"headers": [("bad-\ud800", b"x")]}, "header name 'bad-\\ud800' is not valid Unicode"),
+        (True, {"headers": [[("bad-\ud800", b"x")]]}, "header name 'bad-\\ud800' is not valid Unicode"),
+    ],
+)
+async def test_a_record_the_batch_cannot_encode_is_refused_before_taking_buffer_memory(
+    scripted: Scripted, send_many: bool, kwargs: dict[str, Any], message: str
+) -> None:
+    # Refused by the batch encoder after the space was reserved, each such record kept its
+    # space for good: a few hundred of them and every send() timed out on a full buffer.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, buffer_memory=10_000, max_block_ms=1_000) as p:
+        await p.partitions_for("t")
+        for _ in range(200):  # 200 records' worth of buffer memory, were any of it kept
+            with pytest.raises(ValueError) as info:
+                if send_many:
+                    await p.send_many("t", [b"v"], keys=[b"k"], **kwargs)
+                else:
+                    await p.send("t", b"v", **kwargs)
+            assert message in str(info.value)
+        assert (await p.send_and_wait("t", b"still fine")).offset == 0

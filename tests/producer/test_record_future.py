@@ -317,3 +317,56 @@ def test_an_exception_handler_that_exits_leaves_the_other_callbacks_to_run() -> 
 
     calls, first, second = _settle_through_an_exit(fail, exit_now)
     assert sorted(calls, key=id) == sorted([first, second], key=id)
+
+
+async def test_records_of_a_failed_batch_are_freed_once_their_error_was_caught() -> None:
+    # Re-raising the batch's error from a coroutine that holds the futures puts its frame in
+    # the error's traceback: futures -> batch outcome -> error -> frame -> futures, a cycle
+    # the garbage collector must be able to free, as it would for asyncio.Future.
+    refs: list[weakref.ref[RecordFuture]] = []
+
+    async def send_and_catch() -> None:
+        done = batch()
+        futures = [RecordFuture(done, index, TS) for index in range(3)]
+        refs.extend(weakref.ref(future) for future in futures)
+        failed(done, NotLeaderOrFollowerError("gone"))
+        with pytest.raises(NotLeaderOrFollowerError):
+            await futures[0]
+
+    await send_and_catch()
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None, None]
+
+
+async def test_a_future_whose_callback_refers_to_it_is_freed_if_its_batch_never_settles() -> None:
+    done = batch()
+    future = RecordFuture(done, 0, TS)
+    future.add_done_callback(lambda _f, future=future: None)  # a closure holding the future
+    ref = weakref.ref(future)
+    del future, done
+    gc.collect()
+    assert ref() is None
+
+
+async def test_a_callback_whose_comparison_cancels_the_future_is_safe_to_remove() -> None:
+    # remove_done_callback compares each callback with ==, which runs the callback's __eq__:
+    # one that cancels the future (scheduling and dropping the callbacks) must not crash it.
+    future = RecordFuture(batch(), 0, TS)
+    calls: list[Any] = []
+
+    class CancelsWhenCompared:
+        def __call__(self, f: RecordFuture) -> None:
+            calls.append(f)
+
+        def __eq__(self, other: object) -> bool:
+            future.cancel()
+            return False
+
+        __hash__ = object.__hash__
+
+    future.add_done_callback(CancelsWhenCompared())
+    future.add_done_callback(calls.append)
+    future.remove_done_callback(calls.append)  # the compiled future crashed here
+    await asyncio.sleep(0)
+    assert future.cancelled()
+    assert calls == [future, future]  # cancelled before the removal: both were scheduled
