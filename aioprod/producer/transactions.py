@@ -213,6 +213,8 @@ class TransactionManager:
         self.generation = 0
         #: The handle of the prepared transaction, once PREPARED.
         self.prepared: PreparedTransaction | None = None
+        #: A call returned that handle: its holder ends the transaction, close() leaves it open.
+        self._handed_over = False
 
     # -- state -------------------------------------------------------------------------------
 
@@ -536,13 +538,19 @@ class TransactionManager:
             if self.in_transaction:
                 log.info("aborting transaction %r: the producer is closing", self.transactional_id)
                 await self.abort(fail_unsent, flush)
-            elif self.state is TxnState.PREPARED and op is not None and self._operation is op:
+            elif self.state is TxnState.PREPARED and not self._handed_over:
                 # Prepared, but its handle never reached a caller (prepare_transaction() timed
-                # out or was cancelled): nobody else can end it.
+                # out or was cancelled, and was not called again): nobody else can end it.
                 log.info("aborting prepared transaction %r: its handle was never returned", self.transactional_id)
                 self.state = TxnState.ABORTING
                 await self._end(commit=False)
                 self.state = TxnState.READY
+
+    def hand_over(self) -> PreparedTransaction:
+        """The prepared transaction's handle, as returned to a caller (see :meth:`end_on_close`)."""
+        assert self.prepared is not None
+        self._handed_over = True
+        return self.prepared
 
     def cancel(self) -> list[asyncio.Task[None]]:
         """The producer closes now: stop whatever runs."""
