@@ -589,8 +589,7 @@ class Producer:
         txn = self._transactions("prepare_transaction")
         if txn.prepared is None:
             await txn.run("prepare_transaction", lambda: txn.prepare(self._settle_transaction))
-        assert txn.prepared is not None
-        return txn.prepared
+        return txn.hand_over()
 
     async def commit_prepared_transaction(self, prepared: PreparedTransaction) -> None:
         """Commit a transaction another producer prepared (see :meth:`prepare_transaction`).

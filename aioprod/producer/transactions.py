@@ -213,6 +213,8 @@ class TransactionManager:
         self.generation = 0
         #: The handle of the prepared transaction, once PREPARED.
         self.prepared: PreparedTransaction | None = None
+        #: A call returned that handle: its holder ends the transaction, close() leaves it open.
+        self._handed_over = False
 
     # -- state -------------------------------------------------------------------------------
 
@@ -465,6 +467,22 @@ class TransactionManager:
             raise self._must_abort()
         if self.state is not TxnState.IN_TRANSACTION:
             raise self._wrong_state("send_offsets_to_transaction")
+        try:
+            await self._add_offsets(offsets, group)
+        except KafkaError as exc:
+            # As the Java client: offsets that could not join leave a transaction that must not
+            # commit (it would commit the output without them); fatal answers failed it already.
+            if not self.failed:
+                self.abortable(exc)
+            if isinstance(exc, BrokerResponseError) and exc.code in _GROUP_MOVED_ON:
+                raise TransactionAbortableError(
+                    f"the consumer group {group.group_id!r} moved on (a rebalance?): the offsets cannot commit ({exc})"
+                ) from exc
+            raise
+
+    async def _add_offsets(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata
+    ) -> None:
         ident = self._ident
         self._maybe_started = True
         if not self.v2:
@@ -492,31 +510,23 @@ class TransactionManager:
                 )
             )
         topics = [TxnOffsetCommitRequestTopic(name, parts) for name, parts in by_topic.items()]
-        try:
-            await self._coordinators.request(
-                GROUP,
-                group.group_id,
-                lambda: TxnOffsetCommitRequest(
-                    transactional_id=self.transactional_id,
-                    group_id=group.group_id,
-                    producer_id=ident.producer_id,
-                    producer_epoch=ident.producer_epoch,
-                    generation_id=group.generation_id,
-                    member_id=group.member_id,
-                    group_instance_id=group.group_instance_id,
-                    topics=topics,
-                ),
-                TxnOffsetCommitResponse,
-                lambda r: [p.error_code for t in r.topics for p in t.partitions],
-                max_version=versions.TRANSACTIONS_V2_VERSIONS[TxnOffsetCommitRequest.API_KEY] if self.v2 else None,
-            )
-        except BrokerResponseError as exc:
-            if exc.code in _GROUP_MOVED_ON:
-                self.abortable(exc)
-                raise TransactionAbortableError(
-                    f"the consumer group {group.group_id!r} moved on (a rebalance?): the offsets cannot commit ({exc})"
-                ) from exc
-            raise
+        await self._coordinators.request(
+            GROUP,
+            group.group_id,
+            lambda: TxnOffsetCommitRequest(
+                transactional_id=self.transactional_id,
+                group_id=group.group_id,
+                producer_id=ident.producer_id,
+                producer_epoch=ident.producer_epoch,
+                generation_id=group.generation_id,
+                member_id=group.member_id,
+                group_instance_id=group.group_instance_id,
+                topics=topics,
+            ),
+            TxnOffsetCommitResponse,
+            lambda r: [p.error_code for t in r.topics for p in t.partitions],
+            max_version=versions.TRANSACTIONS_V2_VERSIONS[TxnOffsetCommitRequest.API_KEY] if self.v2 else None,
+        )
 
     async def end_on_close(
         self, fail_unsent: Callable[[KafkaError], None], flush: Callable[[], Awaitable[None]]
@@ -536,13 +546,19 @@ class TransactionManager:
             if self.in_transaction:
                 log.info("aborting transaction %r: the producer is closing", self.transactional_id)
                 await self.abort(fail_unsent, flush)
-            elif self.state is TxnState.PREPARED and op is not None and self._operation is op:
+            elif self.state is TxnState.PREPARED and not self._handed_over:
                 # Prepared, but its handle never reached a caller (prepare_transaction() timed
-                # out or was cancelled): nobody else can end it.
+                # out or was cancelled, and was not called again): nobody else can end it.
                 log.info("aborting prepared transaction %r: its handle was never returned", self.transactional_id)
                 self.state = TxnState.ABORTING
                 await self._end(commit=False)
                 self.state = TxnState.READY
+
+    def hand_over(self) -> PreparedTransaction:
+        """The prepared transaction's handle, as returned to a caller (see :meth:`end_on_close`)."""
+        assert self.prepared is not None
+        self._handed_over = True
+        return self.prepared
 
     def cancel(self) -> list[asyncio.Task[None]]:
         """The producer closes now: stop whatever runs."""

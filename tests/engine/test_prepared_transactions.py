@@ -5,6 +5,7 @@ tests/integration/test_transactions.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 import pytest
@@ -215,3 +216,26 @@ async def test_close_aborts_a_prepared_transaction_whose_handle_never_reached_th
     assert cluster.partition("t", 0).values == [b"v"]
     assert cluster.partition("t", 0).committed == []
     assert not cluster.coordinator.transactions["txn-1"].ongoing
+
+
+async def test_close_keeps_a_prepared_transaction_whose_handle_a_repeated_call_returned(
+    cluster: ScriptedCluster,
+) -> None:
+    # prepare_transaction() times out, the prepare completes in the background, and calling
+    # it again (as the KafkaTimeoutError says) returns the handle: close() must then leave the
+    # transaction open for the handle's holder, not abort it.
+    async with producer(cluster, max_block_ms=1000) as p:
+        p.begin_transaction()
+        cluster.nodes[1].holding = True
+        await p.send("t", b"v", partition=0)
+        with pytest.raises(KafkaTimeoutError, match="prepare_transaction"):
+            await p.prepare_transaction()
+        cluster.nodes[1].release()
+        assert p._txn is not None and p._txn._operation is not None
+        await asyncio.wait([p._txn._operation[1]])  # the prepare ends before the caller asks again
+        prepared = await p.prepare_transaction()
+    assert requests(cluster, m.EndTxnRequest) == []
+    assert cluster.coordinator.transactions["txn-1"].ongoing
+    async with committer(cluster) as q:
+        await q.commit_prepared_transaction(prepared)
+    assert cluster.partition("t", 0).committed == [b"v"]

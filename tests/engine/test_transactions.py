@@ -13,6 +13,7 @@ from aioprod.errors import (
     ConfigError,
     CoordinatorLoadInProgressError,
     DeliveryTimeoutError,
+    GroupAuthorizationFailedError,
     InvalidRecordError,
     KafkaTimeoutError,
     ProducerClosedError,
@@ -440,3 +441,43 @@ async def test_abort_ends_a_transaction_the_coordinator_started_for_cancelled_of
         still_open = cluster.coordinator.transactions["txn-1"].ongoing
         ends = len(cluster.requests_of(m.EndTxnRequest))
     assert not still_open, f"the coordinator's transaction was left open (EndTxn sent: {ends})"
+
+
+GROUP_AUTHORIZATION_FAILED = 30
+
+
+async def test_offsets_the_group_coordinator_refused_make_the_transaction_abortable(cluster: ScriptedCluster) -> None:
+    # As the Java client: a TxnOffsetCommit refused for good (here: no Read on the group) leaves a
+    # transaction that must not commit; committing it would write the output without the offsets.
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        await p.send("t", b"out", partition=0)
+        cluster.coordinator.script[m.TxnOffsetCommitRequest.API_KEY] = deque([GROUP_AUTHORIZATION_FAILED])
+        with pytest.raises(GroupAuthorizationFailedError):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): 7}, "g")
+        with pytest.raises(TransactionAbortableError, match="GROUP_AUTHORIZATION_FAILED"):
+            await p.commit_transaction()
+        await p.abort_transaction()
+        async with p.transaction():  # the producer goes on
+            await p.send("t", b"next", partition=0)
+    assert cluster.partition("t", 0).committed == [b"next"]
+    assert cluster.coordinator.committed == {}
+
+
+async def test_offsets_refused_after_the_caller_stopped_waiting_still_stop_the_commit(cluster: ScriptedCluster) -> None:
+    # send_offsets_to_transaction() outlasts max_block_ms (the coordinator is loading), then the
+    # coordinator refuses the offsets: the commit that follows must not go through without them.
+    async with producer(cluster, max_block_ms=1000, retry_backoff_max_ms=100) as p:
+        p.begin_transaction()
+        await p.send("t", b"out", partition=0)
+        cluster.coordinator.script[m.TxnOffsetCommitRequest.API_KEY] = deque(
+            [LOADING] * 30 + [GROUP_AUTHORIZATION_FAILED]
+        )
+        with pytest.raises(KafkaTimeoutError, match="send_offsets_to_transaction"):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): 7}, "g")
+        assert p._txn is not None and p._txn._operation is not None
+        await asyncio.wait([p._txn._operation[1]])  # it ends, refused, with nobody waiting for it
+        with pytest.raises(TransactionAbortableError):
+            await p.commit_transaction()
+        await p.abort_transaction()
+    assert cluster.partition("t", 0).committed == []
