@@ -316,15 +316,26 @@ class TransactionalPartitionWrite(PartitionWrite):
         marker = OffsetAndMetadata(
             1, f"aioprod exactly-once write {self.plan.write_id}: {self.transactional_id}, {tally.written} rows"
         )
+        verb = "commit" if self._commit else "prepare"
         try:
             producer.send_offsets_to_transaction({TopicPartition(min(tally.topics), 0): marker}, self.transactional_id)
-            if self._commit:
-                producer.commit_transaction()
-            else:
+            if not self._commit:
                 tally.prepared = producer.prepare_transaction()
+                return
         except KafkaError as exc:
-            verb = "commit" if self._commit else "prepare"
             self._stop(f"could not {verb} transaction {self.transactional_id!r}: {_explain(exc)}")
+            return
+        try:
+            producer.commit_transaction()
+        except KafkaTimeoutError as exc:
+            # EndTxn may have reached the coordinator: the rows may be visible, or become so.
+            self._stop(
+                f"the commit of transaction {self.transactional_id!r} is in doubt ({_explain(exc)}): its rows may be"
+                f" visible or not. Run the write again with write_id={self.plan.write_id!r} and the same DataFrame:"
+                " it writes them only if they were not committed"
+            )
+        except KafkaError as exc:
+            self._stop(f"could not commit transaction {self.transactional_id!r}: {_explain(exc)}")
 
 
 async def _committed(producer: Producer, group_id: str) -> bool:

@@ -9,6 +9,7 @@ filter aborted records for read_committed fetches; Apache Kafka does.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from aioprod import SyncProducer
 from aioprod.errors import ConfigError, InvalidTransactionTimeoutError, ProducerFatalError
 from aioprod.producer.transactions import PreparedTransaction
 from aioprod.spark import Mode, WriteError, write_dataframe, writer
@@ -252,6 +254,32 @@ def test_a_partition_fenced_after_it_prepared_fails_the_commit_loudly_and_a_reru
     log = logs(bootstrap, topic)
     assert numbers([v for v in log.committed if v != b"other"]) == Counter(range(100))
     assert log.open == []
+
+
+def test_a_driver_commit_in_doubt_says_so_and_how_to_finish_it(
+    tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Driver mode commits itself. A newer producer with the same transactional id fences it just
+    # before its EndTxn; Tansu then closes the connection instead of answering, so the commit
+    # runs out of time without knowing whether it went through: the report must say so.
+    bootstrap = tansu_broker.bootstrap
+    topic = new_topic(bootstrap)
+    # Closing waits for the commit at most close_timeout: Tansu keeps closing the connection.
+    plan = dataclasses.replace(exactly_once_plan(bootstrap, topic, max_block_ms=1500), close_timeout=2)
+    unit = TransactionalPartitionWrite(plan, "driver", commit=True)
+    commit = SyncProducer.commit_transaction
+
+    def fenced_then_commit(self: SyncProducer, *args: Any, **kwargs: Any) -> None:
+        with SyncProducer(plan.options, transactional_id=unit.transactional_id):  # fences self
+            pass
+        commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncProducer, "commit_transaction", fenced_then_commit)
+    tally = write_partition(unit, [Chunk(0, [b"%d" % i for i in range(10)])])
+    assert tally.aborted is not None
+    assert tally.aborted.startswith(f"the commit of transaction {unit.transactional_id!r} is in doubt (")
+    assert f"write_id={plan.write_id!r}" in tally.aborted
+    assert logs(bootstrap, topic).committed == []  # the fencing producer aborted it
 
 
 def test_a_failed_job_aborts_what_its_finished_tasks_prepared(tansu_broker: TansuBroker) -> None:
