@@ -351,6 +351,9 @@ class TransactionManager:
             self._cut_short = None
         if task is None:
             task = asyncio.get_running_loop().create_task(make(), name=f"aioprod-txn-{name}")
+            # Its outcome is reported to the next call, or lives on in the state (an abortable
+            # error): not as asyncio's "exception was never retrieved" if nobody calls again.
+            task.add_done_callback(_outcome_kept)
             self._operation = (name, task)
         try:
             async with asyncio.timeout(self._config.max_block_ms / 1000):
@@ -674,6 +677,11 @@ class TransactionManager:
 
     def _where(self) -> str:
         return self.state.value
+
+
+def _outcome_kept(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # marks it retrieved; a later call still gets it from the task
 
 
 def _add_partitions_codes(response: AddPartitionsToTxnResponse) -> list[int]:
