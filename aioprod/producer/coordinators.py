@@ -113,6 +113,8 @@ class Coordinators:
                 code, node_id, host, port = response.error_code, response.node_id, response.host, response.port
             if code:
                 error = error_for_code(code, f"FindCoordinator for {key!r}")
+                if code in self._fatal_codes and self._on_fatal is not None:
+                    raise self._on_fatal(error)  # as any other coordinator's answer: the producer is done
                 if code in self._fatal_codes or not error.retriable:
                     raise error
                 await self.backoff(error)

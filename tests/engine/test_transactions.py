@@ -23,6 +23,7 @@ from aioprod.errors import (
     ProducerFencedError,
     TransactionAbortableError,
     TransactionAbortedError,
+    TransactionalIdAuthorizationFailedError,
     TransactionStateError,
 )
 from aioprod.protocol import messages as m
@@ -34,6 +35,8 @@ LOADING = CoordinatorLoadInProgressError.code
 CONCURRENT = 51
 NOT_ENOUGH_REPLICAS = 19
 UNKNOWN_PRODUCER_ID = 59
+NOT_COORDINATOR = 16
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = TransactionalIdAuthorizationFailedError.code
 
 
 @pytest.fixture
@@ -113,6 +116,24 @@ async def test_a_newer_instance_fences_the_older_one(cluster: ScriptedCluster) -
                 await old.send("t", b"after", partition=0)
     # The new instance's InitProducerId aborted the old one's open transaction.
     assert cluster.partition("t", 0).committed == [b"fresh"]
+
+
+async def test_a_transactional_id_no_longer_authorized_where_the_coordinator_moved_is_fatal(
+    cluster: ScriptedCluster,
+) -> None:
+    # The coordinator moves; looking it up again, the cluster refuses the transactional id (its
+    # ACL was revoked): the producer cannot go on, and says so to every later call.
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        await p.send("t", b"unauthorized", partition=0)
+        cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([NOT_COORDINATOR])
+        cluster.coordinator.script[m.FindCoordinatorRequest.API_KEY] = deque([TRANSACTIONAL_ID_AUTHORIZATION_FAILED])
+        with pytest.raises(ProducerFatalError) as info:
+            await p.commit_transaction()
+        assert isinstance(info.value.__cause__, TransactionalIdAuthorizationFailedError)
+        with pytest.raises(ProducerFatalError):
+            await p.send("t", b"after", partition=0)
+    assert cluster.partition("t", 0).committed == []
 
 
 async def test_the_coordinator_moving_or_loading_is_retried_inside_the_call(cluster: ScriptedCluster) -> None:

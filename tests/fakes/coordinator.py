@@ -70,8 +70,13 @@ class FakeCoordinator:
     # -- requests --------------------------------------------------------------------------------
 
     def find(self, request: m.FindCoordinatorRequest) -> m.FindCoordinatorResponse:
-        node = self.cluster.nodes[self.node]
         keys = request.coordinator_keys or [request.key]
+        code = self.scripted(m.FindCoordinatorRequest.API_KEY)
+        if code is not NONE:  # a scripted refusal, for every key asked
+            assert isinstance(code, int)
+            refused = [m.FindCoordinatorResponseCoordinator(k, -1, "", -1, code, None) for k in keys]
+            return m.FindCoordinatorResponse(error_code=code, node_id=-1, host="", port=-1, coordinators=refused)
+        node = self.cluster.nodes[self.node]
         found = [m.FindCoordinatorResponseCoordinator(k, node.node_id, node.host, node.port, NONE, None) for k in keys]
         return m.FindCoordinatorResponse(
             error_code=NONE, node_id=node.node_id, host=node.host, port=node.port, coordinators=found
