@@ -136,6 +136,17 @@ def watch_topic(options: dict[str, Any], topic: str) -> asyncio.Task[str | None]
     return asyncio.get_running_loop().create_task(check(), name=f"aioprod-cli-topic-check-{topic}")
 
 
+#: How long a command lets the topic check answer before its producer asks about the topic.
+CHECK_HEAD_START = 2.0
+
+
+async def check_first(check: asyncio.Task[str | None]) -> None:
+    """Let the topic check answer (at most :data:`CHECK_HEAD_START` seconds) before the producer
+    asks about the topic, so that its one clear line comes before the producer's own warnings
+    about the same topic; a cluster slower than that is not waited for any longer."""
+    await asyncio.wait([check], timeout=CHECK_HEAD_START)
+
+
 def topic_problem(check: asyncio.Task[str | None]) -> str:
     """`` (topic 'x' does not exist ...)`` when the check found a problem, for an error message."""
     if check.done() and not check.cancelled() and check.result() is not None:

@@ -35,7 +35,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from aioprod.cli.cluster import topic_problem, watch_topic
+from aioprod.cli.cluster import check_first, topic_problem, watch_topic
 from aioprod.cli.common import (
     ClientOptions,
     CliError,
@@ -220,6 +220,7 @@ async def run_perf(
     check = watch_topic(options, topic)
     try:
         async with open_producer(options, tracker) as producer:
+            await check_first(check)
             try:
                 await producer.partitions_for(topic)  # metadata (and auto-creation) is not part of the measurement
             except Exception as exc:

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import click
 
-from aioprod.cli.cluster import topic_problem, watch_topic
+from aioprod.cli.cluster import check_first, topic_problem, watch_topic
 from aioprod.cli.common import (
     ClientOptions,
     CliError,
@@ -173,6 +173,7 @@ async def produce_lines(
     check = watch_topic(options, topic)
     try:
         async with open_producer(options, tracker) as producer:
+            await check_first(check)
             line_number = 0
             async for line in read_records(stream, delimiter):
                 line_number += 1

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from aioprod.cli.cluster import topic_problem, watch_topic
+from aioprod.cli.cluster import check_first, topic_problem, watch_topic
 from aioprod.cli.common import (
     ClientOptions,
     CliError,
@@ -84,6 +84,7 @@ async def run_smoke(
     check = watch_topic(options, topic)
     try:
         async with open_producer(options) as probe:
+            await check_first(check)
             try:
                 before = await probe.end_offsets(topic)
             except Exception as exc:
