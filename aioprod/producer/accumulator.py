@@ -190,8 +190,9 @@ class RecordAccumulator:
                 if index is not None:
                     last.reserved += size
                     return RecordFuture(last.settlement, index, timestamp)
-        batch, index = self._add(tp, timestamp, key, value, headers, size, now)
-        return RecordFuture(batch.settlement, index, timestamp)
+        return RecordFuture(
+            self._add_to_new_batch(tp, timestamp, key, value, headers, size, now).settlement, 0, timestamp
+        )
 
     def append_to_group(
         self,
@@ -264,13 +265,26 @@ class RecordAccumulator:
                 if index is not None:
                     last.reserved += size
                     return last, index
+        return self._add_to_new_batch(tp, timestamp, key, value, headers, size, now), 0
+
+    def _add_to_new_batch(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        size: int,
+        now: float | None,
+    ) -> ProducerBatch:
+        """Start the partition's next batch with the record (its offset delta is 0)."""
         created = self._loop.time() if now is None else now
         batch = ProducerBatch(tp, self._new_builder(), created, self._delivery_timeout)
         if batch.builder.append(timestamp, key, value, headers) is None:
             raise RecordTooLargeError(f"record does not fit an empty batch for {tp.topic}-{tp.partition}")
         batch.reserved = size
         self._enqueue_new(batch)
-        return batch, 0
+        return batch
 
     def _enqueue_new(self, batch: ProducerBatch) -> None:
         queue = self._batches.get(batch.tp)
