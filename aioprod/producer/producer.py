@@ -20,7 +20,6 @@ from aioprod.errors import (
     ProducerClosedError,
     ProducerFatalError,
     TransactionAbortableError,
-    TransactionAbortedError,
     TransactionStateError,
     error_for_code,
 )
@@ -672,12 +671,7 @@ class Producer:
         return txn
 
     def _fail_unsent(self, cause: KafkaError) -> None:
-        def aborted(_batch: object) -> KafkaError:
-            error = TransactionAbortedError(f"the transaction was aborted before the record was sent ({cause})")
-            error.__cause__ = cause
-            return error
-
-        self._sender.fail_queued(aborted)
+        self._sender.fail_aborted(cause)
 
     async def _settle_transaction(self) -> None:
         """Every record of the transaction has its outcome, and nothing is on the wire:

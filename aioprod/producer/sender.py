@@ -119,6 +119,11 @@ class Sender:
             if self.idempotence is not None:
                 self.idempotence.failed(batch)
 
+    def fail_aborted(self, cause: KafkaError | None) -> None:
+        """Fail every queued batch: its transaction was aborted (because of ``cause``) before
+        it was sent."""
+        self.fail_queued(lambda _batch: _aborted(cause))
+
     async def quiet(self) -> None:
         """Wait until no request of this producer's is unanswered (expired batches included)."""
         await self._quiet.wait()
@@ -197,7 +202,7 @@ class Sender:
         if txn is not None and txn.state in _SWEPT and acc.has_queued:
             # The transaction cannot commit, or is aborting: what it has not sent never will
             # be, and what comes back for a retry is not sent again.
-            self.fail_queued(lambda _batch: _aborted(txn.error))
+            self.fail_aborted(txn.error)
         cluster = self._metadata.snapshot
         ready, delay, unknown_leader = acc.ready(cluster, now)
         if unknown_leader:
