@@ -113,9 +113,8 @@ class Coordinators:
                 code, node_id, host, port = response.error_code, response.node_id, response.host, response.port
             if code:
                 error = error_for_code(code, f"FindCoordinator for {key!r}")
-                if code in self._fatal_codes and self._on_fatal is not None:
-                    raise self._on_fatal(error)  # as any other coordinator's answer: the producer is done
-                if code in self._fatal_codes or not error.retriable:
+                self._raise_if_fatal(code, error)
+                if not error.retriable:
                     raise error
                 await self.backoff(error)
                 continue
@@ -157,13 +156,17 @@ class Coordinators:
                 (c for c in codes if c not in FIND_AGAIN and c not in RETRY), codes[0]
             )
             error = error_for_code(code, f"{type(response).__name__.removesuffix('Response')} for {key!r}")
-            if code in self._fatal_codes and self._on_fatal is not None:
-                raise self._on_fatal(error)
+            self._raise_if_fatal(code, error)
             if code in FIND_AGAIN:
                 self._nodes.pop((key_type, key), None)
             elif code not in RETRY:
                 raise error
             await self.backoff(error)
+
+    def _raise_if_fatal(self, code: int, error: KafkaError) -> None:
+        """An answer in ``fatal_codes`` ends the caller, whichever request it came to."""
+        if code in self._fatal_codes:
+            raise error if self._on_fatal is None else self._on_fatal(error)
 
     async def backoff(self, error: KafkaError) -> None:
         self._failures += 1

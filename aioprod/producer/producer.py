@@ -309,7 +309,7 @@ class Producer:
                 pool.release(size)
                 self._raise_not_open()
         if txn is not None and not txn.accepts(txn_generation):
-            acc.pool.release(size)  # the transaction ended while we waited
+            pool.release(size)  # the transaction ended while we waited
             txn.check_send(txn_generation)
         created = acc.batches_created
         future = acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
