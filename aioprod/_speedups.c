@@ -164,6 +164,17 @@ fail:
     return -1;
 }
 
+/* Full once not even the smallest record (null key and value, no headers, the first record's
+ * timestamp) fits: the accumulator then sends the batch without waiting for its linger. Kept
+ * as a flag, not computed when asked, because the sender asks of every queued batch every
+ * round. */
+static void
+note_if_full(RecordsCore *self)
+{
+    if (PyByteArray_GET_SIZE(self->buf) + 6 + (Py_ssize_t)uvarint_size((uint64_t)self->count << 1) > self->limit)
+        self->full = 1;
+}
+
 /* Encode one record at the end of ``self->buf``; returns 1 if appended, 0 if it does not fit
  * (the builder is then full), -1 on error. Key and value are bytes-like or None. */
 static int
@@ -320,6 +331,7 @@ RecordsCore_append(RecordsCore *self, PyObject *const *args, Py_ssize_t nargs, P
         self->base_ts = self->max_ts = timestamp;
     }
     self->count++;
+    note_if_full(self);
     return PyLong_FromLongLong(self->count - 1);
 }
 
@@ -386,6 +398,7 @@ RecordsCore_append_values(RecordsCore *self, PyObject *const *args, Py_ssize_t n
         cost += size;
     }
     if ((Py_ssize_t)self->count > first) {
+        note_if_full(self);
         if (!first)
             self->base_ts = self->max_ts = timestamp;
         else if (timestamp > self->max_ts)
@@ -437,6 +450,8 @@ static PyMemberDef RecordsCore_members[] = {
     {"_max_ts", T_LONGLONG, offsetof(RecordsCore, max_ts), 0, NULL},
     {"_limit", T_LONGLONG, offsetof(RecordsCore, limit), 0, NULL},
     {"_full", T_BOOL, offsetof(RecordsCore, full), 0, NULL},
+    {"is_full", T_BOOL, offsetof(RecordsCore, full), READONLY,
+     "True once a record was refused, the builder was built, or not even an empty record fits."},
     {NULL, 0, 0, 0, NULL},
 };
 

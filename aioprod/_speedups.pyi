@@ -8,6 +8,8 @@ class RecordsCore:
     _max_ts: int
     _limit: int
     _full: bool
+    @property
+    def is_full(self) -> bool: ...
     def append(
         self,
         timestamp_ms: int,

@@ -46,15 +46,15 @@ async def one_case(partitions: int, with_data: int, rounds: int) -> float:
             acc.append(tp, 0, None, b"v", (), size, 0.0)
 
     fill(partitions)  # every partition seen once...
-    for batches in acc.drain(cluster, [1, 2, 3], 1 << 30, 1.0, _always).values():
+    for batches in acc.drain(acc.ready(cluster, 1.0), [1, 2, 3], 1 << 30, _always).values():
         for batch in batches:
             batch.fail(KafkaError("done"))
             acc.complete(batch)
     fill(with_data)  # ... and K of them hold data now
     started = time.perf_counter()
     for _ in range(rounds):
-        ready, _, _ = acc.ready(cluster, 1.0)
-        drained = acc.drain(cluster, ready, 1 << 30, 1.0, _always)
+        readiness = acc.ready(cluster, 1.0)
+        drained = acc.drain(readiness, readiness.nodes, 1 << 30, _always)
         for batches in drained.values():
             for batch in batches:
                 acc.reenqueue(batch, 0.0)

@@ -16,6 +16,7 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
 
 from aioprod.cluster.metadata import ClusterSnapshot
 from aioprod.config import ProducerConfig
@@ -25,6 +26,22 @@ from aioprod.producer.batch import Headers, ProducerBatch, SendGroup, TopicParti
 from aioprod.producer.idempotence import sequence_before
 from aioprod.producer.record_future import RecordFuture
 from aioprod.protocol.records import RecordBatchBuilder
+
+
+class Readiness(NamedTuple):
+    """One sender round's view of the queues (``RecordAccumulator.ready``)."""
+
+    #: Leaders with a batch that may be sent now.
+    nodes: set[int]
+    #: Seconds until a batch not sendable now may become so.
+    next_check: float
+    #: Some partition with a batch has no known leader.
+    unknown_leader: bool
+    #: (partition, its queue, its leader) of every sendable head batch, in drain order.
+    sendable: list[tuple[TopicPartition, deque[ProducerBatch], int]]
+
+
+_UNKNOWN: Any = object()
 
 # Per-record bytes beyond key/value/headers: the record's framing on the wire (at most
 # ~26 bytes) plus the Python objects that hold it while queued (future, list slots).
@@ -147,6 +164,9 @@ class RecordAccumulator:
         #: sent before then: otherwise that round finds it anyway. With many partitions, a wake-up
         #: per new batch made a round (each visiting every partition with data) per record.
         self.next_round = float("inf")
+        #: ready()'s leader of each partition, for the snapshot it was found in.
+        self._leaders_cluster: ClusterSnapshot | None = None
+        self._leaders: dict[TopicPartition, int | None] = {}
         #: Told the partition of every new batch (a transaction adds the partition then).
         self.on_new_batch: Callable[[TopicPartition], None] | None = None
 
@@ -314,55 +334,67 @@ class RecordAccumulator:
             compression_level=self._config.compression_level,
         )
 
-    def ready(self, cluster: ClusterSnapshot, now: float) -> tuple[set[int], float, bool]:
-        """Nodes with a sendable batch, seconds until the next batch may become sendable,
-        and whether some partition with a batch has no known leader."""
-        ready: set[int] = set()
+    def ready(self, cluster: ClusterSnapshot, now: float) -> Readiness:
+        """Which partitions may send their head batch now, and when the next one may.
+
+        The one readiness rule: ``drain`` takes its batches from what this found, so the two
+        cannot disagree (as two float comparisons of the linger deadline once did, leaving
+        the sender asleep with a batch it saw as ready but could not drain). It runs every
+        sender round over every partition with data, so it is written for speed.
+        """
+        nodes: set[int] = set()
+        sendable: list[tuple[TopicPartition, deque[ProducerBatch], int]] = []
         next_check = 3600.0
         unknown_leader = False
         force = self._forced()
         muted = self.muted
+        linger = self._linger
+        leaders = self._leaders_of(cluster)
         for tp, queue in self._batches.items():
             if muted and tp in muted:
                 continue
-            leader = cluster.leader_for(tp.topic, tp.partition)
+            leader = leaders.get(tp, _UNKNOWN)
+            if leader is _UNKNOWN:
+                leader = leaders[tp] = cluster.leader_for(tp.topic, tp.partition)
             if leader is None:
                 unknown_leader = True
                 continue
-            wait = self._wait(queue, now, force)
-            if wait <= 0:
-                ready.add(leader)
+            batch = queue[0]
+            if batch.retry_at > now:
+                wait = batch.retry_at - now
+            elif force or batch.attempts or len(queue) > 1:
+                wait = 0.0
             else:
-                next_check = min(next_check, wait)
-        return ready, next_check, unknown_leader
+                wait = batch.created + linger - now
+                if wait > 0 and batch.builder.is_full:
+                    wait = 0.0
+            if wait <= 0:
+                nodes.add(leader)
+                sendable.append((tp, queue, leader))
+            elif wait < next_check:
+                next_check = wait
+        return Readiness(nodes, next_check, unknown_leader, sendable)
+
+    def _leaders_of(self, cluster: ClusterSnapshot) -> dict[TopicPartition, int | None]:
+        """Each partition's usable leader in ``cluster``, found once per snapshot."""
+        if self._leaders_cluster is not cluster:
+            self._leaders_cluster = cluster
+            self._leaders = {}
+        return self._leaders
 
     def _forced(self) -> bool:
         """Send without waiting for linger: a flush or close is waiting, or memory is short."""
         return self.flushing > 0 or self.closing or self.pool.exhausted
 
-    def _wait(self, queue: deque[ProducerBatch], now: float, force: bool) -> float:
-        """Seconds until the head batch of ``queue`` may be sent (<= 0: now).
-
-        The one readiness rule for ``ready`` and ``drain``: were they to disagree (as two
-        float comparisons of the linger deadline once did), the sender would see a ready
-        batch it may not drain, and sleep with nothing to wake it.
-        """
-        batch = queue[0]
-        if batch.retry_at > now:
-            return batch.retry_at - now
-        if force or len(queue) > 1 or batch.builder.is_full or batch.attempts > 0:
-            return 0.0
-        return batch.created + self._linger - now
-
     def drain(
         self,
-        cluster: ClusterSnapshot,
+        readiness: Readiness,
         nodes: Iterable[int],
         max_request_size: int,
-        now: float,
         can_send: Callable[[ProducerBatch, deque[ProducerBatch]], bool],
     ) -> dict[int, list[ProducerBatch]]:
-        """Take at most one batch per partition for each node, up to ``max_request_size``.
+        """Take at most one batch per sendable partition for each of ``nodes``, up to
+        ``max_request_size``; ``readiness`` is what ``ready`` found, this round.
 
         Partitions are visited in drain order; each one drained moves to the back, and a
         node's drain stops at the first batch that does not fit, so the next round starts
@@ -373,16 +405,12 @@ class RecordAccumulator:
             return {}
         drained: dict[int, list[ProducerBatch]] = {}
         sizes: dict[int, int] = {}
-        force = self._forced()
-        muted = self.muted
-        for tp, queue in list(self._batches.items()):
-            if muted and tp in muted:
-                continue
-            leader = cluster.leader_for(tp.topic, tp.partition)
-            if leader is None or leader not in open_nodes:
+        batches = self._batches
+        for tp, queue, leader in readiness.sendable:
+            if leader not in open_nodes:
                 continue
             batch = queue[0]
-            if self._wait(queue, now, force) > 0 or not can_send(batch, queue):
+            if not can_send(batch, queue):
                 continue
             size = sizes.get(leader, 0)
             if size and size + batch.size > max_request_size:
@@ -390,10 +418,13 @@ class RecordAccumulator:
                 continue
             queue.popleft()
             sizes[leader] = size + batch.size
-            drained.setdefault(leader, []).append(batch)
-            del self._batches[tp]
+            if leader in drained:
+                drained[leader].append(batch)
+            else:
+                drained[leader] = [batch]
+            del batches[tp]
             if queue:
-                self._batches[tp] = queue  # to the back of the drain order
+                batches[tp] = queue  # to the back of the drain order
         return drained
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:

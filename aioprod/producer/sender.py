@@ -204,11 +204,12 @@ class Sender:
             # be, and what comes back for a retry is not sent again.
             self.fail_aborted(txn.error)
         cluster = self._metadata.snapshot
-        ready, delay, unknown_leader = acc.ready(cluster, now)
-        if unknown_leader:
+        readiness = acc.ready(cluster, now)
+        delay = readiness.next_check
+        if readiness.unknown_leader:
             self._metadata.request_update()  # answered (or not) by a listener wake-up
         connections: dict[int, BrokerConnection] = {}
-        for node in ready:
+        for node in readiness.nodes:
             conn = self._pool.connection(node)
             if conn is None:
                 continue  # connecting; the pool wakes us when it is up
@@ -223,7 +224,7 @@ class Sender:
             can_send = ident.can_send if ident is not None else _always
             if txn is not None:
                 can_send = _also(txn.may_send, can_send)
-            drained = acc.drain(cluster, connections, self._config.max_request_size, now, can_send)
+            drained = acc.drain(readiness, connections, self._config.max_request_size, can_send)
             for node, batches in drained.items():
                 self._send(connections[node], batches, cluster, now)
         if txn is not None:

@@ -38,9 +38,9 @@ async def test_batch_waits_for_linger_then_is_ready() -> None:
     acc, _ = accumulator(linger_ms=10)
     snapshot = cluster({0: 1})
     append(acc, 0, b"v", now=100.0)
-    ready, delay, unknown = acc.ready(snapshot, 100.004)
+    ready, delay, unknown, _ = acc.ready(snapshot, 100.004)
     assert ready == set() and delay == pytest.approx(0.006) and not unknown
-    ready, _, _ = acc.ready(snapshot, 100.010)
+    ready, _, _, _ = acc.ready(snapshot, 100.010)
     assert ready == {1}
 
 
@@ -56,7 +56,7 @@ async def test_full_batch_is_ready_at_once() -> None:
 async def test_unknown_leader_is_reported() -> None:
     acc, _ = accumulator()
     append(acc, 0, b"v", now=0.0)
-    ready, _, unknown = acc.ready(cluster({0: -1}), 1.0)
+    ready, _, unknown, _ = acc.ready(cluster({0: -1}), 1.0)
     assert ready == set() and unknown
 
 
@@ -68,7 +68,7 @@ async def test_drain_respects_max_request_size_and_resumes_where_it_stopped() ->
             append(acc, p, b"x" * 900, now=0.0)
     served = []
     for _round in range(6):
-        drained = acc.drain(snapshot, [1], 1500, 1.0, lambda b, q: True)
+        drained = acc.drain(acc.ready(snapshot, 1.0), [1], 1500, lambda b, q: True)
         assert len(drained[1]) == 1  # two 900-byte batches exceed 1500 bytes
         served.append(drained[1][0].tp.partition)
     assert served == [0, 1, 2, 0, 1, 2]  # each round starts where the last one stopped
@@ -90,7 +90,7 @@ async def test_reenqueue_keeps_sequence_order() -> None:
     snapshot = cluster({0: 1})
     for value in (b"a", b"b", b"c"):
         append(acc, 0, value, now=0.0)
-        (batch,) = acc.drain(snapshot, [1], 10_000, 0.0, lambda b, q: True)[1]
+        (batch,) = acc.drain(acc.ready(snapshot, 0.0), [1], 10_000, lambda b, q: True)[1]
         batch.build(7, 0, {b"a": 0, b"b": 1, b"c": 2}[value], False)
         if value == b"a":
             a = batch
@@ -102,7 +102,7 @@ async def test_reenqueue_keeps_sequence_order() -> None:
         acc.reenqueue(batch, retry_at=0.0)
     order = []
     while True:
-        drained = acc.drain(snapshot, [1], 10_000, 1.0, lambda b, q: True)
+        drained = acc.drain(acc.ready(snapshot, 1.0), [1], 10_000, lambda b, q: True)
         if not drained:
             break
         order.extend(b.base_sequence for b in drained[1])
@@ -144,7 +144,7 @@ async def test_sequences_wrap_at_int32_max() -> None:
     for _ in range(2):
         for value in (b"a", b"b", b"c"):  # three records per batch
             append(acc, 0, value, now=0.0)
-        (batch,) = acc.drain(cluster({0: 1}), [1], 10_000, 1.0, ident.can_send)[1]
+        (batch,) = acc.drain(acc.ready(cluster({0: 1}), 1.0), [1], 10_000, ident.can_send)[1]
         stamps.append(ident.stamp(batch))
     first, second = stamps[0][2], stamps[1][2]
     assert stamps[0][:2] == (5, 0) and first == 2**31 - 2 and second == 1  # 2**31-2, 2**31-1, 0 then 1
@@ -160,6 +160,6 @@ async def test_ready_and_drain_agree_at_the_linger_deadline() -> None:
     acc, _ = accumulator(linger_ms=5)
     snapshot = cluster({0: 1})
     append(acc, 0, b"v", now=created)
-    ready, _, _ = acc.ready(snapshot, now)
-    drained = acc.drain(snapshot, ready, 10_000, now, lambda b, q: True)
-    assert ready == {1} and [b.tp.partition for b in drained[1]] == [0]
+    readiness = acc.ready(snapshot, now)
+    drained = acc.drain(readiness, readiness.nodes, 10_000, lambda b, q: True)
+    assert readiness.nodes == {1} and [b.tp.partition for b in drained[1]] == [0]

@@ -80,6 +80,17 @@ class _PyRecordsCore:
     _limit: int
     _full: bool
 
+    @property
+    def is_full(self) -> bool:
+        """True once a record was refused, the builder was built, or not even an empty record fits."""
+        return self._full
+
+    def _note_if_full(self) -> None:
+        # A flag, not computed when asked: the sender asks of every queued batch every round.
+        # The smallest record: null key and value, no headers, the first record's timestamp.
+        if len(self._buf) + 6 + _varint_size(self._count) > self._limit:
+            self._full = True
+
     def append(
         self,
         timestamp_ms: int,
@@ -187,6 +198,7 @@ class _PyRecordsCore:
         else:
             self._base_ts = self._max_ts = timestamp_ms
         self._count = count + 1
+        self._note_if_full()
         return count
 
     def append_values(
@@ -271,11 +283,12 @@ class _PyRecordsCore:
             cost += size
             index += 1
         if count > first:
+            self._count = count
+            self._note_if_full()
             if not first:
                 self._base_ts = self._max_ts = timestamp_ms
             elif timestamp_ms > self._max_ts:
                 self._max_ts = timestamp_ms
-            self._count = count
         return index - start, cost
 
 
@@ -332,15 +345,6 @@ class RecordBatchBuilder(_RecordsCore):
         if self._section is not None:
             return self._size
         return BATCH_HEADER_SIZE + len(self._buf)
-
-    @property
-    def is_full(self) -> bool:
-        """True once a record was refused, the builder was built, or not even an empty record fits."""
-        if self._full or self._section is not None:
-            return True
-        # The smallest record: null key and value, no headers, same timestamp as the first.
-        count = self._count
-        return count > 0 and len(self._buf) + 6 + _varint_size(count) > self._limit
 
     @property
     def batch_size(self) -> int:
@@ -435,4 +439,5 @@ class RecordBatchBuilder(_RecordsCore):
         self._section = section
         self._buf = bytearray()  # release the memory; ...
         self._limit = -1  # ... and refuse every later append (count > 0, so no first-record pass)
+        self._full = True
         return section
