@@ -168,9 +168,10 @@ class Metadata:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def touch(self, topic: str) -> None:
-        """``topic`` is in use: keep describing it (see ``metadata_max_idle_ms``)."""
-        self._topics[topic] = asyncio.get_running_loop().time()
+    def touch(self, topic: str, now: float | None = None) -> None:
+        """``topic`` is in use (at loop time ``now``): keep describing it (see
+        ``metadata_max_idle_ms``)."""
+        self._topics[topic] = asyncio.get_running_loop().time() if now is None else now
 
     async def topic(self, topic: str, timeout: float) -> TopicInfo:
         """The topic's metadata, fetching it first if needed (up to ``timeout`` seconds)."""

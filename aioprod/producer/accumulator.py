@@ -25,7 +25,7 @@ from aioprod.metrics import ProducerMetrics
 from aioprod.producer.batch import Headers, ProducerBatch, SendGroup, TopicPartition
 from aioprod.producer.idempotence import sequence_before
 from aioprod.producer.record_future import RecordFuture
-from aioprod.protocol.records import RecordBatchBuilder
+from aioprod.protocol.records import RecordBatchBuilder, resolve_codec
 
 
 class Readiness(NamedTuple):
@@ -145,6 +145,7 @@ class RecordAccumulator:
         #: Non-empty queues only, in drain order (see the module docstring).
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.pool = BufferPool(config.buffer_memory, self._metrics, wakeup)
+        self._codec = resolve_codec(config.compression_type)
         self._linger = config.linger_ms / 1000
         self._delivery_timeout = config.delivery_timeout_ms / 1000
         #: Every unfinished batch's deadline: (deadline, tie-break, batch); entries of
@@ -329,7 +330,7 @@ class RecordAccumulator:
 
     def _new_builder(self, batch_size: int | None = None) -> RecordBatchBuilder:
         return RecordBatchBuilder(
-            self._config.compression_type,
+            self._codec,
             self._config.batch_size if batch_size is None else batch_size,
             compression_level=self._config.compression_level,
         )

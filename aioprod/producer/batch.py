@@ -120,8 +120,9 @@ class ProducerBatch:
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, now: float, delivery_timeout: float) -> None:
         self.tp = tp
         self.builder = builder
-        #: Ranges of ``send_many`` records: [group, index in group, offset delta in batch, count].
-        self.groups: list[list[Any]] = []
+        #: Ranges of ``send_many`` records: [group, index in group, offset delta in batch, count];
+        #: a shared empty tuple until the first (most batches never get one).
+        self.groups: list[list[Any]] | tuple[()] = ()
         #: The outcome of every record: what each RecordFuture reads, and flush() waits on.
         self.settlement = BatchSettlement(asyncio.get_running_loop())
         self.created = now
@@ -220,9 +221,9 @@ class ProducerBatch:
             for group, first, delta, count in self.groups:
                 low, high = max(delta, start), min(delta + count, stop)
                 if low < high:
-                    part.groups.append([group, first + low - delta, low - start, high - low])
+                    part._add_group_range([group, first + low - delta, low - start, high - low])
         self.reserved = 0
-        self.groups = []
+        self.groups = ()
         self.settlement.split_into([(start, part.settlement) for part, start in zip(parts, starts, strict=True)])
         return parts
 
@@ -255,7 +256,7 @@ class ProducerBatch:
             if last[0] is group and last[1] + last[3] == index:
                 last[3] += 1
                 return
-        groups.append([group, index, delta, 1])
+        self._add_group_range([group, index, delta, 1])
 
     def append_range_to_group(self, group: SendGroup, start: int, count: int) -> None:
         """Account ``count`` records just added to the builder as records ``start``.. of ``group``."""
@@ -266,7 +267,13 @@ class ProducerBatch:
             if last[0] is group and last[1] + last[3] == start:
                 last[3] += count
                 return
-        groups.append([group, start, delta, count])
+        self._add_group_range([group, start, delta, count])
+
+    def _add_group_range(self, entry: list[Any]) -> None:
+        if self.groups:
+            self.groups.append(entry)
+        else:
+            self.groups = [entry]
 
     def succeed(self, base_offset: int, log_append_time: int) -> None:
         tp = self.tp

@@ -316,8 +316,9 @@ class Producer:
         if acc.batches_created != created:
             # The sender has a round due (the batch before this one is complete, or a
             # linger ran out): the next send() lets it run first.
-            self._yield_first = acc.next_round <= self._loop.time()
-            self._metadata.touch(topic)
+            now = self._loop.time()
+            self._yield_first = acc.next_round <= now
+            self._metadata.touch(topic, now)
         return future
 
     async def send_many(

@@ -268,7 +268,7 @@ class Sender:
             parts = topics.get(tp.topic)
             if parts is None:
                 parts = topics[tp.topic] = []
-                self._metadata.touch(tp.topic)
+                self._metadata.touch(tp.topic, now)
             parts.append(ProduceRequestPartition(index=tp.partition, records=payload))
         request = ProduceRequest(
             transactional_id=None if txn is None else txn.transactional_id,

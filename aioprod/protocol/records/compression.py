@@ -68,6 +68,8 @@ _ZSTD_MIN_STEP: Final = 64  # input bytes per zstd feed near the ceiling (<= 2 M
 
 def resolve_codec(codec: str | int) -> Codec:
     """Map a name (``"gzip"``) or id (``1``) to a :class:`Codec`; ConfigError if unknown."""
+    if type(codec) is Codec:  # the accumulator's case, once per batch
+        return codec
     if isinstance(codec, str):
         try:
             return _BY_NAME[codec.lower()]
