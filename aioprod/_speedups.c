@@ -469,12 +469,14 @@ static PyTypeObject RecordsCoreType = {
 
 /* -- RecordFuture ----------------------------------------------------------------------------- */
 /* The future Producer.send returns (aioprod/producer/record_future.py has the Python twin and
- * the documentation). It takes part in garbage collection as asyncio.Future does: a record of a
- * failed batch reaches the batch's error, whose traceback, once the error is re-raised from a
- * coroutine, holds that coroutine's frame and so whatever the frame holds (the futures), and a
- * done-callback may hold its own future. Such a cycle through an object the collector does not
- * track is never freed. The rare paths (split batches, failures, callbacks, repr) call the
- * Python helpers record_future.py registers with setup_record_future(). */
+ * the documentation). Applications keep many of them (one per record in flight), so the
+ * garbage collector tracks one only once it may be part of a reference cycle, as CPython does
+ * for tuples and dicts: when it gets a done-callback (which may hold the future) or a
+ * cancellation message. Until then it refers only to its batch's settlement, whose outcome
+ * holds no caller's objects: a failed batch hands each caller its own copy of the error (see
+ * _metadata_of and _error_of), so a traceback through a caller's frame never hangs off the
+ * batch. The rare paths (split batches, failures, callbacks, repr) call the Python helpers
+ * record_future.py registers with setup_record_future(). */
 
 static PyObject *metadata_of;      /* (outcome, index, timestamp) -> RecordMetadata, or raises */
 static PyObject *error_of;         /* (outcome, index) -> exception or None */
@@ -593,8 +595,15 @@ RecordFuture_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, Py
     self->index = index;
     self->timestamp = timestamp;
     self->blocking = 0;
-    PyObject_GC_Track(self);
-    return (PyObject *)self;
+    return (PyObject *)self; /* untracked: see the top of this section */
+}
+
+/* From now on the future may hold objects that refer back to it. */
+static void
+track(RecordFutureObject *self)
+{
+    if (!PyObject_GC_IsTracked((PyObject *)self))
+        PyObject_GC_Track(self);
 }
 
 static PyObject *
@@ -780,6 +789,7 @@ RecordFuture_add_done_callback(RecordFutureObject *self, PyObject *const *args, 
     Py_DECREF(context);
     if (entry == NULL)
         return NULL;
+    track(self);
     if (self->callbacks == NULL) {
         PyObject *watched;
         self->callbacks = PyList_New(1);
@@ -895,6 +905,7 @@ RecordFuture_cancel(RecordFutureObject *self, PyObject *const *args, Py_ssize_t 
     if (done)
         Py_RETURN_FALSE;
     Py_INCREF(msg);
+    track(self);
     self->cancel_message = msg;
     callbacks = self->callbacks;
     self->callbacks = NULL;
@@ -931,8 +942,7 @@ RecordFuture_twin(RecordFutureObject *self, PyObject *unused)
     twin->index = self->index;
     twin->timestamp = self->timestamp;
     twin->blocking = 0;
-    PyObject_GC_Track(twin);
-    return (PyObject *)twin;
+    return (PyObject *)twin; /* untracked, as a new future */
 }
 
 static PyObject *

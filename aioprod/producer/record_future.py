@@ -23,11 +23,30 @@ class RecordMetadata(NamedTuple):
 
 
 class BatchFailure(NamedTuple):
-    """A failed batch's error, with its traceback as it was when the batch failed: every
-    record re-raises it from there (a bare re-raise would grow one shared traceback)."""
+    """A failed batch's error, with its traceback as it was when the batch failed.
+
+    Callers never get this error object itself, but a copy each (:meth:`copy_error`): raising
+    the shared one would attach the raiser's frame to it, and so to the batch every record
+    future refers to — a cycle through objects the garbage collector may not track (the
+    compiled RecordFuture is tracked only once it has callbacks), and one record's handling
+    showing up in another's traceback.
+    """
 
     error: KafkaError
     traceback: TracebackType | None
+
+    def copy_error(self) -> KafkaError:
+        """The error as a new object: same class, arguments, attributes, cause and context,
+        and the batch's traceback."""
+        error = self.error
+        cls = type(error)
+        copy = cls.__new__(cls, *error.args)
+        copy.args = error.args  # OSError's __new__ leaves them to __init__ in some subclasses
+        copy.__dict__.update(error.__dict__)
+        copy.__cause__ = error.__cause__
+        copy.__context__ = error.__context__
+        copy.__suppress_context__ = error.__suppress_context__
+        return copy.with_traceback(self.traceback)
 
 
 class SplitOutcome:
@@ -248,7 +267,7 @@ def _metadata_of(outcome: BatchOutcome, index: int, timestamp: int) -> RecordMet
     if type(outcome) is SplitOutcome:
         outcome, index = outcome.locate(index)
     if isinstance(outcome, BatchFailure):
-        raise outcome.error.with_traceback(outcome.traceback)
+        raise outcome.copy_error()
     topic, partition, base_offset, log_append_time = outcome  # type: ignore[misc]
     return _metadata(
         RecordMetadata,
@@ -264,7 +283,7 @@ def _metadata_of(outcome: BatchOutcome, index: int, timestamp: int) -> RecordMet
 def _error_of(outcome: BatchOutcome, index: int) -> BaseException | None:
     if type(outcome) is SplitOutcome:
         outcome = outcome.locate(index)[0]
-    return outcome.error if isinstance(outcome, BatchFailure) else None
+    return outcome.copy_error() if isinstance(outcome, BatchFailure) else None
 
 
 def _call_back(future: Any, callbacks: list[tuple[_Callback, contextvars.Context]]) -> None:

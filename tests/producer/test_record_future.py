@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import inspect
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,8 @@ import pytest
 import uvloop
 
 from aioprod import RecordFuture, RecordMetadata
-from aioprod.errors import NotLeaderOrFollowerError
+from aioprod import errors as aioprod_errors
+from aioprod.errors import BrokerResponseError, DeliveryTimeoutError, KafkaError, NotLeaderOrFollowerError
 from aioprod.producer.record_future import BatchFailure, BatchSettlement
 
 TS = 1_700_000_000_000
@@ -57,12 +59,20 @@ async def test_log_append_time_and_acks_0_offsets() -> None:
 async def test_a_failed_batch_raises_its_error_from_every_record() -> None:
     done = batch()
     futures = [RecordFuture(done, i, TS) for i in range(3)]
-    error = NotLeaderOrFollowerError("gone")
+    error = DeliveryTimeoutError("expired", possibly_persisted=True)
+    error.add_note("a note")
     failed(done, error)
+    seen: list[BaseException] = []
     for future in futures:
-        assert future.exception() is error
-        with pytest.raises(NotLeaderOrFollowerError):
+        given = future.exception()
+        assert type(given) is DeliveryTimeoutError and given.args == ("expired",)
+        assert given.possibly_persisted and given.__notes__ == ["a note"]
+        with pytest.raises(DeliveryTimeoutError, match="expired") as info:
             await future
+        assert info.value.possibly_persisted
+        seen += [given, info.value]
+    # Each is a copy of its own: what one caller does with it never reaches another.
+    assert len({id(e) for e in seen}) == len(seen) and error not in seen
 
 
 async def test_asyncio_combinators_accept_it() -> None:
@@ -235,13 +245,13 @@ async def test_a_failed_batch_error_keeps_its_own_traceback() -> None:
     for i in range(50):
         with pytest.raises(NotLeaderOrFollowerError) as info:
             await RecordFuture(done, i, TS)
-        assert info.value is error
-    # Each raise starts again from the batch's traceback: it does not pile up frames (at most
-    # the raising test's, __await__'s, result()'s and the helper's that raises, plus its own).
-    depth, tb = 0, error.__traceback__
-    while tb is not None:
-        depth, tb = depth + 1, tb.tb_next
-    assert depth <= 5 and original is not None
+        # Each raise starts from the batch's traceback: it does not pile up frames (at most
+        # the raising test's, __await__'s, result()'s and the helper's that raises, plus its own).
+        depth, tb = 0, info.value.__traceback__
+        while tb is not None:
+            depth, tb = depth + 1, tb.tb_next
+        assert depth <= 5
+    assert error.__traceback__ is original is not None  # the batch's error never raised again
 
 
 def _settle_through_an_exit(
@@ -338,6 +348,41 @@ async def test_records_of_a_failed_batch_are_freed_once_their_error_was_caught()
     assert [ref() for ref in refs] == [None, None, None]
 
 
+async def test_records_of_a_failed_batch_are_freed_once_a_caller_raised_their_exception() -> None:
+    # ``raise future.exception()`` from the frame holding the futures: the same cycle as
+    # above, by way of exception() instead of await.
+    refs: list[weakref.ref[RecordFuture]] = []
+
+    async def check_and_raise() -> None:
+        done = batch()
+        futures = [RecordFuture(done, index, TS) for index in range(3)]
+        refs.extend(weakref.ref(future) for future in futures)
+        failed(done, NotLeaderOrFollowerError("gone"))
+        with pytest.raises(NotLeaderOrFollowerError):
+            error = futures[1].exception()
+            assert error is not None
+            raise error
+
+    await check_and_raise()
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None, None]
+
+
+async def test_a_future_cancelled_with_a_message_that_refers_to_it_is_freed() -> None:
+    class Message(str):
+        future: Any
+
+    done = batch()
+    future = RecordFuture(done, 0, TS)
+    message = Message("stop")
+    message.future = future
+    future.cancel(message)
+    ref = weakref.ref(future)
+    del future, message
+    gc.collect()
+    assert ref() is None
+
+
 async def test_a_future_whose_callback_refers_to_it_is_freed_if_its_batch_never_settles() -> None:
     done = batch()
     future = RecordFuture(done, 0, TS)
@@ -370,3 +415,30 @@ async def test_a_callback_whose_comparison_cancels_the_future_is_safe_to_remove(
     await asyncio.sleep(0)
     assert future.cancelled()
     assert calls == [future, future]  # cancelled before the removal: both were scheduled
+
+
+def _every_error() -> list[KafkaError]:
+    """One instance of every concrete error class, built with placeholder arguments."""
+    errors: list[KafkaError] = []
+    for cls in vars(aioprod_errors).values():
+        if not (inspect.isclass(cls) and issubclass(cls, KafkaError)) or cls is BrokerResponseError:
+            continue
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for param in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+            if param.default is not param.empty or param.kind is param.VAR_KEYWORD:
+                continue
+            if param.kind is param.KEYWORD_ONLY:
+                kwargs[param.name] = {"enabled": ("PLAIN",), "possibly_persisted": True}.get(param.name, "x")
+            else:
+                args.append({"code": 7, "results": []}.get(param.name, "message"))
+        errors.append(cls(*args, **kwargs))
+    return errors
+
+
+@pytest.mark.parametrize("error", _every_error(), ids=lambda e: type(e).__name__)
+def test_every_error_reaches_the_caller_whole(error: KafkaError) -> None:
+    # What a record raises is a copy of its batch's error: it must be the same to the caller.
+    copy = BatchFailure(error, None).copy_error()
+    assert type(copy) is type(error) and copy is not error
+    assert (copy.args, str(copy), copy.__dict__) == (error.args, str(error), error.__dict__)
