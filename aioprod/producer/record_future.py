@@ -150,6 +150,10 @@ class RecordFuture:
 
     Cancelling it stops nobody's record: the record is still delivered (or not) with its
     batch, and the future reports :class:`asyncio.CancelledError`.
+
+    A failed record raises (and ``exception()`` returns) its own copy of the batch's error:
+    same class, message and attributes, a new object each time, so what one caller does with
+    it (its traceback, notes) never reaches the batch's other records.
     """
 
     __slots__ = (
