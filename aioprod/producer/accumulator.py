@@ -134,6 +134,51 @@ class BufferPool:
             future.set_result(None)
 
 
+class _Deadlines:
+    """Unfinished batches by delivery deadline.
+
+    New batches come in deadline order (each is its creation time plus the one delivery
+    timeout), so they queue in a deque: constant time to add and to take, where a heap cost a
+    tuple and two logarithmic sifts per batch. A batch that comes out of order (a split part
+    keeps its original's deadline) goes to a heap beside it. Finished batches are dropped when
+    they reach the front.
+    """
+
+    __slots__ = ("_in_order", "_out_of_order", "_tiebreak")
+
+    def __init__(self) -> None:
+        self._in_order: deque[ProducerBatch] = deque()
+        self._out_of_order: list[tuple[float, int, ProducerBatch]] = []
+        self._tiebreak = itertools.count()
+
+    def add(self, batch: ProducerBatch) -> None:
+        in_order = self._in_order
+        if not in_order or in_order[-1].deadline <= batch.deadline:
+            in_order.append(batch)
+        else:
+            heapq.heappush(self._out_of_order, (batch.deadline, next(self._tiebreak), batch))
+
+    def earliest(self, live: set[ProducerBatch]) -> ProducerBatch | None:
+        """The unfinished batch with the earliest deadline (finished ones ahead of it go)."""
+        in_order, heap = self._in_order, self._out_of_order
+        while in_order and in_order[0] not in live:
+            in_order.popleft()
+        while heap and heap[0][2] not in live:
+            heapq.heappop(heap)
+        if not heap:
+            return in_order[0] if in_order else None
+        if in_order and in_order[0].deadline <= heap[0][0]:
+            return in_order[0]
+        return heap[0][2]
+
+    def remove_earliest(self, batch: ProducerBatch) -> None:
+        """Take ``batch``, which ``earliest`` just returned."""
+        if self._in_order and self._in_order[0] is batch:
+            self._in_order.popleft()
+        else:
+            heapq.heappop(self._out_of_order)
+
+
 class RecordAccumulator:
     def __init__(
         self, config: ProducerConfig, wakeup: Callable[[], None], metrics: ProducerMetrics | None = None
@@ -148,10 +193,7 @@ class RecordAccumulator:
         self._codec = resolve_codec(config.compression_type)
         self._linger = config.linger_ms / 1000
         self._delivery_timeout = config.delivery_timeout_ms / 1000
-        #: Every unfinished batch's deadline: (deadline, tie-break, batch); entries of
-        #: batches no longer in ``incomplete`` are dropped when they reach the top.
-        self._deadlines: list[tuple[float, int, ProducerBatch]] = []
-        self._tiebreak = itertools.count()
+        self._deadlines = _Deadlines()
         #: Partitions with a batch in flight, when order must hold without idempotence
         #: (max_in_flight_requests_per_connection=1): nothing more of them is sent meanwhile.
         self.muted: set[TopicPartition] = set()
@@ -326,7 +368,7 @@ class RecordAccumulator:
 
     def _track(self, batch: ProducerBatch) -> None:
         self.incomplete.add(batch)
-        heapq.heappush(self._deadlines, (batch.deadline, next(self._tiebreak), batch))
+        self._deadlines.add(batch)
 
     def _new_builder(self, batch_size: int | None = None) -> RecordBatchBuilder:
         return RecordBatchBuilder(
@@ -481,12 +523,10 @@ class RecordAccumulator:
     def expired(self, now: float) -> list[ProducerBatch]:
         """Unfinished batches past their delivery deadline, queued or in flight; queued ones
         are taken out of their queue."""
-        heap, live = self._deadlines, self.incomplete
+        deadlines, live = self._deadlines, self.incomplete
         expired: list[ProducerBatch] = []
-        while heap and (heap[0][2] not in live or heap[0][0] <= now):
-            batch = heapq.heappop(heap)[2]
-            if batch not in live:
-                continue
+        while (batch := deadlines.earliest(live)) is not None and batch.deadline <= now:
+            deadlines.remove_earliest(batch)
             expired.append(batch)
             if not batch.in_flight:
                 queue = self._batches.get(batch.tp)
@@ -498,10 +538,8 @@ class RecordAccumulator:
 
     def next_deadline(self) -> float | None:
         """The earliest delivery deadline of an unfinished batch."""
-        heap, live = self._deadlines, self.incomplete
-        while heap and heap[0][2] not in live:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        batch = self._deadlines.earliest(self.incomplete)
+        return None if batch is None else batch.deadline
 
     def complete(self, batch: ProducerBatch) -> None:
         """The batch is finished (acked or failed): give back its memory."""

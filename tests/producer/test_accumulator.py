@@ -163,3 +163,21 @@ async def test_ready_and_drain_agree_at_the_linger_deadline() -> None:
     readiness = acc.ready(snapshot, now)
     drained = acc.drain(readiness, readiness.nodes, 10_000, lambda b, q: True)
     assert readiness.nodes == {1} and [b.tp.partition for b in drained[1]] == [0]
+
+
+async def test_a_split_batch_expires_at_its_original_deadline_among_later_batches() -> None:
+    # The parts of a split batch keep the first batch's deadline, earlier than that of a batch
+    # created after it: they expire first, and the next deadline is theirs until then.
+    acc, _ = accumulator(linger_ms=0, delivery_timeout_ms=30_000, request_timeout_ms=20_000)
+    snapshot = cluster({0: 1, 1: 1})
+    for value in (b"a" * 100, b"b" * 100):
+        append(acc, 0, value, now=0.0)
+    (first,) = acc.drain(acc.ready(snapshot, 0.0), [1], 10_000, lambda b, q: True)[1]
+    first.build(-1, -1, -1, False)
+    append(acc, 1, b"later", now=10.0)
+    parts = acc.split_and_reenqueue(first, retry_at=10.0)
+    assert len(parts) == 2 and acc.next_deadline() == 30.0
+    assert acc.expired(29.9) == []
+    assert sorted(map(id, acc.expired(30.0))) == sorted(map(id, parts)) and acc.next_deadline() == 40.0
+    (later,) = acc.expired(40.0)
+    assert later.tp.partition == 1 and acc.next_deadline() is None
