@@ -96,3 +96,24 @@ def at_version(obj: Any, version: int) -> Any:
 
 def message_strategy(cls: type[Message], version: int) -> st.SearchStrategy[Any]:
     return struct_strategy(cls, version, cls.is_flexible(version))
+
+
+def mutate(data: st.DataObject, body: bytes) -> bytes:
+    """``body`` with one to three bytes flipped, cut, inserted, deleted or made a huge length."""
+    buf = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        op = data.draw(st.sampled_from(["flip", "cut", "insert", "delete", "huge"]), label="op")
+        at = data.draw(st.integers(0, len(buf)), label="at")
+        if op == "flip" and buf:
+            buf[min(at, len(buf) - 1)] = data.draw(st.integers(0, 255))
+        elif op == "cut":
+            del buf[at:]
+        elif op == "insert":
+            buf[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+        elif op == "delete":
+            del buf[at : at + data.draw(st.integers(1, 4))]
+        elif op == "huge":
+            buf[at : at + 4] = data.draw(
+                st.sampled_from([b"\x7f\xff\xff\xff", b"\xff\xff\xff\xfe", b"\xff\xff\xff\x0f"])
+            )
+    return bytes(buf)

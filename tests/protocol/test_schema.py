@@ -27,7 +27,7 @@ from aioprod.protocol.schema import (
     decode_struct,
     encode_struct,
 )
-from tests.protocol.strategies import CASES, message_strategy
+from tests.protocol.strategies import CASES, message_strategy, mutate
 
 
 def test_tagged_fields_are_omitted_at_their_defaults() -> None:
@@ -126,33 +126,13 @@ def test_encoding_null_into_non_nullable_field() -> None:
     encode_struct(m.MetadataRequest(topics=[m.MetadataRequestTopic(name=None)]), 10, True)
 
 
-def _mutate(data: st.DataObject, body: bytes) -> bytes:
-    buf = bytearray(body)
-    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
-        op = data.draw(st.sampled_from(["flip", "cut", "insert", "delete", "huge"]), label="op")
-        at = data.draw(st.integers(0, len(buf)), label="at")
-        if op == "flip" and buf:
-            buf[min(at, len(buf) - 1)] = data.draw(st.integers(0, 255))
-        elif op == "cut":
-            del buf[at:]
-        elif op == "insert":
-            buf[at:at] = data.draw(st.binary(min_size=1, max_size=4))
-        elif op == "delete":
-            del buf[at : at + data.draw(st.integers(1, 4))]
-        elif op == "huge":
-            buf[at : at + 4] = data.draw(
-                st.sampled_from([b"\x7f\xff\xff\xff", b"\xff\xff\xff\xfe", b"\xff\xff\xff\x0f"])
-            )
-    return bytes(buf)
-
-
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_encodings_decode_or_raise_protocol_error(data: st.DataObject) -> None:
     cls, version = data.draw(st.sampled_from(CASES), label="case")
     obj = data.draw(message_strategy(cls, version), label="message")
     flexible = cls.is_flexible(version)
-    mutated = _mutate(data, encode_struct(obj, version, flexible))
+    mutated = mutate(data, encode_struct(obj, version, flexible))
     with contextlib.suppress(ProtocolError):
         decode_struct(cls, mutated, version, flexible)
     frame = b"\x00\x00\x00\x01" + (b"\x00" if flexible and cls is not m.ApiVersionsResponse else b"") + mutated
