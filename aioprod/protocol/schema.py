@@ -257,6 +257,9 @@ def _compile(cls: type[Struct], version: int, flexible: bool) -> tuple[Encoder, 
             enc(out, getattr(obj, name))
         if not flexible:
             return
+        if not ordered_tags:
+            out.append(0)  # no tagged fields
+            return
         present = []
         for tag, (name, enc, _, default) in ordered_tags:
             value = getattr(obj, name)
