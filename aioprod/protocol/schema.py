@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from aioprod.errors import ProtocolError
 from aioprod.protocol import primitives as p
@@ -237,18 +237,51 @@ def struct_codec(cls: type[Struct], version: int, flexible: bool) -> tuple[Encod
     return cached
 
 
-def _compile(cls: type[Struct], version: int, flexible: bool) -> tuple[Encoder, Decoder]:
-    regular: list[tuple[str, Encoder, Decoder]] = []
-    tagged: dict[int, tuple[str, Encoder, Decoder, Any]] = {}
+class TaggedField(NamedTuple):
+    name: str
+    encode: Encoder
+    decode: Decoder
+    #: Written only when the value differs from this.
+    default: Any
+
+
+def tagged_fields(cls: type[Struct], version: int) -> dict[int, TaggedField]:
+    """The tagged fields of ``cls`` at ``version``, a flexible one, by tag."""
+    tagged = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         spec: FieldSpec = f.metadata["kafka"]
-        if version not in spec.versions:
-            continue
-        enc, dec = spec.type.codec(version, flexible, version in spec.nullable)
-        if flexible and spec.tag is not None and version in spec.tagged:
+        if spec.tag is not None and version in spec.versions and version in spec.tagged:
+            enc, dec = spec.type.codec(version, True, version in spec.nullable)
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            tagged[spec.tag] = (f.name, enc, dec, default)
-        else:
+            tagged[spec.tag] = TaggedField(f.name, enc, dec, default)
+    return tagged
+
+
+def read_tagged_fields(r: Reader, tagged: dict[int, TaggedField], values: dict[str, Any]) -> None:
+    """Read a flexible struct's tagged fields into ``values``, by name; unknown tags are skipped."""
+    for _ in range(r.unsigned_varint()):
+        tag = r.unsigned_varint()
+        size = r.unsigned_varint()
+        if size > r.remaining:
+            raise ProtocolError(f"tagged field {tag} claims {size} bytes, {r.remaining} remain")
+        end = r.pos + size
+        known = tagged.get(tag)
+        if known is not None:
+            sub = Reader(r.buf, r.pos, end)
+            values[known.name] = known.decode(sub)
+            if sub.pos != end:
+                raise ProtocolError(f"tagged field {tag} has {end - sub.pos} unread bytes")
+        r.pos = end
+
+
+def _compile(cls: type[Struct], version: int, flexible: bool) -> tuple[Encoder, Decoder]:
+    tagged = tagged_fields(cls, version) if flexible else {}
+    tagged_names = {field.name for field in tagged.values()}
+    regular: list[tuple[str, Encoder, Decoder]] = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        spec: FieldSpec = f.metadata["kafka"]
+        if version in spec.versions and f.name not in tagged_names:
+            enc, dec = spec.type.codec(version, flexible, version in spec.nullable)
             regular.append((f.name, enc, dec))
     ordered_tags = sorted(tagged.items())
 
@@ -276,19 +309,7 @@ def _compile(cls: type[Struct], version: int, flexible: bool) -> tuple[Encoder, 
     def decode(r: Reader) -> Any:
         values = {name: dec(r) for name, _, dec in regular}
         if flexible:
-            for _ in range(r.unsigned_varint()):
-                tag = r.unsigned_varint()
-                size = r.unsigned_varint()
-                if size > r.remaining:
-                    raise ProtocolError(f"tagged field {tag} claims {size} bytes, {r.remaining} remain")
-                end = r.pos + size
-                known = tagged.get(tag)
-                if known is not None:
-                    sub = Reader(r.buf, r.pos, end)
-                    values[known[0]] = known[2](sub)
-                    if sub.pos != end:
-                        raise ProtocolError(f"tagged field {tag} has {end - sub.pos} unread bytes")
-                r.pos = end
+            read_tagged_fields(r, tagged, values)
         return cls(**values)
 
     return encode, decode
