@@ -10,11 +10,13 @@ against the encoding of an answer with nothing more to say.
 
 A partition's answer that says more (record errors, an error message, KIP-951's leader hint)
 or does not fit is decoded by the generic codec from its start, which also raises the
-:class:`~aioprod.errors.ProtocolError` for malformed bytes; topics and the answer itself are
-read with the reader's own primitives and the generic codec's tagged-field reader. What the
-run holds and what "nothing more to say" looks like are derived from the declarations in
-:mod:`aioprod.protocol.messages`, so those stay the one definition of the bytes' meaning;
-``tests/protocol/test_produce_response.py`` checks that both decoders agree.
+:class:`~aioprod.errors.ProtocolError` for malformed bytes. What the run holds and what
+"nothing more to say" looks like are derived from the declarations in
+:mod:`aioprod.protocol.messages`, which stay the one definition of the bytes' meaning. Around
+the partitions, a topic (name, partitions) and the answer (topics, throttle time) are read in
+their declared order with the reader's primitives, and their tagged fields with the generic
+codec's reader. ``tests/protocol/test_produce_response.py`` checks that both decoders agree,
+on every version.
 """
 
 from __future__ import annotations
@@ -27,11 +29,9 @@ from typing import Any
 from aioprod.protocol.messages import ProduceResponse, ProduceResponsePartition, ProduceResponseTopic
 from aioprod.protocol.primitives import Reader
 from aioprod.protocol.schema import (
-    INT8,
     INT16,
     INT32,
     INT64,
-    UINT16,
     Decoder,
     FieldSpec,
     TaggedField,
@@ -44,7 +44,8 @@ from aioprod.protocol.schema import (
 
 __all__ = ["decode_produce_response"]
 
-_STRUCT_CODES: dict[WireType, str] = {INT8: "b", INT16: "h", UINT16: "H", INT32: "i", INT64: "q"}
+#: ``struct`` codes of the fixed-width types a partition's answer starts with.
+_STRUCT_CODES: dict[WireType, str] = {INT16: "h", INT32: "i", INT64: "q"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
