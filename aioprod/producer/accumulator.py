@@ -42,6 +42,11 @@ class Readiness(NamedTuple):
 
 
 _UNKNOWN: Any = object()
+#: A wait this short is no wait. ``created + linger - now`` is a difference of rounded
+#: floats: on uvloop, whose clock counts milliseconds, a linger that has passed can come
+#: out as 1e-12 s to go, and sleeping that long made a round per loop iteration until the
+#: clock ticked (thousands of empty rounds a second).
+_DUE = 1e-6
 
 # Per-record bytes beyond key/value/headers: the record's framing on the wire (at most
 # ~26 bytes) plus the Python objects that hold it while queued (future, list slots).
@@ -411,7 +416,7 @@ class RecordAccumulator:
                 wait = batch.created + linger - now
                 if wait > 0 and batch.builder.is_full:
                     wait = 0.0
-            if wait <= 0:
+            if wait <= _DUE:
                 nodes.add(leader)
                 sendable.append((tp, queue, leader))
             elif wait < next_check:

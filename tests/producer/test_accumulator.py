@@ -165,6 +165,20 @@ async def test_ready_and_drain_agree_at_the_linger_deadline() -> None:
     assert readiness.nodes == {1} and [b.tp.partition for b in drained[1]] == [0]
 
 
+async def test_a_linger_that_passed_on_a_millisecond_clock_is_not_a_tiny_wait() -> None:
+    # uvloop's clock counts milliseconds: 5 ms after 4298.377 it reads 4298.382, yet
+    # created + 0.005 - now is 9e-13 > 0. Reported as a wait, the sender slept 9e-13 s,
+    # woke on the next loop iteration to the same clock, and did so until it ticked.
+    created, now = 4298.377, 4298.382
+    assert created + 0.005 - now > 0
+    acc, _ = accumulator(linger_ms=5)
+    snapshot = cluster({0: 1})
+    append(acc, 0, b"v", now=created)
+    readiness = acc.ready(snapshot, now)
+    assert readiness.nodes == {1}
+    assert [b.tp.partition for b in acc.drain(readiness, readiness.nodes, 10_000, lambda b, q: True)[1]] == [0]
+
+
 async def test_a_split_batch_expires_at_its_original_deadline_among_later_batches() -> None:
     # The parts of a split batch keep the first batch's deadline, earlier than that of a batch
     # created after it: they expire first, and the next deadline is theirs until then.
