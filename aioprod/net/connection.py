@@ -42,12 +42,50 @@ R = TypeVar("R", bound=Response)
 _READ_CHUNK = 256 * 1024
 
 
+class Answer:
+    """Where a request's response goes when its sender passed ``on_answer``: the reader
+    hands the response over in the same step that read it, where a future's callbacks
+    would run one loop iteration later — on every produce round trip. Failures (a closed
+    connection, a timeout) are handed over with ``call_soon``, never from inside the
+    ``send_nowait`` that wrote the request."""
+
+    __slots__ = ("_done", "_on_answer")
+
+    def __init__(self, on_answer: Callable[[Any], None]) -> None:
+        self._on_answer = on_answer
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def answer(self, response: Any) -> None:
+        """From the reader: hand ``response`` over now."""
+        self._done = True
+        try:
+            self._on_answer(response)
+        except Exception:
+            # The reader must go on reading for the other requests in flight.
+            log.exception("aioprod failed handling a response")
+
+    def set_result(self, result: Any) -> None:
+        self._done = True
+        asyncio.get_running_loop().call_soon(self._on_answer, result)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._done = True
+        asyncio.get_running_loop().call_soon(self._on_answer, error)
+
+
+#: A request's pending outcome: a future its sender awaits, or an :class:`Answer`.
+_Outcome = asyncio.Future[Any] | Answer
+
+
 @dataclass(slots=True)
 class _InFlight:
     correlation_id: int
     response_cls: type[Response]
     version: int
-    future: asyncio.Future[Any]
+    future: _Outcome
     timer: asyncio.TimerHandle | None
 
 
@@ -88,7 +126,7 @@ class BrokerConnection:
         self._reader_task: asyncio.Task[None] | None = None
         self._flush_task: asyncio.Task[None] | None = None
         #: Futures of requests without a response (acks=0), done once their bytes are out.
-        self._awaiting_flush: list[asyncio.Future[Any]] = []
+        self._awaiting_flush: list[_Outcome] = []
         self._in_flight: deque[_InFlight] = deque()
         self._correlation = itertools.count(1)
         self._closed_error: KafkaError | None = None
@@ -100,7 +138,7 @@ class BrokerConnection:
         #: Counts requests and bytes (per request, never per record).
         self._metrics = metrics
         # Requests written while re-authenticating wait here (see hold()).
-        self._held: list[tuple[Request, int, bool, asyncio.Future[Any]]] | None = None
+        self._held: list[tuple[Request, int, bool, _Outcome]] | None = None
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -146,7 +184,7 @@ class BrokerConnection:
         held, self._held = self._held, None
         for request, version, expect_response, future in held or ():
             if not future.done():
-                self._write(request, version, expect_response, raw=False, future=future)
+                self._write(request, version, expect_response, False, future)
         self._on_ready()
 
     def on_close(self, callback: Any) -> None:
@@ -241,10 +279,17 @@ class BrokerConnection:
         return await self._send(request, version, expect_response=expect_response, bypass_hold=bypass_hold)
 
     def send_nowait(
-        self, request: Request, *, expect_response: bool = True, max_version: int | None = None
-    ) -> asyncio.Future[Any]:
-        """Write ``request`` now; the returned future resolves with its response."""
-        return self._write(request, self.version_for(type(request), max_version), expect_response, raw=False)
+        self,
+        request: Request,
+        on_answer: Callable[[Any], None],
+        *,
+        expect_response: bool = True,
+        max_version: int | None = None,
+    ) -> None:
+        """Write ``request`` now; ``on_answer`` gets its response (None when none is
+        expected) or the :class:`~aioprod.errors.KafkaError` that ended it. It must not
+        raise; a response is handed over from the reader as it is read (see :class:`Answer`)."""
+        self._write(request, self.version_for(type(request), max_version), expect_response, False, Answer(on_answer))
 
     async def _send(
         self,
@@ -255,7 +300,9 @@ class BrokerConnection:
         raw: bool = False,
         bypass_hold: bool = False,
     ) -> Any:
-        return await self._write(request, version, expect_response, raw, bypass_hold=bypass_hold)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._write(request, version, expect_response, raw, future, bypass_hold=bypass_hold)
+        return await future
 
     def _write(
         self,
@@ -263,19 +310,17 @@ class BrokerConnection:
         version: int,
         expect_response: bool,
         raw: bool,
+        future: _Outcome,
         *,
         bypass_hold: bool = False,
-        future: asyncio.Future[Any] | None = None,
-    ) -> asyncio.Future[Any]:
+    ) -> None:
         loop = asyncio.get_running_loop()
-        if future is None:
-            future = loop.create_future()
         if self._closed_error is not None:
             future.set_exception(self._closed_error)
-            return future
+            return
         if self._held is not None and not bypass_hold:
             self._held.append((request, version, expect_response, future))
-            return future
+            return
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(request, version, correlation_id, self.client_id)
         writer = self._writer
@@ -286,7 +331,7 @@ class BrokerConnection:
             error = KafkaConnectionError(f"write to {self.host}:{self.port} failed: {exc}")
             self.close(error)
             future.set_exception(error)
-            return future
+            return
         if self._metrics is not None:
             self._metrics.request_sent(len(frame), loop.time())
         if self.flushed and writer.transport.get_write_buffer_size():
@@ -296,12 +341,11 @@ class BrokerConnection:
                 future.set_result(None)
             else:
                 self._awaiting_flush.append(future)
-            return future
+            return
         timer = loop.call_later(self.request_timeout, self._on_timeout, correlation_id)
         self._in_flight.append(
             _InFlight(correlation_id, None if raw else request.RESPONSE, version, future, timer)  # type: ignore[arg-type]
         )
-        return future
 
     async def _await_flush(self, writer: asyncio.StreamWriter) -> None:
         try:
@@ -358,10 +402,11 @@ class BrokerConnection:
         if entry.response_cls is None:
             entry.future.set_result(frame)
             return
+        future = entry.future
         try:
             response = decode_response(frame, entry.response_cls, entry.version)
         except ProtocolError as exc:
-            entry.future.set_exception(exc)
+            future.set_exception(exc)
             raise
         throttle_ms = versions.client_throttle_ms(response, entry.version)
         if throttle_ms:
@@ -370,7 +415,10 @@ class BrokerConnection:
             if until > self.throttled_until:
                 self.throttled_until = until
                 loop.call_at(until, self._on_ready)
-        entry.future.set_result(response)
+        if type(future) is Answer:
+            future.answer(response)
+        else:
+            future.set_result(response)
 
     def close(self, error: KafkaError | None = None) -> None:
         """Close now; every in-flight request fails with ``error``."""

@@ -4,9 +4,10 @@ Each round (:meth:`Sender.run_once`, with the time passed in): fail what outlive
 delivery timeout — queued or in flight —, find nodes with sendable batches, drop those
 whose connection cannot take a request now, take batches per node (``drain``), and write
 one ProduceRequest per node; then sleep until the next thing is due (a linger, a retry
-backoff, a throttle, a delivery deadline) or something wakes it. Responses come back as
-future callbacks: :func:`aioprod.producer.outcomes.decide` says what each means per batch,
-and :meth:`Sender._apply` carries that out.
+backoff, a throttle, a delivery deadline) or something wakes it. Responses are handed to
+:meth:`Sender._on_response` by the connection's reader as it reads them:
+:func:`aioprod.producer.outcomes.decide` says what each means per batch, and
+:meth:`Sender._apply` carries that out.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from aioprod.config import ProducerConfig
 from aioprod.errors import (
     KafkaConnectionError,
     KafkaError,
-    ProducerClosedError,
     ProducerFatalError,
     TransactionAbortedError,
     error_for_code,
@@ -89,7 +89,8 @@ class Sender:
         #: Why a partition's sequence came in doubt last (said when a new identity is taken).
         self._doubt = "a partition's sequence is in doubt"
         self._wake_flag = False
-        self._waiter: asyncio.Future[None] | None = None
+        #: The sleeping sender's: True when the clock ends the sleep, False when a wake-up does.
+        self._waiter: asyncio.Future[bool] | None = None
         self._stopping = False
         self._init_task: asyncio.Task[None] | None = None
         self._init_failures = 0
@@ -105,7 +106,7 @@ class Sender:
         self._acc.next_round = -_IDLE
         waiter = self._waiter
         if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            waiter.set_result(False)
 
     def stop(self) -> None:
         """Finish what is queued, then end (close() bounds how long that may take)."""
@@ -162,7 +163,8 @@ class Sender:
         loop = asyncio.get_running_loop()
         try:
             while not (self._stopping and not self._acc.incomplete):
-                await self._sleep(self.run_once(loop.time()))
+                now = loop.time()
+                await self._sleep(now + self.run_once(now))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -172,22 +174,29 @@ class Sender:
             fatal.__cause__ = exc
             self.abort_now(lambda _persisted: fatal)
 
-    async def _sleep(self, delay: float) -> None:
+    async def _sleep(self, until: float) -> None:
+        """Sleep until loop time ``until`` or a wake-up. The time is the round's start plus
+        its delay, not "now" plus it: a linger of 5 ms stays 5 ms after a long round.
+
+        Woken by the clock, it lets the tasks whose timers fell due in the same tick run
+        first (a caller pacing its sends, say): their records join the batches this round
+        sends instead of waiting a whole linger for the next."""
         if self._wake_flag:
             self._wake_flag = False
             return
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        delay = max(delay, 0.0)
-        self._acc.next_round = loop.time() + delay
-        handle = loop.call_later(delay, _resolve, waiter)
+        self._acc.next_round = until
+        handle = loop.call_at(until, _ring, waiter)
         try:
-            await waiter
+            timed = await waiter
         finally:
             handle.cancel()
             self._waiter = None
             self._wake_flag = False
             self._acc.next_round = -_IDLE
+        if timed:
+            await asyncio.sleep(0)
 
     def run_once(self, now: float) -> float:
         """One round; returns how many seconds may pass before the next is due."""
@@ -276,26 +285,25 @@ class Sender:
             timeout_ms=self._request_timeout_ms,
             topic_data=[ProduceRequestTopic(name=t, partition_data=parts) for t, parts in topics.items()],
         )
-        future = conn.send_nowait(
-            request, expect_response=self._acks != 0, max_version=None if txn is None else txn.produce_version()
-        )
-        self._metrics.record_request(batches, now)
         node = conn.node_id
-        future.add_done_callback(lambda f: self._on_response(batches, f, node, now))
+        self._metrics.record_request(batches, now)
+        conn.send_nowait(
+            request,
+            lambda answer: self._on_response(batches, answer, node, now),
+            expect_response=self._acks != 0,
+            max_version=None if txn is None else txn.produce_version(),
+        )
 
     def _on_response(
         self,
         batches: list[ProducerBatch],
-        future: asyncio.Future[ProduceResponse | None],
-        node: int = -1,
-        sent_at: float = 0.0,
+        answer: ProduceResponse | BaseException | None,
+        node: int,
+        sent_at: float,
     ) -> None:
+        """The request's response (None with acks=0) or what ended it; called by the
+        connection's reader as it reads the response (see :class:`~aioprod.net.connection.Answer`)."""
         now = asyncio.get_running_loop().time()
-        answer: ProduceResponse | BaseException | None
-        if future.cancelled():
-            answer = ProducerClosedError("request cancelled")
-        else:
-            answer = future.exception() or future.result()
         if isinstance(answer, ProduceResponse):
             self._metrics.record_response(node, now - sent_at, answer.throttle_time_ms, now)
         try:
@@ -499,9 +507,9 @@ class Sender:
             return
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def _ring(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(True)
 
 
 def _always(batch: ProducerBatch, queue: deque[ProducerBatch]) -> bool:
