@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -47,6 +48,15 @@ _UNKNOWN: Any = object()
 #: out as 1e-12 s to go, and sleeping that long made a round per loop iteration until the
 #: clock ticked (thousands of empty rounds a second).
 _DUE = 1e-6
+
+
+def _whole_ms(now: float) -> float:
+    """``now`` down to its millisecond: a batch's age, linger and delivery timeout count
+    whole milliseconds, as the Java producer's clock and uvloop's do. On asyncio's exact
+    clock a linger otherwise ended 0.3 ms (p50) late on average, since its selector rounds
+    a sleep up to the next millisecond. (The 1e-6 keeps uvloop's k/1000 at k.)"""
+    return math.floor(now * 1000.0 + 1e-6) / 1000.0
+
 
 # Per-record bytes beyond key/value/headers: the record's framing on the wire (at most
 # ~26 bytes) plus the Python objects that hold it while queued (future, list slots).
@@ -299,7 +309,7 @@ class RecordAccumulator:
                 group.timestamp, values, keys, start, stop, budget, RECORD_OVERHEAD
             )
         if not appended:
-            batch = ProducerBatch(tp, self._new_builder(), self._loop.time(), self._delivery_timeout)
+            batch = ProducerBatch(tp, self._new_builder(), _whole_ms(self._loop.time()), self._delivery_timeout)
             appended, cost = batch.builder.append_values(
                 group.timestamp, values, keys, start, stop, budget, RECORD_OVERHEAD
             )
@@ -346,7 +356,7 @@ class RecordAccumulator:
         now: float | None,
     ) -> ProducerBatch:
         """Start the partition's next batch with the record (its offset delta is 0)."""
-        created = self._loop.time() if now is None else now
+        created = _whole_ms(self._loop.time() if now is None else now)
         batch = ProducerBatch(tp, self._new_builder(), created, self._delivery_timeout)
         if batch.builder.append(timestamp, key, value, headers) is None:
             raise RecordTooLargeError(f"record does not fit an empty batch for {tp.topic}-{tp.partition}")
