@@ -17,6 +17,7 @@ async def test_a_record_sent_in_the_tick_the_linger_ends_goes_with_that_batch(sc
     cluster.create_topic("t", 1)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, enable_idempotence=False) as p:
         await p.send_and_wait("t", b"warm-up", partition=0)
+        await scripted.clock.advance_to_whole_millisecond()
         start = scripted.clock.now
         first = await p.send("t", b"first", partition=0)
         await asyncio.sleep(start + 0.005 - scripted.clock.now)

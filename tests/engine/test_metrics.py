@@ -14,7 +14,6 @@ from aioprod.errors import DeliveryTimeoutError, KafkaTimeoutError, MessageTooLa
 from aioprod.metrics import BROKER_METRICS, PRODUCER_METRICS, TOPIC_METRICS, MetricsSnapshot
 from aioprod.protocol.records import RecordBatchBuilder
 from tests.conftest import Scripted
-from tests.fakes.clock import VirtualClock
 
 NOT_LEADER = NotLeaderOrFollowerError.code
 TS = 1_700_000_000_000
@@ -28,12 +27,6 @@ def batch_bytes(values: list[bytes], compression: str = "none") -> tuple[int, in
     return len(builder.build(1000, 0, 0)), builder.size_in_bytes
 
 
-async def at_a_whole_millisecond(clock: VirtualClock) -> None:
-    """A batch's age counts whole milliseconds, as in the Java producer: starting on one
-    keeps the figures below exact."""
-    await clock.advance(math.ceil(clock.now * 1000) / 1000 - clock.now)
-
-
 async def test_a_known_workload_reads_as_java_would(scripted: Scripted) -> None:
     cluster, clock = scripted.cluster, scripted.clock
     cluster.create_topic("t", 1)
@@ -42,7 +35,7 @@ async def test_a_known_workload_reads_as_java_would(scripted: Scripted) -> None:
     values = [b"a" * 100, b"b" * 200, b"c" * 300]
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
         await p.partitions_for("t")
-        await at_a_whole_millisecond(clock)
+        await clock.advance_to_whole_millisecond()
         sent_at = clock.now
         futures = [await p.send("t", v, timestamp_ms=TS) for v in values]
         await asyncio.gather(*futures)
@@ -255,7 +248,7 @@ async def test_one_request_of_several_batches_and_topics(scripted: Scripted) -> 
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=1000) as p:
         await p.partitions_for("t")
         await p.partitions_for("u")
-        await at_a_whole_millisecond(clock)
+        await clock.advance_to_whole_millisecond()
         futures = [await p.send("t", v, partition=0, timestamp_ms=TS) for v in t0]
         await clock.advance(0.004)  # this batch waits 4 ms longer than the others
         futures += [await p.send("t", v, partition=1, timestamp_ms=TS) for v in t1]

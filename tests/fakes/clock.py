@@ -11,6 +11,7 @@ schedules them, in no real time, and a test can assert *when* something happened
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 
@@ -47,3 +48,8 @@ class VirtualClock:
     async def advance(self, seconds: float) -> None:
         """Let ``seconds`` of virtual time pass, running everything due on the way."""
         await asyncio.sleep(seconds)
+
+    async def advance_to_whole_millisecond(self) -> None:
+        """A batch's age counts whole milliseconds, as in the Java producer: a test that
+        asserts when a batch goes starts on one, so that its figures are exact."""
+        await self.advance(math.ceil(self.now * 1000) / 1000 - self.now)
