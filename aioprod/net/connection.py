@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,11 +50,12 @@ class Answer:
     connection, a timeout) are handed over with ``call_soon``, never from inside the
     ``send_nowait`` that wrote the request."""
 
-    __slots__ = ("_done", "_on_answer")
+    __slots__ = ("_done", "_loop", "_on_answer")
 
     def __init__(self, on_answer: Callable[[Any], None]) -> None:
         self._on_answer = on_answer
         self._done = False
+        self._loop = asyncio.get_running_loop()
 
     def done(self) -> bool:
         return self._done
@@ -69,11 +71,11 @@ class Answer:
 
     def set_result(self, result: Any) -> None:
         self._done = True
-        asyncio.get_running_loop().call_soon(self._on_answer, result)
+        self._loop.call_soon(self._on_answer, result)
 
     def set_exception(self, error: BaseException) -> None:
         self._done = True
-        asyncio.get_running_loop().call_soon(self._on_answer, error)
+        self._loop.call_soon(self._on_answer, error)
 
 
 #: A request's pending outcome: a future its sender awaits, or an :class:`Answer`.
@@ -376,8 +378,16 @@ class BrokerConnection:
                 data = await reader.read(_READ_CHUNK)
                 if not data:
                     raise KafkaConnectionError(f"broker {self.node_id} ({self.host}:{self.port}) closed the connection")
-                for frame in decoder.feed(data):
-                    self._complete(frame)
+                # Every response read is taken off the in-flight queue before any is handed
+                # over: a handler that closes this connection must not fail the responses
+                # that arrived with its own (they are answers, not lost requests).
+                answers: list[tuple[Answer, Response]] = []
+                try:
+                    for frame in decoder.feed(data):
+                        self._complete(frame, answers)
+                finally:
+                    for answer, response in answers:
+                        answer.answer(response)
         except asyncio.CancelledError:
             raise
         except KafkaError as exc:
@@ -387,7 +397,9 @@ class BrokerConnection:
         except ValueError as exc:
             self.close(KafkaConnectionError(f"read from {self.host}:{self.port} failed: {exc}"))
 
-    def _complete(self, frame: bytes) -> None:
+    def _complete(self, frame: bytes, answers: list[tuple[Answer, Response]]) -> None:
+        """Match ``frame`` to its request and settle it; an :class:`Answer`'s response is
+        added to ``answers``, for the reader to hand over."""
         correlation_id = peek_correlation_id(frame)
         if not self._in_flight or self._in_flight[0].correlation_id != correlation_id:
             expected = self._in_flight[0].correlation_id if self._in_flight else None
@@ -411,12 +423,15 @@ class BrokerConnection:
         throttle_ms = versions.client_throttle_ms(response, entry.version)
         if throttle_ms:
             loop = asyncio.get_running_loop()
-            until = loop.time() + throttle_ms / 1000
+            # On a whole millisecond: uvloop's clock reads whole milliseconds, and an end 1e-12 s
+            # past the one its timer fires on kept the connection throttled at that tick (the
+            # sender slept 1e-12 s at a time until the clock ticked again).
+            until = math.ceil((loop.time() + throttle_ms / 1000) * 1000 - 1e-6) / 1000
             if until > self.throttled_until:
                 self.throttled_until = until
                 loop.call_at(until, self._on_ready)
         if type(future) is Answer:
-            future.answer(response)
+            answers.append((future, response))
         else:
             future.set_result(response)
 

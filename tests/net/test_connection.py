@@ -1,15 +1,29 @@
-"""How a connection hands responses back to a sender that passed ``on_answer``, on the
-scripted fake cluster (in-memory network, virtual time)."""
+"""How a connection hands responses back to a sender that passed ``on_answer``, and when a
+throttle ends: on the scripted fake cluster (in-memory network and virtual time, or real
+loopback TCP where the loop's own clock is the point)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import pytest
+
+from aioprod.embedded import free_port
 from aioprod.errors import KafkaConnectionError
 from aioprod.net.connection import BrokerConnection
-from aioprod.protocol.messages import MetadataRequest, MetadataResponse
+from aioprod.protocol.messages import (
+    MetadataRequest,
+    MetadataResponse,
+    ProduceRequest,
+    ProduceRequestPartition,
+    ProduceRequestTopic,
+    ProduceResponse,
+)
+from aioprod.protocol.records import RecordBatchBuilder
 from tests.conftest import Scripted
+from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.tcp import TcpNetwork
 
 
 async def connected(scripted: Scripted) -> BrokerConnection:
@@ -62,3 +76,79 @@ async def test_an_answer_handler_that_raises_does_not_stop_the_reader(scripted: 
     assert isinstance(await conn.send(MetadataRequest(topics=[])), MetadataResponse)
     assert not conn.closed
     conn.close()
+
+
+async def test_a_handler_that_closes_the_connection_keeps_the_responses_read_with_its_own(scripted: Scripted) -> None:
+    # Both answers arrive in one read. Had the first handler's close() come before the second
+    # response was taken off the in-flight queue, that request would have failed though its
+    # answer was read: a produce request the broker wrote, retried.
+    conn = await connected(scripted)
+    got: list[tuple[str, Any]] = []
+    both = asyncio.Event()
+
+    def first(answer: Any) -> None:
+        got.append(("first", answer))
+        conn.close()
+
+    def second(answer: Any) -> None:
+        got.append(("second", answer))
+        both.set()
+
+    conn.send_nowait(MetadataRequest(topics=[]), first)
+    conn.send_nowait(MetadataRequest(topics=[]), second)
+    await both.wait()
+    assert [(name, type(answer)) for name, answer in got] == [
+        ("first", MetadataResponse),
+        ("second", MetadataResponse),
+    ]
+
+
+def test_on_a_millisecond_clock_a_throttle_ends_on_the_tick_its_timer_fires() -> None:
+    # uvloop's clock reads whole milliseconds (N / 1000). A throttle end computed as
+    # N / 1000 + 0.005 is, for about a third of N, one float step past (N + 5) / 1000: at the
+    # tick its own timer fired on, the connection still said "throttled", and the sender slept
+    # 1e-12 s at a time until the clock ticked again. Real loopback TCP to the scripted
+    # cluster, on uvloop, 20 throttled answers.
+    uvloop = pytest.importorskip("uvloop")
+
+    async def run() -> list[bool]:
+        network = TcpNetwork()
+        cluster = ScriptedCluster(network, nodes=1, ports=lambda _node: free_port())
+        cluster.create_topic("t", 1)
+        cluster.nodes[1].throttle_ms = 5
+        await network.ready()
+        node = cluster.nodes[1]
+        conn = BrokerConnection(1, node.host, node.port, client_id="t", request_timeout=30.0, max_in_flight=5)
+        await conn.open(setup_timeout=5.0)
+        loop = asyncio.get_running_loop()
+        sendable_at_the_end: list[bool] = []
+        try:
+            for _ in range(20):
+                answered: asyncio.Future[Any] = loop.create_future()
+                conn.send_nowait(produce_one_record("t"), answered.set_result)
+                assert isinstance(await answered, ProduceResponse)
+                at_the_end: asyncio.Future[bool] = loop.create_future()
+                loop.call_at(conn.throttled_until, lambda f=at_the_end: f.set_result(conn.can_send_more()))
+                sendable_at_the_end.append(await at_the_end)
+        finally:
+            conn.close()
+            await network.close()
+        return sendable_at_the_end
+
+    loop = uvloop.new_event_loop()
+    try:
+        assert loop.run_until_complete(run()) == [True] * 20
+    finally:
+        loop.close()
+
+
+def produce_one_record(topic: str) -> ProduceRequest:
+    builder = RecordBatchBuilder("none", 1024)
+    builder.append(0, None, b"v", ())
+    partition = ProduceRequestPartition(index=0, records=builder.build())
+    return ProduceRequest(
+        transactional_id=None,
+        acks=1,
+        timeout_ms=30_000,
+        topic_data=[ProduceRequestTopic(name=topic, partition_data=[partition])],
+    )
