@@ -44,9 +44,9 @@ class Readiness(NamedTuple):
 
 _UNKNOWN: Any = object()
 #: A wait this short is no wait. ``created + linger - now`` is a difference of rounded
-#: floats: on uvloop, whose clock counts milliseconds, a linger that has passed can come
-#: out as 1e-12 s to go, and sleeping that long made a round per loop iteration until the
-#: clock ticked (thousands of empty rounds a second).
+#: floats: on uvloop, whose clock counts milliseconds, a linger (or a delivery deadline)
+#: that has passed can come out as 1e-12 s to go, and sleeping that long made a round per
+#: loop iteration until the clock ticked (thousands of empty rounds a second).
 _DUE = 1e-6
 
 
@@ -540,7 +540,7 @@ class RecordAccumulator:
         are taken out of their queue."""
         deadlines, live = self._deadlines, self.incomplete
         expired: list[ProducerBatch] = []
-        while (batch := deadlines.earliest(live)) is not None and batch.deadline <= now:
+        while (batch := deadlines.earliest(live)) is not None and batch.deadline <= now + _DUE:
             deadlines.remove_earliest(batch)
             expired.append(batch)
             if not batch.in_flight:

@@ -187,6 +187,7 @@ class Sender:
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         self._acc.next_round = until
+        at_once = until <= loop.time()  # a round due now still lets other tasks run once
         handle = loop.call_at(until, _ring, waiter)
         try:
             timed = await waiter
@@ -195,7 +196,7 @@ class Sender:
             self._waiter = None
             self._wake_flag = False
             self._acc.next_round = -_IDLE
-        if timed:
+        if timed and not at_once:
             await asyncio.sleep(0)
 
     def run_once(self, now: float) -> float:

@@ -191,6 +191,15 @@ async def test_a_batch_counts_its_age_from_the_millisecond_it_was_opened_in() ->
     assert acc.next_deadline() == pytest.approx(130.0, abs=1e-9)
 
 
+async def test_a_delivery_deadline_that_passed_on_a_millisecond_clock_expires_then() -> None:
+    # 1000.003 + 120.0 is one float step past 1120.003, what uvloop's clock reads 120 s on.
+    created, now = 1000.003, 1120.003
+    assert created + 120.0 > now
+    acc, _ = accumulator(linger_ms=5, delivery_timeout_ms=120_000, request_timeout_ms=30_000)
+    append(acc, 0, b"v", now=created)
+    assert [b.tp.partition for b in acc.expired(now)] == [0]
+
+
 async def test_a_split_batch_expires_at_its_original_deadline_among_later_batches() -> None:
     # The parts of a split batch keep the first batch's deadline, earlier than that of a batch
     # created after it: they expire first, and the next deadline is theirs until then.
