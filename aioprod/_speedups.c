@@ -1173,10 +1173,61 @@ speedups_setup_record_future(PyObject *module, PyObject *const *args, Py_ssize_t
 
 /* -- metadata_range ---------------------------------------------------------------------------- */
 
+/* cls(topic, partition, offset, timestamp) for a tuple subclass. When its fields are an exact
+ * str and exact ints (always, unless a topic is a str subclass such as a StrEnum member), it can
+ * never be part of a cycle and is untracked by the garbage collector, which then need not walk
+ * the one per record that an application keeps. (CPython untracks such exact tuples itself,
+ * lazily, but never a subclass.) Steals the reference to offset. */
+static PyObject *
+new_metadata(PyTypeObject *cls, PyObject *topic, PyObject *partition, PyObject *offset, PyObject *timestamp)
+{
+    PyObject *item = cls->tp_alloc(cls, 4);
+    if (item == NULL) {
+        Py_DECREF(offset);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(item, 0, Py_NewRef(topic));
+    PyTuple_SET_ITEM(item, 1, Py_NewRef(partition));
+    PyTuple_SET_ITEM(item, 2, offset);
+    PyTuple_SET_ITEM(item, 3, Py_NewRef(timestamp));
+    if (PyUnicode_CheckExact(topic) && PyLong_CheckExact(partition) && PyLong_CheckExact(offset) &&
+        PyLong_CheckExact(timestamp))
+        PyObject_GC_UnTrack(item);
+    return item;
+}
+
+static int
+check_metadata_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *name)
+{
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments", name, expected);
+        return -1;
+    }
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
+        PyErr_Format(PyExc_TypeError, "%s() needs a tuple subclass", name);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(metadata_doc,
+             "metadata(cls, topic, partition, offset, timestamp)\n--\n\n"
+             "cls(topic, partition, offset, timestamp), untracked by the garbage collector: one\n"
+             "record's acknowledgement.");
+
+static PyObject *
+speedups_metadata(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_metadata_args(args, nargs, 5, "metadata") < 0)
+        return NULL;
+    return new_metadata((PyTypeObject *)args[0], args[1], args[2], Py_NewRef(args[3]), args[4]);
+}
+
 PyDoc_STRVAR(metadata_range_doc,
              "metadata_range(cls, topic, partition, first_offset, count, timestamp)\n--\n\n"
              "[cls(topic, partition, offset, timestamp), ...] for count consecutive offsets from first_offset\n"
-             "(all -1 when first_offset is negative): a send_many group's acknowledgements.");
+             "(all -1 when first_offset is negative), untracked by the garbage collector: a send_many\n"
+             "group's acknowledgements.");
 
 static PyObject *
 speedups_metadata_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1185,14 +1236,8 @@ speedups_metadata_range(PyObject *module, PyObject *const *args, Py_ssize_t narg
     PyObject *topic, *partition, *timestamp, *list, *minus_one = NULL;
     long long first;
     Py_ssize_t count;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "metadata_range() takes 6 arguments");
+    if (check_metadata_args(args, nargs, 6, "metadata_range") < 0)
         return NULL;
-    }
-    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "metadata_range() needs a tuple subclass");
-        return NULL;
-    }
     cls = (PyTypeObject *)args[0];
     topic = args[1];
     partition = args[2];
@@ -1209,18 +1254,12 @@ speedups_metadata_range(PyObject *module, PyObject *const *args, Py_ssize_t narg
     if (first < 0 && (minus_one = PyLong_FromLong(-1)) == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = cls->tp_alloc(cls, 4), *offset;
+        PyObject *offset = first < 0 ? Py_NewRef(minus_one) : PyLong_FromLongLong(first + i), *item;
+        if (offset == NULL)
+            goto fail;
+        item = new_metadata(cls, topic, partition, offset, timestamp);
         if (item == NULL)
             goto fail;
-        offset = first < 0 ? Py_NewRef(minus_one) : PyLong_FromLongLong(first + i);
-        if (offset == NULL) {
-            Py_DECREF(item);
-            goto fail;
-        }
-        PyTuple_SET_ITEM(item, 0, Py_NewRef(topic));
-        PyTuple_SET_ITEM(item, 1, Py_NewRef(partition));
-        PyTuple_SET_ITEM(item, 2, offset);
-        PyTuple_SET_ITEM(item, 3, Py_NewRef(timestamp));
         PyList_SET_ITEM(list, i, item);
     }
     Py_XDECREF(minus_one);
@@ -1230,8 +1269,6 @@ fail:
     Py_DECREF(list);
     return NULL;
 }
-
-/* -- murmur2 ---------------------------------------------------------------------------------- */
 
 static int32_t
 murmur2_hash(const unsigned char *data, Py_ssize_t length)
@@ -1306,6 +1343,7 @@ speedups_partition_for_key(PyObject *module, PyObject *const *args, Py_ssize_t n
 }
 
 static PyMethodDef speedups_methods[] = {
+    {"metadata", (PyCFunction)(void (*)(void))speedups_metadata, METH_FASTCALL, metadata_doc},
     {"metadata_range", (PyCFunction)(void (*)(void))speedups_metadata_range, METH_FASTCALL, metadata_range_doc},
     {"setup_record_future", (PyCFunction)(void (*)(void))speedups_setup_record_future, METH_FASTCALL,
      "Hand RecordFuture the Python helpers it calls for its rare paths."},

@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 from bisect import bisect_right
 from collections.abc import Callable, Generator
+from functools import partial
 from types import TracebackType
 from typing import Any, NamedTuple, TypeAlias
 
@@ -77,6 +78,17 @@ _Callback: TypeAlias = "Callable[[RecordFuture], object]"
 _NOT_CANCELLED: Any = object()
 #: Builds a RecordMetadata without the namedtuple's argument handling.
 _metadata = tuple.__new__
+
+
+def _py_record_metadata(topic: str, partition: int, offset: int, timestamp: int) -> RecordMetadata:
+    return _metadata(RecordMetadata, (topic, partition, offset, timestamp))
+
+
+#: One record's RecordMetadata; the compiled one is untracked by the garbage collector (see
+#: ``new_metadata`` in aioprod/_speedups.c), which then need not walk those an application keeps.
+_record_metadata: Callable[[str, int, int, int], RecordMetadata] = (
+    _py_record_metadata if speedups is None else partial(speedups.metadata, RecordMetadata)
+)
 
 
 class BatchSettlement:
@@ -273,14 +285,11 @@ def _metadata_of(outcome: BatchOutcome, index: int, timestamp: int) -> RecordMet
     if isinstance(outcome, BatchFailure):
         raise outcome.copy_error()
     topic, partition, base_offset, log_append_time = outcome  # type: ignore[misc]
-    return _metadata(
-        RecordMetadata,
-        (
-            topic,
-            partition,
-            base_offset + index if base_offset >= 0 else -1,
-            log_append_time if log_append_time >= 0 else timestamp,
-        ),
+    return _record_metadata(
+        topic,
+        partition,
+        base_offset + index if base_offset >= 0 else -1,
+        log_append_time if log_append_time >= 0 else timestamp,
     )
 
 

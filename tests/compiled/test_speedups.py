@@ -8,6 +8,8 @@ Python code it replaces. Where the extension was not built these tests are skipp
 from __future__ import annotations
 
 import asyncio
+import enum
+import gc
 import os
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioprod import RecordMetadata
+from aioprod._compiled import COMPILED
 from aioprod.errors import NotLeaderOrFollowerError
 from aioprod.producer import record_future
 from aioprod.producer.batch import _py_metadata_range
@@ -148,6 +151,33 @@ def test_metadata_range_agrees(first: int, count: int) -> None:
     assert [m.offset for m in got] == [m.offset for m in expected]
 
 
+class Topic(enum.StrEnum):
+    ORDERS = "orders"
+
+
+@pytest.mark.parametrize("topic", ["orders", Topic.ORDERS])
+def test_acknowledgements_are_left_to_the_collector_only_when_they_could_be_in_a_cycle(topic: str) -> None:
+    # An application keeps one RecordMetadata per record it sent (send_many hands back lists of
+    # them); a full collection walked them all. A str, partition, offset and timestamp can never
+    # refer back: untracked. A str subclass (a StrEnum member) may carry attributes: tracked.
+    one = _speedups.metadata(RecordMetadata, topic, 7, 42, 1234)
+    many = _speedups.metadata_range(RecordMetadata, topic, 7, 42, 3, 1234)
+    assert one == record_future._py_record_metadata(topic, 7, 42, 1234) == (topic, 7, 42, 1234)
+    assert many == _py_metadata_range(RecordMetadata, topic, 7, 42, 3, 1234)
+    assert type(one) is RecordMetadata and type(one.topic) is type(topic)
+    tracked = type(topic) is not str
+    assert [gc.is_tracked(m) for m in (one, *many)] == [tracked] * 4
+
+
+async def test_a_record_futures_metadata_is_untracked_when_compiled() -> None:
+    # What RecordFuture.result() builds (both implementations go through _metadata_of).
+    settlement = BatchSettlement(asyncio.get_running_loop())
+    future = _PyRecordFuture(settlement, 2, 1000)
+    settlement.settle(("t", 1, 41, -1))
+    assert future.result() == RecordMetadata("t", 1, 43, 1000)
+    assert gc.is_tracked(future.result()) is not COMPILED
+
+
 def test_the_environment_variable_turns_the_compiled_path_off() -> None:
     probe = (
         "import aioprod._compiled as c, aioprod.protocol.records.builder as b; "
@@ -207,8 +237,6 @@ async def test_the_collector_tracks_a_record_future_only_once_it_may_be_in_a_cyc
     # Applications keep a future per record in flight; walking them all on every full
     # collection was the compiled future's largest cost. It refers only to its batch until it
     # gets a callback or a cancellation message, which may refer back to it.
-    import gc
-
     settlement = BatchSettlement(asyncio.get_running_loop())
     plain, called_back, cancelled = (_speedups.RecordFuture(settlement, i, 1000) for i in range(3))
     called_back.add_done_callback(lambda _: None)
