@@ -1270,6 +1270,8 @@ fail:
     return NULL;
 }
 
+/* -- murmur2 ---------------------------------------------------------------------------------- */
+
 static int32_t
 murmur2_hash(const unsigned char *data, Py_ssize_t length)
 {

@@ -309,7 +309,7 @@ class RecordAccumulator:
                 group.timestamp, values, keys, start, stop, budget, RECORD_OVERHEAD
             )
         if not appended:
-            batch = ProducerBatch(tp, self._new_builder(), _whole_ms(self._loop.time()), self._delivery_timeout)
+            batch = self._new_batch(tp, None)
             appended, cost = batch.builder.append_values(
                 group.timestamp, values, keys, start, stop, budget, RECORD_OVERHEAD
             )
@@ -356,13 +356,17 @@ class RecordAccumulator:
         now: float | None,
     ) -> ProducerBatch:
         """Start the partition's next batch with the record (its offset delta is 0)."""
-        created = _whole_ms(self._loop.time() if now is None else now)
-        batch = ProducerBatch(tp, self._new_builder(), created, self._delivery_timeout)
+        batch = self._new_batch(tp, now)
         if batch.builder.append(timestamp, key, value, headers) is None:
             raise RecordTooLargeError(f"record does not fit an empty batch for {tp.topic}-{tp.partition}")
         batch.reserved = size
         self._enqueue_new(batch)
         return batch
+
+    def _new_batch(self, tp: TopicPartition, now: float | None) -> ProducerBatch:
+        """An empty batch for ``tp``, opened on the millisecond of ``now`` (default: the loop's)."""
+        created = _whole_ms(self._loop.time() if now is None else now)
+        return ProducerBatch(tp, self._new_builder(), created, self._delivery_timeout)
 
     def _enqueue_new(self, batch: ProducerBatch) -> None:
         queue = self._batches.get(batch.tp)
