@@ -97,7 +97,9 @@ class BrokerConnection:
     Created by :meth:`open`; after that, :meth:`send` may be called while
     :meth:`can_send_more` is true. Only the connection's reader task completes futures.
     ``on_ready`` is called whenever the connection may have become able to take a request
-    it could not take before (its write buffer drained, a throttle ended).
+    it could not take before (its write buffer drained, a throttle ended, a response freed
+    a place in flight, a hold was released): the sender counts on it to wake for a
+    connection it found unable to take a request.
     """
 
     def __init__(
@@ -382,12 +384,15 @@ class BrokerConnection:
                 # over: a handler that closes this connection must not fail the responses
                 # that arrived with its own (they are answers, not lost requests).
                 answers: list[tuple[Answer, Response]] = []
+                full = len(self._in_flight) >= self.max_in_flight
                 try:
                     for frame in decoder.feed(data):
                         self._complete(frame, answers)
                 finally:
                     for answer, response in answers:
                         answer.answer(response)
+                if full and len(self._in_flight) < self.max_in_flight:
+                    self._on_ready()  # a request may go now (whatever the response was to)
         except asyncio.CancelledError:
             raise
         except KafkaError as exc:

@@ -214,6 +214,7 @@ class Sender:
             # be, and what comes back for a retry is not sent again.
             self.fail_aborted(txn.error)
         cluster = self._metadata.snapshot
+        acc.blocked = {conn.node_id for conn in self._pool.connections() if not conn.can_send_more()}
         readiness = acc.ready(cluster, now)
         delay = readiness.next_check
         if readiness.unknown_leader:

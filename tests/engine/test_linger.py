@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aioprod import Producer
 from aioprod.protocol.messages import ProduceRequest
@@ -27,3 +28,42 @@ async def test_a_record_sent_in_the_tick_the_linger_ends_goes_with_that_batch(sc
     produce = cluster.requests_of(ProduceRequest)
     assert len(produce) == 2  # the warm-up, then one request with both records
     assert produce[-1].at == sent_at == start + 0.005
+
+
+async def test_lingers_ending_behind_a_busy_connection_make_no_rounds_and_go_together(scripted: Scripted) -> None:
+    # A connection that cannot take a request wakes the sender when it can. Until then,
+    # batches of its partitions reaching their linger (or being opened) are no reason for a
+    # round: with 1,000 partitions behind a busy broker, those rounds (each visiting every
+    # partition with data) came every millisecond or so and could send nothing.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 10)
+    config: dict[str, Any] = {"linger_ms": 5, "max_in_flight_requests_per_connection": 1, "enable_idempotence": False}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **config) as p:
+        await p.send_and_wait("t", b"warm-up", partition=0)
+        node = cluster.nodes[1]
+        node.holding = True
+        held = await p.send("t", b"held", partition=0)
+        while len(cluster.requests_of(ProduceRequest)) < 2:
+            await asyncio.sleep(0.001)
+        rounds = 0
+        run_once = p._sender.run_once
+
+        def counted(now: float) -> float:
+            nonlocal rounds
+            rounds += 1
+            return run_once(now)
+
+        p._sender.run_once = counted  # type: ignore[method-assign]
+        waiting = []
+        for partition in range(1, 10):
+            waiting.append(await p.send("t", b"waiting", partition=partition))
+            await asyncio.sleep(0.001)  # each opens its batch a millisecond after the last
+        await asyncio.sleep(0.020)  # every linger has ended
+        assert rounds == 0
+        node.release()
+        await held
+        offsets = [(await future).offset for future in waiting]
+    assert offsets == [0] * 9
+    produce = cluster.requests_of(ProduceRequest)
+    assert len(produce) == 3  # the warm-up, the held one, then the nine batches in one
+    assert rounds >= 1

@@ -103,6 +103,34 @@ async def test_a_handler_that_closes_the_connection_keeps_the_responses_read_wit
     ]
 
 
+async def test_a_response_that_frees_a_place_in_flight_calls_on_ready_whatever_it_answers(
+    scripted: Scripted,
+) -> None:
+    # The sender passes over a connection that cannot take a request and sleeps until
+    # on_ready: a Metadata answer freeing the only place in flight must wake it too, not
+    # only its own produce answers.
+    node = scripted.cluster.nodes[1]
+    readied: list[int] = []
+    conn = BrokerConnection(
+        1,
+        node.host,
+        node.port,
+        client_id="t",
+        request_timeout=30.0,
+        max_in_flight=1,
+        on_ready=lambda: readied.append(len(conn._in_flight)),
+    )
+    await conn.open(setup_timeout=5.0)
+    response = asyncio.ensure_future(conn.send(MetadataRequest(topics=[])))
+    await asyncio.sleep(0)  # the request is written: the place is taken
+    assert conn.in_flight_count == 1 and not conn.can_send_more()
+    assert isinstance(await response, MetadataResponse)
+    # Called (with the place free) once the response was read; the other call, if any, is
+    # for the write buffer draining while the request was still in flight.
+    assert 0 in readied and conn.can_send_more()
+    conn.close()
+
+
 def test_on_a_millisecond_clock_a_throttle_ends_on_the_tick_its_timer_fires() -> None:
     # uvloop's clock reads whole milliseconds (N / 1000). A throttle end computed as
     # N / 1000 + 0.005 is, for about a third of N, one float step past (N + 5) / 1000: at the
