@@ -1343,7 +1343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=None,
-        help="comma-separated filter on the table suite: modes (each, bulk), batch sizes (16k, 64k), keys "
+        help="comma-separated filter on the table and scaling suites: modes (each, bulk), batch sizes (16k, 64k), keys "
         "(keyed, keyless), loops (asyncio, uvloop), idempotence (idem, noidem), clients",
     )
     parser.add_argument(
@@ -1401,7 +1401,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "latency" in suites:
         plan += latency_plan(args.rate, args.latency_seconds, args.loop)
     if "scaling" in suites:
-        plan += scaling_plan(args.records, args.loop)
+        scaling = scaling_plan(args.records, args.loop)
+        if args.only:
+            scaling = [s for s in scaling if matches(s, set(args.only.split(",")))]
+        plan += scaling
     src = snapshot_source()
     for spec in plan:
         spec["src"] = src
