@@ -67,3 +67,29 @@ async def test_lingers_ending_behind_a_busy_connection_make_no_rounds_and_go_tog
     produce = cluster.requests_of(ProduceRequest)
     assert len(produce) == 3  # the warm-up, the held one, then the nine batches in one
     assert rounds >= 1
+
+
+async def test_a_busy_broker_holds_back_only_its_own_partitions(scripted: Scripted) -> None:
+    # Node 1 cannot take a request (its one place in flight waits on a held answer); node 2's
+    # partition still goes when its linger ends, to the millisecond.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    config: dict[str, Any] = {"linger_ms": 5, "max_in_flight_requests_per_connection": 1, "enable_idempotence": False}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **config) as p:
+        await p.send_and_wait("t", b"warm-up", partition=0)
+        await p.send_and_wait("t", b"warm-up", partition=1)
+        busy = cluster.nodes[1]
+        busy.holding = True
+        held = await p.send("t", b"held", partition=0)
+        while not cluster.requests_of(ProduceRequest, node=1)[1:]:
+            await asyncio.sleep(0.001)
+        queued_behind = await p.send("t", b"behind", partition=0)
+        await scripted.clock.advance_to_whole_millisecond()
+        start = scripted.clock.now
+        free = await p.send("t", b"free", partition=1)
+        await free
+        assert cluster.requests_of(ProduceRequest, node=2)[-1].at == start + 0.005
+        assert not held.done() and not queued_behind.done()
+        busy.release()
+        assert (await held).offset + 1 == (await queued_behind).offset
