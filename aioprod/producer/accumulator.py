@@ -232,7 +232,9 @@ class RecordAccumulator:
         self._leaders_cluster: ClusterSnapshot | None = None
         self._leaders: dict[TopicPartition, int | None] = {}
         #: Told the partition of every new batch (a transaction adds the partition then).
-        self.on_new_batch: Callable[[TopicPartition], None] | None = None
+        #: True when that gives the sender something to send (AddPartitionsToTxn), which
+        #: then wakes it even if the partition's leader is ``blocked``.
+        self.on_new_batch: Callable[[TopicPartition], bool] | None = None
 
     @staticmethod
     def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
@@ -381,9 +383,8 @@ class RecordAccumulator:
         queue.append(batch)
         self._track(batch)
         self.batches_created += 1
-        if self.on_new_batch is not None:
-            self.on_new_batch(batch.tp)
-        if self.blocked and self._leader_blocked(batch.tp):
+        news = self.on_new_batch is not None and self.on_new_batch(batch.tp)
+        if self.blocked and not news and self._leader_blocked(batch.tp):
             return
         # The one before it (if any) is now complete and sendable; else the new batch is
         # sendable once it lingered (or at once, if something forces sending).

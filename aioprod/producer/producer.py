@@ -315,9 +315,10 @@ class Producer:
         future = acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
         if acc.batches_created != created:
             # The sender has a round due (the batch before this one is complete, or a
-            # linger ran out): the next send() lets it run first.
+            # linger ran out), or a connection cannot take a request until its reader reads
+            # the answers that free it: the next send() lets them run first.
             now = self._loop.time()
-            self._yield_first = acc.next_round <= now
+            self._yield_first = acc.next_round <= now or bool(acc.blocked)
             self._metadata.touch(topic, now)
         return future
 

@@ -1,10 +1,11 @@
 """The sender task: the Java producer's Sender thread, as one coroutine.
 
 Each round (:meth:`Sender.run_once`, with the time passed in): fail what outlived its
-delivery timeout — queued or in flight —, find nodes with sendable batches, drop those
-whose connection cannot take a request now, take batches per node (``drain``), and write
-one ProduceRequest per node; then sleep until the next thing is due (a linger, a retry
-backoff, a throttle, a delivery deadline) or something wakes it. Responses are handed to
+delivery timeout — queued or in flight —, pass over the partitions of nodes whose connection
+cannot take a request now (it wakes the sender when it can), find nodes with sendable
+batches, take batches per node (``drain``), and write one ProduceRequest per node; then sleep
+until the next thing is due (a linger, a retry backoff, a throttle, a delivery deadline) or
+something wakes it. Responses are handed to
 :meth:`Sender._on_response` by the connection's reader as it reads them:
 :func:`aioprod.producer.outcomes.decide` says what each means per batch, and
 :meth:`Sender._apply` carries that out.
@@ -214,20 +215,27 @@ class Sender:
             # be, and what comes back for a retry is not sent again.
             self.fail_aborted(txn.error)
         cluster = self._metadata.snapshot
-        acc.blocked = {conn.node_id for conn in self._pool.connections() if not conn.can_send_more()}
+        blocked: set[int] = set()
+        throttle_end = _IDLE
+        for conn in self._pool.connections():
+            if not conn.can_send_more():
+                blocked.add(conn.node_id)
+                if conn.throttled_until > now:
+                    # The connection wakes us as its throttle ends; its timer may fire a
+                    # clock tick early (asyncio runs timers due within its resolution), so
+                    # the end is the next round's time too.
+                    throttle_end = min(throttle_end, conn.throttled_until - now)
+        acc.blocked = blocked
         readiness = acc.ready(cluster, now)
-        delay = readiness.next_check
+        delay = min(readiness.next_check, throttle_end)
         if readiness.unknown_leader:
             self._metadata.request_update()  # answered (or not) by a listener wake-up
         connections: dict[int, BrokerConnection] = {}
         for node in readiness.nodes:
+            # None: connecting, and the pool wakes us when it is up.
             conn = self._pool.connection(node)
-            if conn is None:
-                continue  # connecting; the pool wakes us when it is up
-            if conn.can_send_more():
+            if conn is not None and conn.can_send_more():
                 connections[node] = conn
-            elif conn.throttled_until > now:
-                delay = min(delay, conn.throttled_until - now)
         drained: dict[int, list[ProducerBatch]] = {}
         ident = self.idempotence
         if connections:

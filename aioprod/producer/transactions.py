@@ -297,14 +297,17 @@ class TransactionManager:
 
     # -- what the sender asks ------------------------------------------------------------------
 
-    def add_partition(self, tp: TopicPartition) -> None:
+    def add_partition(self, tp: TopicPartition) -> bool:
         """A batch for ``tp`` was queued in the transaction (as Java's
         ``maybeAddPartitionToTransaction``, but per batch): under v1 the partition joins in
-        the next AddPartitionsToTxn, with every other partition new by then."""
+        the next AddPartitionsToTxn, with every other partition new by then. True when it
+        is new: the sender has that request to send."""
         if self.v2:
             self._maybe_started = True  # the produce request adds it (KIP-890)
         elif tp not in self._partitions and tp not in self._pending:
             self._to_add.add(tp)
+            return True
+        return False
 
     def may_send(self, tp: TopicPartition) -> bool:
         """May a batch of ``tp`` go now? Under v1, only once the partition is in the

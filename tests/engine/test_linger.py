@@ -93,3 +93,36 @@ async def test_a_busy_broker_holds_back_only_its_own_partitions(scripted: Script
         assert not held.done() and not queued_behind.done()
         busy.release()
         assert (await held).offset + 1 == (await queued_behind).offset
+
+
+async def test_a_tight_send_loop_lets_the_loop_run_while_a_connection_is_busy(scripted: Scripted) -> None:
+    # Nothing wakes the sender for a busy broker's batches, but the connection's reader must
+    # still get to read the answers that free it: send() yields as each batch completes,
+    # or a caller that never awaits anything else would starve it until the buffer is full.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    config: dict[str, Any] = {"linger_ms": 5, "max_in_flight_requests_per_connection": 1, "batch_size": 200}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **config) as p:
+        await p.send_and_wait("t", b"warm-up")
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"held")
+        while len(cluster.requests_of(ProduceRequest)) < 2:
+            await asyncio.sleep(0.001)
+        turns = 0
+
+        async def other_task() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(other_task())
+        await asyncio.sleep(0)
+        before = turns
+        futures = [await p.send("t", b"x" * 50) for _ in range(100)]  # a batch every few records
+        other_turns = turns - before
+        other.cancel()
+        cluster.nodes[1].release()
+        first = (await held).offset + 1
+        assert [(await future).offset for future in futures] == list(range(first, first + 100))
+    assert other_turns >= 20

@@ -6,6 +6,8 @@ import asyncio
 import itertools
 from collections import deque
 
+import pytest
+
 from aioprod import Producer
 from aioprod.errors import NotLeaderOrFollowerError
 from aioprod.protocol.messages import MetadataRequest, ProduceRequest
@@ -136,6 +138,26 @@ async def test_throttled_broker_gets_no_requests_until_the_throttle_ends(scripte
         await p.send_and_wait("t", b"after")
     produced = cluster.requests_of(ProduceRequest)
     assert produced[-1].at - throttled_at >= 0.5
+
+
+async def test_a_round_in_a_throttle_plans_the_next_one_for_its_end(scripted: Scripted) -> None:
+    # The connection's timer wakes the sender as the throttle ends; asyncio may run that timer
+    # a clock tick early (it runs timers due within the clock's resolution), and the round it
+    # starts, finding the connection still throttled, must plan the next one for the end
+    # instead of sleeping on with the batch until its delivery deadline.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"warm-up")
+        cluster.nodes[1].throttle_ms = 500
+        await p.send_and_wait("t", b"throttles")  # its answer starts a 500 ms throttle
+        cluster.nodes[1].throttle_ms = 0
+        queued = await p.send("t", b"queued")
+        conn = p._pool.connection(1)
+        assert conn is not None and not conn.can_send_more()
+        now = asyncio.get_running_loop().time()
+        assert p._sender.run_once(now) == pytest.approx(conn.throttled_until - now)
+        await queued
 
 
 async def test_topics_unused_for_metadata_max_idle_ms_are_dropped_from_refreshes(scripted: Scripted) -> None:

@@ -510,3 +510,28 @@ async def test_offsets_refused_after_the_caller_stopped_waiting_still_stop_the_c
     del p
     gc.collect()
     assert [c["message"] for c in unhandled] == []
+
+
+async def test_a_partition_new_to_the_transaction_joins_while_its_leader_is_busy(cluster: ScriptedCluster) -> None:
+    # The sender passes over a leader whose connection cannot take a request, but the
+    # AddPartitionsToTxn of a partition new to the transaction goes to the coordinator (node 1)
+    # meanwhile: otherwise the batch would wait that round trip more once the leader is free.
+    cluster.create_topic("busy", leaders=[2, 2])
+    busy = cluster.nodes[2]
+    async with producer(cluster, max_in_flight_requests_per_connection=1) as p, p.transaction():
+        busy.holding = True
+        first = await p.send("busy", b"first", partition=0)
+        while not cluster.requests_of(m.ProduceRequest, node=2):
+            await asyncio.sleep(0.001)
+        second = await p.send("busy", b"second", partition=1)
+        for _ in range(50):  # 50 ms of virtual time; the linger is 0
+            if len(requests(cluster, m.AddPartitionsToTxnRequest)) == 2:
+                break
+            await asyncio.sleep(0.001)
+        added_while_busy = len(requests(cluster, m.AddPartitionsToTxnRequest))
+        held_meanwhile = not first.done() and not second.done()
+        busy.release()
+    assert added_while_busy == 2
+    assert held_meanwhile  # the leader held the first batch all along
+    assert cluster.partition("busy", 0).committed == [b"first"]
+    assert cluster.partition("busy", 1).committed == [b"second"]
