@@ -217,14 +217,14 @@ class Sender:
         cluster = self._metadata.snapshot
         blocked: set[int] = set()
         throttle_end = _IDLE
-        for conn in self._pool.connections():
-            if not conn.can_send_more():
-                blocked.add(conn.node_id)
-                if conn.throttled_until > now:
+        for open_conn in self._pool.connections():
+            if not open_conn.can_send_more():
+                blocked.add(open_conn.node_id)
+                if open_conn.throttled_until > now:
                     # The connection wakes us as its throttle ends; its timer may fire a
                     # clock tick early (asyncio runs timers due within its resolution), so
                     # the end is the next round's time too.
-                    throttle_end = min(throttle_end, conn.throttled_until - now)
+                    throttle_end = min(throttle_end, open_conn.throttled_until - now)
         acc.blocked = blocked
         readiness = acc.ready(cluster, now)
         delay = min(readiness.next_check, throttle_end)
