@@ -1393,18 +1393,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.latency_seconds = min(args.latency_seconds, 2.0)
     suites = args.suites.split(",")
     plan: list[Spec] = []
+    wanted = set(args.only.split(",")) if args.only else set()
     if "table" in suites:
-        table = table_plan(args.records, args.value_size)
-        if args.only:
-            table = [s for s in table if matches(s, set(args.only.split(",")))]
-        plan += table
+        plan += [s for s in table_plan(args.records, args.value_size) if matches(s, wanted)]
     if "latency" in suites:
         plan += latency_plan(args.rate, args.latency_seconds, args.loop)
     if "scaling" in suites:
-        scaling = scaling_plan(args.records, args.loop)
-        if args.only:
-            scaling = [s for s in scaling if matches(s, set(args.only.split(",")))]
-        plan += scaling
+        plan += [s for s in scaling_plan(args.records, args.loop) if matches(s, wanted)]
     src = snapshot_source()
     for spec in plan:
         spec["src"] = src

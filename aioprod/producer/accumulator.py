@@ -217,7 +217,7 @@ class RecordAccumulator:
         #: the sender then. So their partitions are passed over, and neither their lingers
         #: ending nor their new batches make a round. With 1,000 partitions on a busy
         #: broker, those had made a round every millisecond or so that could send nothing.
-        self.blocked: frozenset[int] | set[int] = frozenset()
+        self.blocked: set[int] = set()
         self.incomplete: set[ProducerBatch] = set()
         self.flushing = 0
         self.closing = False
