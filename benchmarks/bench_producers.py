@@ -22,7 +22,8 @@ batch sizes**, on one Tansu broker. Suites:
 - ``latency``: keyed records paced at 10,000/s; per-record latency from the ``send()`` call
   to the acknowledgement callback, p50/p99/max, with the garbage collector's pauses beside.
 - ``scaling``: keyed await-each over a topic of 1,000 partitions and one of 3 (10,000 keys, so
-  that every partition gets records), aioprod beside aiokafka.
+  that every partition gets records), aioprod beside aiokafka and librdkafka; and the 1,000
+  partitions again at linger 20 ms, where each partition gathers a few records per linger.
 - ``memory``: in a subprocess, queue 1,000,000 x 100 B records with the broker SIGSTOPped
   (nothing can be acknowledged) and report (RSS after - RSS before) / records.
 
@@ -112,8 +113,10 @@ NOT_AVAILABLE = {
 }
 MEMORY_CLIENTS = ("aioprod", "aiokafka", "Producer")
 LATENCY_CLIENTS = ("aioprod", "aiokafka", "Producer")
-SCALING_CLIENTS = ("aioprod", "aiokafka")
-SCALING_PARTITIONS = (3, 1000)
+SCALING_CLIENTS = ("aioprod", "aiokafka", "Producer")
+#: (partitions, linger ms) of the scaling suite: the target compares the first two; the third
+#: is the same load with a linger long enough for a partition to gather a few records.
+SCALING_CELLS = ((3, 5), (1000, 5), (1000, 20))
 SCALING_KEYS = 10_000
 CHUNK = 10_000
 LINGER_MS = 5
@@ -234,7 +237,7 @@ def librdkafka_config(spec: Spec, **extra: Any) -> dict[str, Any]:
         "bootstrap.servers": spec["bootstrap"],
         "acks": "all",
         "compression.type": "lz4",
-        "linger.ms": LINGER_MS,
+        "linger.ms": spec.get("linger_ms", LINGER_MS),
         # batch.num.messages (default 10,000) is never reached by 16/64 KiB of 100 B records.
         "batch.size": spec["batch_size"],
         "enable.idempotence": spec["idempotence"],
@@ -250,7 +253,7 @@ def aioprod_options(spec: Spec, **extra: Any) -> dict[str, Any]:
         "bootstrap_servers": spec["bootstrap"],
         "acks": "all",
         "compression_type": "lz4",
-        "linger_ms": LINGER_MS,
+        "linger_ms": spec.get("linger_ms", LINGER_MS),
         "batch_size": spec["batch_size"],
         "enable_idempotence": spec["idempotence"],
         **extra,
@@ -263,7 +266,7 @@ def aiokafka_options(spec: Spec, **extra: Any) -> dict[str, Any]:
         "bootstrap_servers": spec["bootstrap"],
         "acks": "all",
         "compression_type": "lz4",
-        "linger_ms": LINGER_MS,
+        "linger_ms": spec.get("linger_ms", LINGER_MS),
         "max_batch_size": spec["batch_size"],
         "enable_idempotence": spec["idempotence"],
         **extra,
@@ -820,10 +823,11 @@ def scaling_plan(records: int, loop: str) -> list[Spec]:
             keys=SCALING_KEYS,
             idempotence=client != "aiokafka",
             partitions=partitions,
-            loop=loop,
+            linger_ms=linger_ms,
+            loop=NO_LOOP if client == "Producer" else loop,
             records=records,
         )
-        for partitions in SCALING_PARTITIONS
+        for partitions, linger_ms in SCALING_CELLS
         for client in SCALING_CLIENTS
     ]
 
@@ -839,7 +843,15 @@ def memory_plan(records: int, loop: str) -> list[Spec]:
 
 def group_key(spec: Spec) -> tuple[Any, ...]:
     """The cell a run belongs to, without the client and loop (interleaving rotates those)."""
-    return (spec["suite"], spec["mode"], spec["batch_size"], spec["keys"], spec["idempotence"], spec["partitions"])
+    return (
+        spec["suite"],
+        spec["mode"],
+        spec["batch_size"],
+        spec["keys"],
+        spec["idempotence"],
+        spec["partitions"],
+        spec.get("linger_ms", LINGER_MS),
+    )
 
 
 def cell_key(spec: Spec) -> tuple[Any, ...]:
@@ -948,7 +960,7 @@ def table_lookup(cells: dict[tuple[Any, ...], dict[str, Any]]) -> Callable[..., 
         mode: str, batch: int, keys: int, idempotence: bool, client: str, loop: str, partitions: int = 3
     ) -> dict[str, Any] | None:
         loop = NO_LOOP if client == "Producer" else loop
-        return cells.get(("table", mode, batch, keys, idempotence, partitions, client, loop))
+        return cells.get(("table", mode, batch, keys, idempotence, partitions, LINGER_MS, client, loop))
 
     return get
 
@@ -956,7 +968,7 @@ def table_lookup(cells: dict[tuple[Any, ...], dict[str, Any]]) -> Callable[..., 
 def throughput_tables(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
     get = table_lookup(cells)
     present = {k for k in cells if k[0] == "table"}
-    baseline = any(k[6] == BASELINE for k in present)
+    baseline = any(k[7] == BASELINE for k in present)
     out: list[str] = []
     notes: dict[str, int] = {}
     for mode in MODES:
@@ -1043,24 +1055,25 @@ def latency_table(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
 
 
 def scaling_table(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
-    rows = {(key[5], key[6]): row for key, row in cells.items() if key[0] == "scaling"}
+    rows = {(key[5], key[6], key[7]): row for key, row in cells.items() if key[0] == "scaling"}
     if not rows:
         return ""
     lines = [
-        "| client | partitions | records/s | CPU µs/rec | x its 3-partition figure | other load / steal |",
-        "|---|--:|--:|--:|--:|--:|",
+        "| client | partitions | linger ms | records/s | CPU µs/rec | x its 3-partition figure | other load / steal |",
+        "|---|--:|--:|--:|--:|--:|--:|",
     ]
-    for client in sorted({client for _, client in rows}, key=ROW_ORDER.__getitem__):
-        for partitions in SCALING_PARTITIONS:
-            row = rows.get((partitions, client))
+    for client in sorted({client for *_, client in rows}, key=ROW_ORDER.__getitem__):
+        for partitions, linger_ms in SCALING_CELLS:
+            row = rows.get((partitions, linger_ms, client))
             if row is None:
                 continue
+            where = f"| {SHORT[client]} | {partitions:,} | {linger_ms} |"
             if row.get("records_per_s") is None:
-                lines.append(f"| {SHORT[client]} | {partitions:,} | failed: {'; '.join(row['failed'])[:80]} | | | |")
+                lines.append(f"{where} failed: {'; '.join(row['failed'])[:80]} | | | |")
                 continue
-            versus = ratio(row, rows.get((SCALING_PARTITIONS[0], client)))
+            versus = ratio(row, rows.get((*SCALING_CELLS[0], client)))
             lines.append(
-                f"| {SHORT[client]} | {partitions:,} | {row['records_per_s']:,.0f} | {row['client_cpu_us']:.1f} "
+                f"{where} {row['records_per_s']:,.0f} | {row['client_cpu_us']:.1f} "
                 f"| {fmt(versus, '.2f')} | {fmt(row['other_cores'], '.2f')} / {fmt(row['steal_cores'], '.2f')} |"
             )
     return "\n".join(lines)
@@ -1142,7 +1155,7 @@ def target_lines(cells: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
             f"- bulk ≥ 1.0x confluent_kafka.Producer in every cell: lowest {lowest_bulk[0]:.2f}x ({lowest_bulk[1]}): "
             f"{verdict(lowest_bulk[0] >= 1.0)}"
         )
-    latency = {(k[6], k[7]): row for k, row in cells.items() if k[0] == "latency" and row.get("p50_ms") is not None}
+    latency = {(k[7], k[8]): row for k, row in cells.items() if k[0] == "latency" and row.get("p50_ms") is not None}
     rdkafka = latency.get(("Producer", NO_LOOP))
     for (client, loop), row in sorted(latency.items()):
         if client != "aioprod":
@@ -1158,11 +1171,11 @@ def target_lines(cells: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
                 f"{verdict(row['p50_ms'] <= rdkafka['p50_ms'])}",
             )
         out.append(f"- latency at 10,000 records/s, {loop}: " + "; ".join(parts))
-    scaling = {(k[5], k[6]): row for k, row in cells.items() if k[0] == "scaling"}
-    value = ratio(scaling.get((1000, "aioprod")), scaling.get((3, "aioprod")))
+    scaling = {(k[5], k[6], k[7]): row for k, row in cells.items() if k[0] == "scaling"}
+    value = ratio(scaling.get((1000, LINGER_MS, "aioprod")), scaling.get((3, LINGER_MS, "aioprod")))
     if value is not None:
         out.append(f"- 1,000 partitions ≥ 0.8x the 3-partition figure: {value:.2f}x: {verdict(value >= 0.8)}")
-    memory = {k[6]: row for k, row in cells.items() if k[0] == "memory" and row.get("bytes_per_record")}
+    memory = {k[7]: row for k, row in cells.items() if k[0] == "memory" and row.get("bytes_per_record")}
     if "aioprod" in memory and "aiokafka" in memory:
         mine, theirs = memory["aioprod"]["bytes_per_record"], memory["aiokafka"]["bytes_per_record"]
         out.append(
@@ -1503,7 +1516,8 @@ def matches(spec: Spec, wanted: set[str]) -> bool:
 def progress_line(run: Result, rep: int, elapsed: float) -> str:
     label = (
         f"[{elapsed:6.1f}s] rep {rep + 1} {run['suite']:7} {run['mode']:4} {batch_label(run['batch_size']):6} "
-        f"keys={run['keys']:<5} p={run['partitions']:<4} idem={'on ' if run['idempotence'] else 'off'} "
+        f"keys={run['keys']:<5} p={run['partitions']:<4} linger={run.get('linger_ms', LINGER_MS):<2} "
+        f"idem={'on ' if run['idempotence'] else 'off'} "
         f"{run['loop']:7} {SHORT[run['client']]:11}"
     )
     if "failed" in run:
