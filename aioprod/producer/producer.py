@@ -60,6 +60,13 @@ _BYTES = (bytes, bytearray, memoryview)
 _NEW, _STARTED, _CLOSING, _CLOSED = "new", "started", "closing", "closed"
 
 
+#: While a connection is full, a caller sending in a tight loop still lets the loop run this
+#: often (seconds), so that the connection's reader reads the answers that free it. The
+#: loop's clock is read once per _SENDS_PER_CLOCK_CHECK such sends.
+_MAX_UNYIELDED = 0.1
+_SENDS_PER_CLOCK_CHECK = 64
+
+
 class Producer:
     """An asyncio Kafka producer.
 
@@ -87,6 +94,10 @@ class Producer:
         self._txn: TransactionManager | None = None
         # The last send() started a batch: the next one lets the sender run first.
         self._yield_first = False
+        # send()s since the last look at the clock while a connection was full, and when
+        # send() last let the loop run.
+        self._sends_while_blocked = 0
+        self._last_yield = 0.0
         self._closing: asyncio.Task[None] | None = None
         self._metrics = ProducerMetrics(self.config)
         if self.config.telemetry is not None:
@@ -242,6 +253,7 @@ class Producer:
             # buffer is full. Here, before anything is queued, a cancellation loses nothing.
             self._yield_first = False
             await asyncio.sleep(0)
+            self._last_yield = self._loop.time()
             if self._state is not _STARTED or self._fatal is not None:
                 self._raise_not_open()
         tps = self._tps.get(topic)
@@ -320,6 +332,13 @@ class Producer:
             now = self._loop.time()
             self._yield_first = acc.next_round <= now or bool(acc.blocked)
             self._metadata.touch(topic, now)
+        elif acc.blocked:
+            # No batch completes while every partition's open batch has room (many
+            # partitions, or a large batch_size), so bound the time between yields too.
+            self._sends_while_blocked += 1
+            if self._sends_while_blocked >= _SENDS_PER_CLOCK_CHECK:
+                self._sends_while_blocked = 0
+                self._yield_first = self._loop.time() - self._last_yield >= _MAX_UNYIELDED
         return future
 
     async def send_many(

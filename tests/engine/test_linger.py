@@ -126,3 +126,38 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_a_connection_is_busy(sc
         first = (await held).offset + 1
         assert [(await future).offset for future in futures] == list(range(first, first + 100))
     assert other_turns >= 20
+
+
+async def test_a_tight_send_loop_lets_the_loop_run_while_no_batch_completes(scripted: Scripted) -> None:
+    # With many partitions, or a large batch_size, a tight loop of sends can go on for long
+    # without completing a batch. While a connection is full, send() still lets the loop run
+    # once 100 ms have passed since it last did, so that the reader reads the answers.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    config: dict[str, Any] = {"linger_ms": 5, "max_in_flight_requests_per_connection": 1, "batch_size": 1 << 20}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **config) as p:
+        await p.send_and_wait("t", b"warm-up")
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"held")
+        while len(cluster.requests_of(ProduceRequest)) < 2:
+            await asyncio.sleep(0.001)
+        turns = 0
+
+        async def other_task() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(other_task())
+        await asyncio.sleep(0)
+        futures = [await p.send("t", b"x" * 50) for _ in range(100)]  # one open batch, far from full
+        turns_before = turns
+        clock.now += 0.15  # the sends took 150 ms
+        futures += [await p.send("t", b"x" * 50) for _ in range(100)]
+        turns_after = turns - turns_before
+        other.cancel()
+        cluster.nodes[1].release()
+        first = (await held).offset + 1
+        assert [(await future).offset for future in futures] == list(range(first, first + 200))
+    assert turns_after >= 1
