@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aioprod import Producer
+from aioprod import Producer, RecordFuture
 from aioprod.protocol.messages import ProduceRequest
 from tests.conftest import Scripted
 
@@ -95,6 +95,32 @@ async def test_a_busy_broker_holds_back_only_its_own_partitions(scripted: Script
         assert (await held).offset + 1 == (await queued_behind).offset
 
 
+async def _hold_the_only_place(p: Producer, cluster: Any) -> RecordFuture:
+    """Send a record whose produce request node 1 holds: with one place in flight, the
+    connection is then full until the node is released."""
+    cluster.nodes[1].holding = True
+    held = await p.send("t", b"held")
+    while len(cluster.requests_of(ProduceRequest)) < 2:
+        await asyncio.sleep(0.001)
+    return held
+
+
+class _OtherTask:
+    """Another task on the loop, counting the turns it gets."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            self.turns += 1
+            await asyncio.sleep(0)
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+
 async def test_a_tight_send_loop_lets_the_loop_run_while_a_connection_is_busy(scripted: Scripted) -> None:
     # Nothing wakes the sender for a busy broker's batches, but the connection's reader must
     # still get to read the answers that free it: send() yields as each batch completes,
@@ -104,23 +130,12 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_a_connection_is_busy(sc
     config: dict[str, Any] = {"linger_ms": 5, "max_in_flight_requests_per_connection": 1, "batch_size": 200}
     async with Producer(bootstrap_servers=cluster.bootstrap, **config) as p:
         await p.send_and_wait("t", b"warm-up")
-        cluster.nodes[1].holding = True
-        held = await p.send("t", b"held")
-        while len(cluster.requests_of(ProduceRequest)) < 2:
-            await asyncio.sleep(0.001)
-        turns = 0
-
-        async def other_task() -> None:
-            nonlocal turns
-            while True:
-                turns += 1
-                await asyncio.sleep(0)
-
-        other = asyncio.create_task(other_task())
+        held = await _hold_the_only_place(p, cluster)
+        other = _OtherTask()
         await asyncio.sleep(0)
-        before = turns
+        before = other.turns
         futures = [await p.send("t", b"x" * 50) for _ in range(100)]  # a batch every few records
-        other_turns = turns - before
+        other_turns = other.turns - before
         other.cancel()
         cluster.nodes[1].release()
         first = (await held).offset + 1
@@ -137,27 +152,16 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_no_batch_completes(scri
     config: dict[str, Any] = {"linger_ms": 5, "max_in_flight_requests_per_connection": 1, "batch_size": 1 << 20}
     async with Producer(bootstrap_servers=cluster.bootstrap, **config) as p:
         await p.send_and_wait("t", b"warm-up")
-        cluster.nodes[1].holding = True
-        held = await p.send("t", b"held")
-        while len(cluster.requests_of(ProduceRequest)) < 2:
-            await asyncio.sleep(0.001)
-        turns = 0
-
-        async def other_task() -> None:
-            nonlocal turns
-            while True:
-                turns += 1
-                await asyncio.sleep(0)
-
-        other = asyncio.create_task(other_task())
+        held = await _hold_the_only_place(p, cluster)
+        other = _OtherTask()
         await asyncio.sleep(0)
         futures = [await p.send("t", b"x" * 50) for _ in range(100)]  # one open batch, far from full
-        turns_before = turns
+        before = other.turns
         clock.now += 0.15  # the sends took 150 ms
         futures += [await p.send("t", b"x" * 50) for _ in range(100)]
-        turns_after = turns - turns_before
+        other_turns = other.turns - before
         other.cancel()
         cluster.nodes[1].release()
         first = (await held).offset + 1
         assert [(await future).offset for future in futures] == list(range(first, first + 200))
-    assert turns_after >= 1
+    assert other_turns >= 1
