@@ -346,7 +346,9 @@ class SyncProducer:
     # -- plumbing --------------------------------------------------------------------
 
     def _check_thread(self) -> None:
-        if threading.get_ident() == self._thread.ident:
+        # The Thread object, not its id: once the loop thread has ended, its id can be a
+        # new thread's.
+        if threading.current_thread() is self._thread:
             raise RuntimeError(
                 "a SyncProducer's blocking methods cannot be called from its own thread "
                 "(e.g. from a delivery callback): that would wait for itself forever"

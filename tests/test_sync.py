@@ -181,6 +181,35 @@ def test_close_is_idempotent_and_thread_safe(tansu_broker: TansuBroker, topic: s
     assert all(f.result(0).topic == topic for f in futures)  # close delivered what was queued
 
 
+def test_a_thread_that_reuses_the_ended_loop_threads_id_may_still_call_close(tansu_broker: TansuBroker) -> None:
+    # Once the producer's loop thread has ended, the system may give its id to a new thread
+    # (glibc does at once); such a thread is not the loop thread. Seen in CI as a close() from
+    # a thread pool refused with "cannot be called from its own thread".
+    producer = SyncProducer(bootstrap_servers=tansu_broker.bootstrap)
+    producer.close()
+    ended = producer._thread
+    assert not ended.is_alive()
+    outcomes: list[BaseException | None] = []
+
+    def close_if_id_reused() -> None:
+        if threading.get_ident() != ended.ident:
+            return
+        try:
+            producer.close()
+            producer.flush()
+            outcomes.append(None)
+        except BaseException as exc:
+            outcomes.append(exc)
+
+    for _ in range(100):  # until the system hands the ended thread's id out again
+        thread = threading.Thread(target=close_if_id_reused)
+        thread.start()
+        thread.join()
+        if outcomes:
+            break
+    assert outcomes == [None]
+
+
 def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: TansuBroker, topic: str) -> None:
     seen: list[BaseException] = []
     done = threading.Event()
