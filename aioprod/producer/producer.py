@@ -92,8 +92,6 @@ class Producer:
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
         self._txn: TransactionManager | None = None
-        # The last send() started a batch: the next one lets the sender run first.
-        self._yield_first = False
         # send()s since the last look at the clock while a connection was full, and when
         # send() last let the loop run.
         self._sends_while_blocked = 0
@@ -247,11 +245,13 @@ class Producer:
             self._raise_not_open()
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
-        if self._yield_first:
-            # The last send() started a batch (so the one before it is complete): let the
-            # sender drain it, or a caller sending in a tight loop starves it until the
-            # buffer is full. Here, before anything is queued, a cancellation loses nothing.
-            self._yield_first = False
+        acc = self._accumulator
+        if acc.yield_wanted:
+            # The last send() started a batch while a round was due or a connection full,
+            # and no round has run since: let the loop run first, or a caller sending in a
+            # tight loop starves the sender and the connections' readers until the buffer is
+            # full. Here, before anything is queued, a cancellation loses nothing.
+            acc.yield_wanted = False
             await asyncio.sleep(0)
             self._last_yield = self._loop.time()
             if self._state is not _STARTED or self._fatal is not None:
@@ -283,7 +283,6 @@ class Producer:
                 raise TypeError(f"partition must be an int or None, got {type(partition).__name__}")
             raise ValueError(f"partition must be >= 0, got {partition}")
 
-        acc = self._accumulator
         # RecordAccumulator.record_size, inlined: this is the per-record hot path.
         size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
         if header_list:
@@ -330,7 +329,7 @@ class Producer:
             # linger ran out), or a connection cannot take a request until its reader reads
             # the answers that free it: the next send() lets them run first.
             now = self._loop.time()
-            self._yield_first = acc.next_round <= now or bool(acc.blocked)
+            acc.yield_wanted = acc.next_round <= now or bool(acc.blocked)
             self._metadata.touch(topic, now)
         elif acc.blocked:
             # No batch completes while every partition's open batch has room (many
@@ -338,7 +337,7 @@ class Producer:
             self._sends_while_blocked += 1
             if self._sends_while_blocked >= _SENDS_PER_CLOCK_CHECK:
                 self._sends_while_blocked = 0
-                self._yield_first = self._loop.time() - self._last_yield >= _MAX_UNYIELDED
+                acc.yield_wanted = self._loop.time() - self._last_yield >= _MAX_UNYIELDED
         return future
 
     async def send_many(
