@@ -337,7 +337,8 @@ class Producer:
             self._sends_while_blocked += 1
             if self._sends_while_blocked >= _SENDS_PER_CLOCK_CHECK:
                 self._sends_while_blocked = 0
-                acc.yield_wanted = self._loop.time() - self._last_yield >= _MAX_UNYIELDED
+                if self._loop.time() - self._last_yield >= _MAX_UNYIELDED:
+                    acc.yield_wanted = True
         return future
 
     async def send_many(
