@@ -14,24 +14,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Tansu, create_topic
+from common import Tansu, cpu_seconds, create_topic
 
 from aioprod import Producer
 
 CHUNK_BATCHES = 2000
-
-
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(broker: Tansu, partitions: int, records: int, idempotence: bool, chunks: int) -> list[float]:
@@ -52,13 +45,13 @@ async def measure(broker: Tansu, partitions: int, records: int, idempotence: boo
         await producer.flush()
         assert broker.pid is not None
         for _ in range(chunks):
-            before = process_cpu(broker.pid)
+            before = cpu_seconds(broker.pid)
             for _ in range(rounds):
                 for partition in range(partitions):
                     for _ in range(records):
                         await producer.send("t", value, partition=partition)
                 await producer.flush()
-            per_chunk.append((process_cpu(broker.pid) - before) / (rounds * partitions) * 1e6)
+            per_chunk.append((cpu_seconds(broker.pid) - before) / (rounds * partitions) * 1e6)
     return per_chunk
 
 
