@@ -237,7 +237,7 @@ def librdkafka_config(spec: Spec, **extra: Any) -> dict[str, Any]:
         "bootstrap.servers": spec["bootstrap"],
         "acks": "all",
         "compression.type": "lz4",
-        "linger.ms": spec.get("linger_ms", LINGER_MS),
+        "linger.ms": spec["linger_ms"],
         # batch.num.messages (default 10,000) is never reached by 16/64 KiB of 100 B records.
         "batch.size": spec["batch_size"],
         "enable.idempotence": spec["idempotence"],
@@ -253,7 +253,7 @@ def aioprod_options(spec: Spec, **extra: Any) -> dict[str, Any]:
         "bootstrap_servers": spec["bootstrap"],
         "acks": "all",
         "compression_type": "lz4",
-        "linger_ms": spec.get("linger_ms", LINGER_MS),
+        "linger_ms": spec["linger_ms"],
         "batch_size": spec["batch_size"],
         "enable_idempotence": spec["idempotence"],
         **extra,
@@ -266,7 +266,7 @@ def aiokafka_options(spec: Spec, **extra: Any) -> dict[str, Any]:
         "bootstrap_servers": spec["bootstrap"],
         "acks": "all",
         "compression_type": "lz4",
-        "linger_ms": spec.get("linger_ms", LINGER_MS),
+        "linger_ms": spec["linger_ms"],
         "max_batch_size": spec["batch_size"],
         "enable_idempotence": spec["idempotence"],
         **extra,
@@ -765,6 +765,7 @@ def base_spec(**fields: Any) -> Spec:
         "keys": 0,
         "idempotence": True,
         "partitions": 3,
+        "linger_ms": LINGER_MS,
         "loop": "uvloop",
     }
     spec.update(fields)
@@ -850,7 +851,7 @@ def group_key(spec: Spec) -> tuple[Any, ...]:
         spec["keys"],
         spec["idempotence"],
         spec["partitions"],
-        spec.get("linger_ms", LINGER_MS),
+        spec.get("linger_ms", LINGER_MS),  # runs saved before the linger was a field: its constant
     )
 
 
@@ -1516,7 +1517,7 @@ def matches(spec: Spec, wanted: set[str]) -> bool:
 def progress_line(run: Result, rep: int, elapsed: float) -> str:
     label = (
         f"[{elapsed:6.1f}s] rep {rep + 1} {run['suite']:7} {run['mode']:4} {batch_label(run['batch_size']):6} "
-        f"keys={run['keys']:<5} p={run['partitions']:<4} linger={run.get('linger_ms', LINGER_MS):<2} "
+        f"keys={run['keys']:<5} p={run['partitions']:<4} linger={run['linger_ms']:<2} "
         f"idem={'on ' if run['idempotence'] else 'off'} "
         f"{run['loop']:7} {SHORT[run['client']]:11}"
     )
