@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import json
 import logging
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from aioprod.errors import KafkaError
 from aioprod.spark import _pyspark
 from aioprod.spark.chunks import Chunk, arrow_chunks, row_chunks
 from aioprod.spark.environment import check_executors, executor_python, explain_job_failure, spark_context
@@ -32,6 +34,16 @@ _RESULT_DDL = (
 )
 
 
+class FencedAttemptError(KafkaError):
+    """Raised on an executor: another producer took this task attempt's transactional id while
+    it wrote, so its rows are aborted. Failing the attempt makes Spark run it again.
+
+    Spark does not stop the Python worker of a task that failed: when the task's upstream
+    failed, the worker goes on reading what input reached it, and may start its producer only
+    after the retry has started, fencing it. The next attempt fences that worker in turn.
+    """
+
+
 def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: ProgressCallback | None) -> WriteReport:
     """Run the write as one Spark job; ``progress`` hears the totals once, when it ends.
 
@@ -48,6 +60,8 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
                 "spark.speculation is on: a speculative copy of a task fences the transaction of the attempt it "
                 "copies, and if Spark keeps that attempt's result the write fails (rows are never lost or doubled)"
             )
+        else:
+            plan = dataclasses.replace(plan, retry_fenced=True)
     with executor_python(sc):
         arrow = check_executors(sc, need_arrow=transport == "arrow")
         try:
@@ -150,6 +164,12 @@ def _run_partition(plan: Plan, chunks: Iterator[Chunk], prepared: Accumulator[li
         else PartitionWrite(plan, spark_partition=partition)
     )
     tally = write_partition(unit, chunks)
+    if plan.retry_fenced and isinstance(unit, TransactionalPartitionWrite) and unit.fenced:
+        raise FencedAttemptError(
+            f"Spark partition {partition}, attempt {attempt}: another producer took transactional id "
+            f"{unit.transactional_id!r} while this attempt wrote (an earlier attempt still running?); its rows "
+            "are aborted, and the attempt fails so that Spark runs it again"
+        )
     handle = None if tally.prepared is None else encode(tally.prepared)
     if handle is not None and prepared is not None:
         prepared.add([handle])

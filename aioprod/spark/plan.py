@@ -38,6 +38,10 @@ class Plan:
     #: Exactly-once: every writer writes in one transaction named after ``write_id`` (see :meth:`transactional_id`).
     exactly_once: bool = False
     write_id: str | None = None
+    #: Exactly-once from the executors, speculation off: a task attempt whose transactional id
+    #: another producer took while it wrote fails, so that Spark runs it again (see
+    #: :class:`aioprod.spark.executors.FencedAttemptError`).
+    retry_fenced: bool = False
 
     @property
     def columns(self) -> list[str]:

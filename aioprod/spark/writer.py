@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
+    InvalidProducerEpochError,
     InvalidTransactionTimeoutError,
     KafkaError,
     KafkaTimeoutError,
     ProducerClosedError,
     ProducerFatalError,
+    ProducerFencedError,
 )
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
@@ -285,6 +287,14 @@ class TransactionalPartitionWrite(PartitionWrite):
         self.transactional_id = plan.transactional_id(unit)
         self._commit = commit
         self._call_timeout = self._config.max_block_ms / 1000 + _GRACE
+        self._end_error: KafkaError | None = None
+
+    @property
+    def fenced(self) -> bool:
+        """Did another producer take the transactional id while this one wrote? Its rows are
+        then aborted, and the write can succeed only in another attempt."""
+        errors = [self._state.fatal, self._end_error, *(e.exception for e in self.tally.errors)]
+        return any(_fenced(error) for error in errors)
 
     def _start(self) -> bool:
         try:
@@ -323,6 +333,7 @@ class TransactionalPartitionWrite(PartitionWrite):
                 tally.prepared = producer.prepare_transaction()
                 return
         except KafkaError as exc:
+            self._end_error = exc
             self._stop(f"could not {verb} transaction {self.transactional_id!r}: {_explain(exc)}")
             return
         try:
@@ -335,12 +346,21 @@ class TransactionalPartitionWrite(PartitionWrite):
                 " it writes them only if they were not committed"
             )
         except KafkaError as exc:
+            self._end_error = exc
             self._stop(f"could not commit transaction {self.transactional_id!r}: {_explain(exc)}")
 
 
 async def _committed(producer: Producer, group_id: str) -> bool:
     """Did a transaction commit an offset for ``group_id`` (an exactly-once unit's marker)?"""
     return bool(await producer._committed_offsets(group_id))
+
+
+def _fenced(error: BaseException | None) -> bool:
+    while error is not None:
+        if isinstance(error, (ProducerFencedError, InvalidProducerEpochError)):
+            return True
+        error = error.__cause__
+    return False
 
 
 def _explain(error: KafkaError) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -21,9 +22,10 @@ import pytest
 from aioprod import SyncProducer
 from aioprod.errors import ConfigError, InvalidTransactionTimeoutError, ProducerFatalError
 from aioprod.producer.transactions import PreparedTransaction
-from aioprod.spark import Mode, WriteError, write_dataframe, writer
+from aioprod.spark import Mode, WriteError, executors, write_dataframe, writer
 from aioprod.spark import transactions as spark_transactions
 from aioprod.spark.chunks import Chunk
+from aioprod.spark.executors import FencedAttemptError
 from aioprod.spark.plan import Plan, producer_options
 from aioprod.spark.writer import TransactionalPartitionWrite, write_partition
 from tests.brokers import TansuBroker
@@ -104,7 +106,9 @@ def test_a_retried_task_writes_every_row_once_and_a_rerun_writes_nothing(
     assert (report.rows_written, report.rows_failed, report.aborted) == (rows, 0, None)
     assert (report.write_id, report.partitions_skipped) == (write_id, [])
     if mode == "executors":
-        assert [(p.spark_partition, p.attempt) for p in report.partitions] == [(0, 0), (1, 1)]
+        # Attempt 2 or later when the first attempt's worker started its producer after the
+        # retry had: that fences the retry, which then fails and runs again.
+        assert [(p.spark_partition, p.attempt > 0) for p in report.partitions] == [(0, False), (1, True)]
     log = logs(bootstrap, topic)
     assert numbers(log.committed) == Counter(range(rows))  # every row, once
     assert log.open == []  # what the first attempt wrote was aborted when the second one started
@@ -253,6 +257,43 @@ def test_a_partition_fenced_after_it_prepared_fails_the_commit_loudly_and_a_reru
     assert run_task(plan, 1, [b"other"]) is None  # committed before: skipped
     log = logs(bootstrap, topic)
     assert numbers([v for v in log.committed if v != b"other"]) == Counter(range(100))
+    assert log.open == []
+
+
+@pytest.mark.parametrize("speculation", [False, True])
+def test_an_attempt_fenced_while_it_writes_fails_so_that_spark_runs_it_again(
+    tansu_broker: TansuBroker, speculation: bool
+) -> None:
+    # Spark does not stop the Python worker of a failed task. One whose upstream failed reads on
+    # what input reached it, and may start its producer only after the retry started: that
+    # fences the retry. The retry must then fail, so that Spark runs it again (fencing that
+    # worker), rather than return a result that fails the whole write. Not under speculation,
+    # where the fencing producer is a copy of the task that Spark may keep.
+    bootstrap = tansu_broker.bootstrap
+    topic = new_topic(bootstrap)
+    plan = dataclasses.replace(exactly_once_plan(bootstrap, topic), retry_fenced=not speculation)
+    values = [b"%d" % i for i in range(100)]
+    zombie = TransactionalPartitionWrite(plan, "-1", commit=False)  # outside Spark a task's partition is -1
+
+    def input_with_a_late_starter() -> Iterator[Chunk]:
+        yield Chunk(0, values[:50])
+        assert zombie.open()  # the earlier attempt's producer starts: it fences this one
+        yield Chunk(50, values[50:])
+
+    try:
+        if speculation:
+            row = executors._run_partition(plan, input_with_a_late_starter(), None)
+            assert (row["prepared"], row["failed"] > 0) == (None, True)  # the write fails; the copy may win
+        else:
+            taken = re.escape(f"took transactional id '{zombie.transactional_id}'")
+            with pytest.raises(FencedAttemptError, match=taken):
+                executors._run_partition(plan, input_with_a_late_starter(), None)
+    finally:
+        zombie.abort(interrupted=False)
+    again = executors._run_partition(plan, iter([Chunk(0, values)]), None)  # Spark's next attempt
+    assert spark_transactions.end_transactions(plan, [again], None, 1) == (set(), None)
+    log = logs(bootstrap, topic)
+    assert numbers(log.committed) == Counter(range(100))
     assert log.open == []
 
 
