@@ -209,9 +209,11 @@ class RecordAccumulator:
         self._linger = config.linger_ms / 1000
         self._delivery_timeout = config.delivery_timeout_ms / 1000
         self._deadlines = _Deadlines()
-        #: Partitions with a batch in flight, when order must hold without idempotence
-        #: (max_in_flight_requests_per_connection=1): nothing more of them is sent meanwhile.
-        self.muted: set[TopicPartition] = set()
+        #: Batches of each partition on the wire (sent, not yet answered); see ``ready``.
+        self._on_wire: dict[TopicPartition, int] = {}
+        #: Without idempotence, order holds only if a partition has one batch in flight at a
+        #: time (Java's guaranteeMessageOrder): nothing more of it is sent meanwhile.
+        self._one_on_wire = not config.enable_idempotence and config.max_in_flight_requests_per_connection == 1
         #: Leaders whose connection could not take a request at the sender's last round (set
         #: by the sender): nothing of theirs can go until it can, and the connection wakes
         #: the sender then. So their partitions are passed over, and neither their lingers
@@ -391,11 +393,12 @@ class RecordAccumulator:
         if self.blocked and not news and self._leader_blocked(batch.tp):
             return
         # The one before it (if any) is now complete and sendable; else the new batch is
-        # sendable once it lingered (or at once, if something forces sending).
+        # sendable once it lingered (or at once, if something forces sending), or, if a batch
+        # of its partition is unanswered, with that answer, which wakes the sender anyway.
         if len(queue) > 1 or self._forced():
             if self.next_round > batch.created:
                 self._wakeup()
-        elif batch.created + self._linger < self.next_round:
+        elif batch.created + self._linger < self.next_round and batch.tp not in self._on_wire:
             self._wakeup()
 
     def _leader_blocked(self, tp: TopicPartition) -> bool:
@@ -434,12 +437,14 @@ class RecordAccumulator:
         next_check = 3600.0
         unknown_leader = False
         force = self._forced()
-        muted = self.muted
+        on_wire = self._on_wire
+        one_on_wire = self._one_on_wire
         blocked = self.blocked
         linger = self._linger
         leaders = self._leaders_of(cluster)
         for tp, queue in self._batches.items():
-            if muted and tp in muted:
+            waiting = tp in on_wire
+            if waiting and one_on_wire:
                 continue
             leader = leaders.get(tp, _UNKNOWN)
             if leader is _UNKNOWN:
@@ -454,6 +459,12 @@ class RecordAccumulator:
                 wait = batch.retry_at - now
             elif force or batch.attempts or len(queue) > 1:
                 wait = 0.0
+            elif waiting and not batch.builder.is_full:
+                # Its linger may be over, but the partition's last batch is unanswered: this one
+                # goes with the answer (which wakes the sender), unless it fills first. Over many
+                # partitions on a busy broker, batches then gather what comes meanwhile instead of
+                # each request taking a record or two of every partition.
+                continue
             else:
                 wait = batch.created + linger - now
                 if wait > 0 and batch.builder.is_full:
@@ -516,6 +527,17 @@ class RecordAccumulator:
             if queue:
                 batches[tp] = queue  # to the back of the drain order
         return drained
+
+    def sent(self, batch: ProducerBatch) -> None:
+        self._on_wire[batch.tp] = self._on_wire.get(batch.tp, 0) + 1
+
+    def returned(self, batch: ProducerBatch) -> None:
+        """A batch ``sent`` came back (answered, or its request failed)."""
+        left = self._on_wire[batch.tp] - 1
+        if left:
+            self._on_wire[batch.tp] = left
+        else:
+            del self._on_wire[batch.tp]
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
         """Put a batch back at the head of its partition, in sequence order."""

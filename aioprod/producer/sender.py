@@ -78,9 +78,6 @@ class Sender:
             )
         self._acks = config.acks
         self._request_timeout_ms = config.request_timeout_ms
-        # Without idempotence, order holds only if a partition has one batch in flight at
-        # a time (Java's guaranteeMessageOrder): mute it meanwhile.
-        self._mute = not config.enable_idempotence and config.max_in_flight_requests_per_connection == 1
         #: Batches on the wire, including ones that expired there and are still unanswered.
         self._in_flight: set[ProducerBatch] = set()
         self._quiet = asyncio.Event()
@@ -283,8 +280,7 @@ class Sender:
             batch.leader_epoch = -1 if part is None else part.leader_epoch
             self._in_flight.add(batch)
             self._quiet.clear()
-            if self._mute:
-                self._acc.muted.add(tp)
+            self._acc.sent(batch)
             parts = topics.get(tp.topic)
             if parts is None:
                 parts = topics[tp.topic] = []
@@ -429,12 +425,12 @@ class Sender:
         self._acc.fail_all(lambda _batch: error)
 
     def _returned(self, batch: ProducerBatch) -> None:
+        if batch.in_flight:
+            self._acc.returned(batch)
         batch.in_flight = False
         self._in_flight.discard(batch)
         if not self._in_flight:
             self._quiet.set()
-        if self._mute:
-            self._acc.muted.discard(batch.tp)
         if self.idempotence is not None:
             self.idempotence.returned(batch)
 
