@@ -528,6 +528,11 @@ class RecordAccumulator:
                 batches[tp] = queue  # to the back of the drain order
         return drained
 
+    @property
+    def awaiting_answers(self) -> bool:
+        """Some batch is on the wire (and a partition's next batch may wait for its answer)."""
+        return bool(self._on_wire)
+
     def sent(self, batch: ProducerBatch) -> None:
         self._on_wire[batch.tp] = self._on_wire.get(batch.tp, 0) + 1
 

@@ -60,9 +60,10 @@ _BYTES = (bytes, bytearray, memoryview)
 _NEW, _STARTED, _CLOSING, _CLOSED = "new", "started", "closing", "closed"
 
 
-#: While a connection is full, a caller sending in a tight loop still lets the loop run this
-#: often (seconds), so that the connection's reader reads the answers that free it. The
-#: loop's clock is read once per _SENDS_PER_CLOCK_CHECK such sends.
+#: While a connection is full, or answers are awaited (a partition's next batch goes with its
+#: last one's answer), a caller sending in a tight loop still lets the loop run this often
+#: (seconds), so that the connections' readers read the answers. The loop's clock is read
+#: once per _SENDS_PER_CLOCK_CHECK such sends.
 _MAX_UNYIELDED = 0.1
 _SENDS_PER_CLOCK_CHECK = 64
 
@@ -331,7 +332,7 @@ class Producer:
             now = self._loop.time()
             acc.yield_wanted = acc.next_round <= now or bool(acc.blocked)
             self._metadata.touch(topic, now)
-        elif acc.blocked:
+        elif acc.blocked or acc.awaiting_answers:
             # No batch completes while every partition's open batch has room (many
             # partitions, or a large batch_size), so bound the time between yields too.
             self._sends_while_blocked += 1

@@ -182,6 +182,31 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_no_batch_completes(scri
     assert other_turns >= 1
 
 
+async def test_a_tight_send_loop_lets_the_loop_run_while_a_batch_waits_for_an_answer(scripted: Scripted) -> None:
+    # The connection can take requests, but the partition's open batch goes with the answer
+    # to its batch in flight: a tight loop of sends still lets the loop run once 100 ms have
+    # passed since it last did, so that the reader reads that answer.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1 << 20) as p:
+        await p.send_and_wait("t", b"warm-up")
+        node = cluster.nodes[1]
+        node.holding = True
+        first = await p.send("t", b"first")
+        await asyncio.sleep(0.010)  # on the wire
+        other = _OtherTask()
+        await asyncio.sleep(0)
+        futures = [await p.send("t", b"x" * 50) for _ in range(100)]  # one open batch, far from full
+        before = other.turns
+        clock.now += 0.15  # the sends took 150 ms
+        futures += [await p.send("t", b"x" * 50) for _ in range(100)]
+        other_turns = other.turns - before
+        other.cancel()
+        node.release()
+        assert [(await f).offset for f in (first, *futures)] == list(range(1, 202))
+    assert other_turns >= 1
+
+
 def _record_requests(p: Producer, clock: Any) -> list[tuple[float, list[tuple[int, int]]]]:
     """Each produce request as the sender writes it: when, and (partition, records) per batch.
     (The scripted broker reads a connection's requests one at a time, so it would not see a
