@@ -57,28 +57,20 @@ async def test_lingers_ending_behind_a_busy_connection_make_no_rounds_and_go_tog
         held = await p.send("t", b"held", partition=0)
         while len(cluster.requests_of(ProduceRequest)) < 2:
             await asyncio.sleep(0.001)
-        rounds = 0
-        run_once = p._sender.run_once
-
-        def counted(now: float) -> float:
-            nonlocal rounds
-            rounds += 1
-            return run_once(now)
-
-        p._sender.run_once = counted  # type: ignore[method-assign]
+        rounds = _count_rounds(p)
         waiting = []
         for partition in range(1, 10):
             waiting.append(await p.send("t", b"waiting", partition=partition))
             await asyncio.sleep(0.001)  # each opens its batch a millisecond after the last
         await asyncio.sleep(0.020)  # every linger has ended
-        assert rounds == 0
+        assert rounds == [0]
         node.release()
         await held
         offsets = [(await future).offset for future in waiting]
     assert offsets == [0] * 9
     produce = cluster.requests_of(ProduceRequest)
     assert len(produce) == 3  # the warm-up, the held one, then the nine batches in one
-    assert rounds >= 1
+    assert rounds[0] >= 1
 
 
 async def test_a_busy_broker_holds_back_only_its_own_partitions(scripted: Scripted) -> None:
@@ -160,6 +152,19 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_a_connection_is_busy(sc
     assert other_turns >= 20
 
 
+async def _tight_send_loop_of_150_ms(p: Producer, clock: Any) -> tuple[list[RecordFuture], int]:
+    """200 sends into one open batch, far from full, in a tight loop that takes 150 ms of the
+    clock half-way; their futures, and the turns another task got meanwhile."""
+    other = _OtherTask()
+    await asyncio.sleep(0)
+    futures = [await p.send("t", b"x" * 50) for _ in range(100)]
+    before = other.turns
+    clock.now += 0.15
+    futures += [await p.send("t", b"x" * 50) for _ in range(100)]
+    other.cancel()
+    return futures, other.turns - before
+
+
 async def test_a_tight_send_loop_lets_the_loop_run_while_no_batch_completes(scripted: Scripted) -> None:
     # With many partitions, or a large batch_size, a tight loop of sends can go on for long
     # without completing a batch. While a connection is full, send() still lets the loop run
@@ -170,14 +175,7 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_no_batch_completes(scri
     async with Producer(bootstrap_servers=cluster.bootstrap, **config) as p:
         await p.send_and_wait("t", b"warm-up")
         held = await _hold_the_only_place(p, cluster)
-        other = _OtherTask()
-        await asyncio.sleep(0)
-        futures = [await p.send("t", b"x" * 50) for _ in range(100)]  # one open batch, far from full
-        before = other.turns
-        clock.now += 0.15  # the sends took 150 ms
-        futures += [await p.send("t", b"x" * 50) for _ in range(100)]
-        other_turns = other.turns - before
-        other.cancel()
+        futures, other_turns = await _tight_send_loop_of_150_ms(p, clock)
         assert await _release_the_place(cluster, held, futures) == list(range(200))
     assert other_turns >= 1
 
@@ -189,19 +187,8 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_a_batch_waits_for_an_an
     cluster, clock = scripted.cluster, scripted.clock
     cluster.create_topic("t", 1)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1 << 20) as p:
-        await p.send_and_wait("t", b"warm-up")
-        node = cluster.nodes[1]
-        node.holding = True
-        first = await p.send("t", b"first")
-        await asyncio.sleep(0.010)  # on the wire
-        other = _OtherTask()
-        await asyncio.sleep(0)
-        futures = [await p.send("t", b"x" * 50) for _ in range(100)]  # one open batch, far from full
-        before = other.turns
-        clock.now += 0.15  # the sends took 150 ms
-        futures += [await p.send("t", b"x" * 50) for _ in range(100)]
-        other_turns = other.turns - before
-        other.cancel()
+        _, node, first = await _one_batch_unanswered(p, scripted)
+        futures, other_turns = await _tight_send_loop_of_150_ms(p, clock)
         node.release()
         assert [(await f).offset for f in (first, *futures)] == list(range(1, 202))
     assert other_turns >= 1
@@ -222,6 +209,33 @@ def _record_requests(p: Producer, clock: Any) -> list[tuple[float, list[tuple[in
     return written
 
 
+async def _one_batch_unanswered(
+    p: Producer, scripted: Scripted
+) -> tuple[list[tuple[float, list[tuple[int, int]]]], Any, RecordFuture]:
+    """Warm up, record the requests written from then on, and leave a batch of partition 0 (one
+    record, ``first``) on the wire, unanswered until the node is released."""
+    await p.send_and_wait("t", b"warm-up", partition=0)
+    written = _record_requests(p, scripted.clock)
+    node = scripted.cluster.nodes[1]
+    node.holding = True
+    first = await p.send("t", b"first", partition=0)
+    await asyncio.sleep(0.010)
+    return written, node, first
+
+
+def _count_rounds(p: Producer) -> list[int]:
+    """A one-item list counting the sender's rounds from now on."""
+    rounds = [0]
+    run_once = p._sender.run_once
+
+    def counted(now: float) -> float:
+        rounds[0] += 1
+        return run_once(now)
+
+    p._sender.run_once = counted  # type: ignore[method-assign]
+    return rounds
+
+
 async def test_a_partitions_next_batch_goes_with_the_answer_to_its_batch_in_flight(scripted: Scripted) -> None:
     # Past its linger, a partition's lone open batch waits while its last batch is unanswered,
     # and goes in the round the answer wakes. Over 1,000 partitions on a busy broker each
@@ -231,12 +245,7 @@ async def test_a_partitions_next_batch_goes_with_the_answer_to_its_batch_in_flig
     cluster = scripted.cluster
     cluster.create_topic("t", 2)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
-        await p.send_and_wait("t", b"warm-up", partition=0)
-        written = _record_requests(p, scripted.clock)
-        node = cluster.nodes[1]
-        node.holding = True
-        first = await p.send("t", b"first", partition=0)
-        await asyncio.sleep(0.010)
+        written, node, first = await _one_batch_unanswered(p, scripted)
         second = await p.send("t", b"second", partition=0)
         third = await p.send("t", b"third", partition=0)
         other = await p.send("t", b"other", partition=1)
@@ -255,12 +264,7 @@ async def test_a_full_batch_does_not_wait_for_its_partitions_batch_in_flight(scr
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1024) as p:
-        await p.send_and_wait("t", b"warm-up", partition=0)
-        written = _record_requests(p, scripted.clock)
-        node = cluster.nodes[1]
-        node.holding = True
-        first = await p.send("t", b"first", partition=0)
-        await asyncio.sleep(0.010)
+        written, node, first = await _one_batch_unanswered(p, scripted)
         filling = [await p.send("t", b"x" * 300, partition=0) for _ in range(4)]  # 3 fill a batch, 1 opens the next
         await asyncio.sleep(0.020)
         assert [batches for _, batches in written] == [[(0, 1)], [(0, 3)]]  # the full one, `first` unanswered
@@ -277,24 +281,11 @@ async def test_a_batch_waiting_for_its_partitions_answer_makes_no_rounds(scripte
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
-        await p.send_and_wait("t", b"warm-up", partition=0)
-        written = _record_requests(p, scripted.clock)
-        node = cluster.nodes[1]
-        node.holding = True
-        first = await p.send("t", b"first", partition=0)
-        await asyncio.sleep(0.010)
-        rounds = 0
-        run_once = p._sender.run_once
-
-        def counted(now: float) -> float:
-            nonlocal rounds
-            rounds += 1
-            return run_once(now)
-
-        p._sender.run_once = counted  # type: ignore[method-assign]
+        written, node, first = await _one_batch_unanswered(p, scripted)
+        rounds = _count_rounds(p)
         second = await p.send("t", b"second", partition=0)
         await asyncio.sleep(0.020)
-        assert rounds == 0
+        assert rounds == [0]
         node.release()
         assert [(await f).offset for f in (first, second)] == [1, 2]
     assert [batches for _, batches in written] == [[(0, 1)], [(0, 1)]]
