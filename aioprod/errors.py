@@ -6,7 +6,7 @@ that callers who only know the standard library still catch them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -1680,3 +1680,16 @@ def error_for_code(code: int, message: str | None = None) -> BrokerResponseError
     if cls is None:
         return UnknownBrokerError(code, message)
     return cls(message)
+
+
+def find_cause(error: BaseException | None, matches: Callable[[BaseException], bool]) -> BaseException | None:
+    """``error`` or the first exception of its ``__cause__`` chain that ``matches``; None if none does.
+
+    An error keeps what it wraps as its cause (a fatal error its broker answer, a timeout the
+    fencing that led to it): what a caller decides on may be any link of the chain.
+    """
+    while error is not None:
+        if matches(error):
+            return error
+        error = error.__cause__
+    return None

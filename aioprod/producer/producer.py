@@ -93,9 +93,9 @@ class Producer:
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
         self._txn: TransactionManager | None = None
-        # send()s since the last look at the clock while a connection was full, and when
-        # send() last let the loop run.
-        self._sends_while_blocked = 0
+        # send()s since the last look at the clock while a connection was full or answers
+        # were awaited, and when send() last let the loop run.
+        self._sends_since_clock_check = 0
         self._last_yield = 0.0
         self._closing: asyncio.Task[None] | None = None
         self._metrics = ProducerMetrics(self.config)
@@ -335,9 +335,9 @@ class Producer:
         elif acc.blocked or acc.awaiting_answers:
             # No batch completes while every partition's open batch has room (many
             # partitions, or a large batch_size), so bound the time between yields too.
-            self._sends_while_blocked += 1
-            if self._sends_while_blocked >= _SENDS_PER_CLOCK_CHECK:
-                self._sends_while_blocked = 0
+            self._sends_since_clock_check += 1
+            if self._sends_since_clock_check >= _SENDS_PER_CLOCK_CHECK:
+                self._sends_since_clock_check = 0
                 if self._loop.time() - self._last_yield >= _MAX_UNYIELDED:
                     acc.yield_wanted = True
         return future

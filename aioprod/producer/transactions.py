@@ -53,6 +53,7 @@ from aioprod.errors import (
     TransactionalIdAuthorizationFailedError,
     TransactionStateError,
     UnknownMemberIdError,
+    find_cause,
 )
 from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool
@@ -767,12 +768,7 @@ def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:
 
 def _is_fatal(error: KafkaError) -> bool:
     """A record failed with an error the transactional producer cannot go on after."""
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, BrokerResponseError) and cause.code in _FATAL_FOR_RECORDS:
-            return True
-        cause = cause.__cause__
-    return False
+    return find_cause(error, lambda e: isinstance(e, BrokerResponseError) and e.code in _FATAL_FOR_RECORDS) is not None
 
 
 def as_offsets(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> dict[TopicPartition, OffsetAndMetadata]:

@@ -26,6 +26,7 @@ from aioprod.errors import (
     ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
+    find_cause,
 )
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
@@ -356,23 +357,16 @@ async def _committed(producer: Producer, group_id: str) -> bool:
 
 
 def _fenced(error: BaseException | None) -> bool:
-    while error is not None:
-        if isinstance(error, (ProducerFencedError, InvalidProducerEpochError)):
-            return True
-        error = error.__cause__
-    return False
+    return find_cause(error, lambda e: isinstance(e, (ProducerFencedError, InvalidProducerEpochError))) is not None
 
 
 def _explain(error: KafkaError) -> str:
     text = f"{type(error).__name__}: {error}"
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, InvalidTransactionTimeoutError):
-            return text + (
-                " (transaction_timeout_ms is above the broker's transaction.max.timeout.ms: lower it, or raise the"
-                " broker's; it must outlast the whole write)"
-            )
-        cause = cause.__cause__
+    if find_cause(error, lambda e: isinstance(e, InvalidTransactionTimeoutError)) is not None:
+        return text + (
+            " (transaction_timeout_ms is above the broker's transaction.max.timeout.ms: lower it, or raise the"
+            " broker's; it must outlast the whole write)"
+        )
     return text
 
 
