@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 #: A sleep long enough to mean "until something wakes me".
 _IDLE = 3600.0
+#: Requests in flight to a leader from which its batches due only by their linger wait (see
+#: ``RecordAccumulator.busy``); full batches, retries and flushes use every place.
+_LINGERED_IN_FLIGHT = 2
 
 
 class Sender:
@@ -214,8 +217,11 @@ class Sender:
             self.fail_aborted(txn.error)
         cluster = self._metadata.snapshot
         blocked: set[int] = set()
+        busy: set[int] = set()
         throttle_end = _IDLE
         for open_conn in self._pool.connections():
+            if open_conn.in_flight_count >= _LINGERED_IN_FLIGHT:
+                busy.add(open_conn.node_id)
             if not open_conn.can_send_more():
                 blocked.add(open_conn.node_id)
                 if open_conn.throttled_until > now:
@@ -224,6 +230,7 @@ class Sender:
                     # the end is the next round's time too.
                     throttle_end = min(throttle_end, open_conn.throttled_until - now)
         acc.blocked = blocked
+        acc.busy = busy
         readiness = acc.ready(cluster, now)
         delay = min(readiness.next_check, throttle_end)
         if readiness.unknown_leader:

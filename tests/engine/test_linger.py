@@ -289,3 +289,59 @@ async def test_a_batch_waiting_for_its_partitions_answer_makes_no_rounds(scripte
         node.release()
         assert [(await f).offset for f in (first, second)] == [1, 2]
     assert [batches for _, batches in written] == [[(0, 1)], [(0, 1)]]
+
+
+async def _two_requests_unanswered(
+    p: Producer, scripted: Scripted
+) -> tuple[list[tuple[float, list[tuple[int, int]]]], Any, list[RecordFuture]]:
+    """Warm up, record the requests written from then on, and leave two on the wire, unanswered
+    until the node is released: one batch of partition 0, then one of partition 1."""
+    await p.send_and_wait("t", b"warm-up", partition=0)
+    written = _record_requests(p, scripted.clock)
+    node = scripted.cluster.nodes[1]
+    node.holding = True
+    unanswered = []
+    for partition in (0, 1):
+        unanswered.append(await p.send("t", b"unanswered", partition=partition))
+        await asyncio.sleep(0.010)
+    assert [batches for _, batches in written] == [[(0, 1)], [(1, 1)]]
+    return written, node, unanswered
+
+
+async def test_a_lingered_batch_waits_while_its_leader_has_two_requests_in_flight(scripted: Scripted) -> None:
+    # Past its linger, a batch waits while its leader's connection has two requests unanswered,
+    # and goes in the round the first answer wakes. Over 1,000 partitions on a busy broker, a
+    # request per linger ending had each taken a record or two of many partitions; held, the
+    # partitions' batches gather the records that come meanwhile and go together.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 4)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
+        written, node, unanswered = await _two_requests_unanswered(p, scripted)
+        rounds = _count_rounds(p)
+        lingered = [await p.send("t", b"lingered", partition=partition) for partition in (2, 3)]
+        await asyncio.sleep(0.020)  # their lingers have ended
+        assert len(written) == 2
+        assert rounds == [0]  # neither their opening nor their lingers ending made a round
+        released_at = scripted.clock.now
+        node.release()
+        assert [(await f).offset for f in (*unanswered, *lingered)] == [1, 0, 0, 0]
+    assert [batches for _, batches in written] == [[(0, 1)], [(1, 1)], [(2, 1), (3, 1)]]
+    assert written[-1][0] == pytest.approx(released_at, abs=1e-9)
+
+
+async def test_a_lingered_batch_goes_with_a_full_batch_to_its_leader(scripted: Scripted) -> None:
+    # A full batch still takes one of the five places at once, and a batch held by its linger
+    # rides with it: partitions with more than a batch of records keep their pipelining, and a
+    # stream of full batches cannot keep a lingered one back.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 4)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1024) as p:
+        written, node, unanswered = await _two_requests_unanswered(p, scripted)
+        lingered = await p.send("t", b"lingered", partition=2)
+        await asyncio.sleep(0.010)
+        assert len(written) == 2
+        filling = [await p.send("t", b"x" * 300, partition=3) for _ in range(4)]  # 3 fill a batch, 1 opens the next
+        await asyncio.sleep(0)
+        assert [sorted(batches) for _, batches in written][2:] == [[(2, 1), (3, 3)]]
+        node.release()
+        assert [(await f).offset for f in (*unanswered, lingered, *filling)] == [1, 0, 0, 0, 1, 2, 3]
