@@ -10,7 +10,6 @@ value the way kcat and Kafka's console producer do it (``-K``, ``-k``, ``--parse
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import json
 import os
@@ -40,17 +39,22 @@ from aioprod.errors import KafkaError
 from aioprod.producer.record_future import RecordMetadata
 
 _CHUNK = 64 * 1024
+_READ_AHEAD = 4  # chunks
 
 
 async def read_chunks(stream: IO[bytes]) -> AsyncIterator[bytes]:
     """The stream's data as it arrives, read on a daemon thread.
 
     Not the loop's default executor: a read blocked on an idle terminal would keep
-    asyncio's shutdown waiting after Ctrl-C. The small queue keeps a fast file from
-    being read far ahead of what the producer has taken.
+    asyncio's shutdown waiting after Ctrl-C. At most a few chunks are read ahead of what
+    the producer has taken, so a fast file is not read far ahead. The thread hands chunks
+    over with a plain callback, never a coroutine: input arriving after the loop closed
+    (Ctrl-C, then the pipe closing) would have left one never awaited, and Python's warning
+    about it after the command's last line.
     """
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue(maxsize=4)
+    queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
+    room = threading.Semaphore(_READ_AHEAD)
     read: Callable[[], bytes]
     try:
         # The raw descriptor: a thread blocked in a buffered read holds the buffer's lock,
@@ -62,21 +66,23 @@ async def read_chunks(stream: IO[bytes]) -> AsyncIterator[bytes]:
 
     def pump() -> None:
         while True:
+            room.acquire()
             item: bytes | BaseException
             try:
                 item = read()
             except Exception as exc:  # handed to the loop, raised there
                 item = exc
             try:
-                asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
-            except (RuntimeError, concurrent.futures.CancelledError):
-                return  # the loop is gone (interrupted): nobody is reading
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:
+                return  # the loop is closed (interrupted): nobody is reading
             if not isinstance(item, bytes) or not item:
                 return
 
     threading.Thread(target=pump, name="aioprod-input", daemon=True).start()
     while True:
         item = await queue.get()
+        room.release()
         if isinstance(item, BaseException):
             raise item
         if not item:

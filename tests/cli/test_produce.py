@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,35 @@ def test_verbose_logging(bootstrap: str, topic: str) -> None:
     assert "DEBUG" not in info.stderr
     debug = aioprod("produce", topic, "-b", bootstrap, "-vv", input="x\n", env=env)
     assert re.search(r"DEBUG +aioprod\.cli\.common: producer options: .*linger_ms=7", debug.stderr)
+
+
+_INPUT_AFTER_THE_LOOP = """
+import asyncio, os, threading
+from aioprod.cli.produce import read_chunks
+
+read_end, write_end = os.pipe()
+stream = os.fdopen(read_end, "rb")
+
+async def first_chunk() -> None:
+    async for chunk in read_chunks(stream):
+        assert chunk == b"first"
+        return
+
+os.write(write_end, b"first")
+asyncio.run(first_chunk())  # the command ends (Ctrl-C, say); its loop is closed
+os.write(write_end, b"late")  # input the reading thread still takes, with nobody to give it to
+os.close(write_end)
+for thread in threading.enumerate():
+    if thread.name == "aioprod-input":
+        thread.join()
+print("done")
+"""
+
+
+def test_input_read_after_the_command_ended_leaves_no_warning() -> None:
+    # The thread reading the input hands each chunk to the loop. Input arriving after the loop
+    # closed (Ctrl-C, then the shell closing the pipe) had left a coroutine never awaited, and
+    # Python's "RuntimeWarning: coroutine 'Queue.put' was never awaited" after the command's
+    # last line.
+    result = subprocess.run([sys.executable, "-c", _INPUT_AFTER_THE_LOOP], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "done\n", "")
