@@ -187,7 +187,7 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_a_batch_waits_for_an_an
     cluster, clock = scripted.cluster, scripted.clock
     cluster.create_topic("t", 1)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1 << 20) as p:
-        _, node, first = await _one_batch_unanswered(p, scripted)
+        _, node, (first,) = await _requests_unanswered(p, scripted, [0])
         futures, other_turns = await _tight_send_loop_of_150_ms(p, clock)
         node.release()
         assert [(await f).offset for f in (first, *futures)] == list(range(1, 202))
@@ -209,18 +209,22 @@ def _record_requests(p: Producer, clock: Any) -> list[tuple[float, list[tuple[in
     return written
 
 
-async def _one_batch_unanswered(
-    p: Producer, scripted: Scripted
-) -> tuple[list[tuple[float, list[tuple[int, int]]]], Any, RecordFuture]:
-    """Warm up, record the requests written from then on, and leave a batch of partition 0 (one
-    record, ``first``) on the wire, unanswered until the node is released."""
+async def _requests_unanswered(
+    p: Producer, scripted: Scripted, partitions: list[int]
+) -> tuple[list[tuple[float, list[tuple[int, int]]]], Any, list[RecordFuture]]:
+    """Warm up, record the requests written from then on, and leave one request per partition
+    of ``partitions`` on the wire (a batch of one record each, 10 ms apart), unanswered until
+    the node is released."""
     await p.send_and_wait("t", b"warm-up", partition=0)
     written = _record_requests(p, scripted.clock)
     node = scripted.cluster.nodes[1]
     node.holding = True
-    first = await p.send("t", b"first", partition=0)
-    await asyncio.sleep(0.010)
-    return written, node, first
+    unanswered = []
+    for partition in partitions:
+        unanswered.append(await p.send("t", b"unanswered", partition=partition))
+        await asyncio.sleep(0.010)
+    assert [batches for _, batches in written] == [[(partition, 1)] for partition in partitions]
+    return written, node, unanswered
 
 
 def _count_rounds(p: Producer) -> list[int]:
@@ -245,7 +249,7 @@ async def test_a_partitions_next_batch_goes_with_the_answer_to_its_batch_in_flig
     cluster = scripted.cluster
     cluster.create_topic("t", 2)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
-        written, node, first = await _one_batch_unanswered(p, scripted)
+        written, node, (first,) = await _requests_unanswered(p, scripted, [0])
         second = await p.send("t", b"second", partition=0)
         third = await p.send("t", b"third", partition=0)
         other = await p.send("t", b"other", partition=1)
@@ -264,7 +268,7 @@ async def test_a_full_batch_does_not_wait_for_its_partitions_batch_in_flight(scr
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1024) as p:
-        written, node, first = await _one_batch_unanswered(p, scripted)
+        written, node, (first,) = await _requests_unanswered(p, scripted, [0])
         filling = [await p.send("t", b"x" * 300, partition=0) for _ in range(4)]  # 3 fill a batch, 1 opens the next
         await asyncio.sleep(0.020)
         assert [batches for _, batches in written] == [[(0, 1)], [(0, 3)]]  # the full one, `first` unanswered
@@ -281,7 +285,7 @@ async def test_a_batch_waiting_for_its_partitions_answer_makes_no_rounds(scripte
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
-        written, node, first = await _one_batch_unanswered(p, scripted)
+        written, node, (first,) = await _requests_unanswered(p, scripted, [0])
         rounds = _count_rounds(p)
         second = await p.send("t", b"second", partition=0)
         await asyncio.sleep(0.020)
@@ -289,23 +293,6 @@ async def test_a_batch_waiting_for_its_partitions_answer_makes_no_rounds(scripte
         node.release()
         assert [(await f).offset for f in (first, second)] == [1, 2]
     assert [batches for _, batches in written] == [[(0, 1)], [(0, 1)]]
-
-
-async def _two_requests_unanswered(
-    p: Producer, scripted: Scripted
-) -> tuple[list[tuple[float, list[tuple[int, int]]]], Any, list[RecordFuture]]:
-    """Warm up, record the requests written from then on, and leave two on the wire, unanswered
-    until the node is released: one batch of partition 0, then one of partition 1."""
-    await p.send_and_wait("t", b"warm-up", partition=0)
-    written = _record_requests(p, scripted.clock)
-    node = scripted.cluster.nodes[1]
-    node.holding = True
-    unanswered = []
-    for partition in (0, 1):
-        unanswered.append(await p.send("t", b"unanswered", partition=partition))
-        await asyncio.sleep(0.010)
-    assert [batches for _, batches in written] == [[(0, 1)], [(1, 1)]]
-    return written, node, unanswered
 
 
 async def test_a_lingered_batch_waits_while_its_leader_has_two_requests_in_flight(scripted: Scripted) -> None:
@@ -316,7 +303,7 @@ async def test_a_lingered_batch_waits_while_its_leader_has_two_requests_in_fligh
     cluster = scripted.cluster
     cluster.create_topic("t", 4)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
-        written, node, unanswered = await _two_requests_unanswered(p, scripted)
+        written, node, unanswered = await _requests_unanswered(p, scripted, [0, 1])
         rounds = _count_rounds(p)
         lingered = [await p.send("t", b"lingered", partition=partition) for partition in (2, 3)]
         await asyncio.sleep(0.020)  # their lingers have ended
@@ -336,7 +323,7 @@ async def test_a_lingered_batch_goes_with_a_full_batch_to_its_leader(scripted: S
     cluster = scripted.cluster
     cluster.create_topic("t", 4)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1024) as p:
-        written, node, unanswered = await _two_requests_unanswered(p, scripted)
+        written, node, unanswered = await _requests_unanswered(p, scripted, [0, 1])
         lingered = await p.send("t", b"lingered", partition=2)
         await asyncio.sleep(0.010)
         assert len(written) == 2
