@@ -220,13 +220,14 @@ class RecordAccumulator:
         #: ending nor their new batches make a round. With 1,000 partitions on a busy
         #: broker, those had made a round every millisecond or so that could send nothing.
         self.blocked: set[int] = set()
-        #: Leaders with two requests unanswered at the sender's last round (set by the sender).
-        #: A batch of theirs due only by its linger waits: it goes with the next request that
-        #: leaves for the leader anyway (a full batch's, a retry's, a flush's) or in the round
-        #: an answer wakes, so requests of lingering batches pipeline two deep, not five. Over
-        #: 1,000 partitions on a busy broker, a request per linger ending had each taken a
-        #: record or two of many partitions: more batches, each costing both sides their
-        #: per-batch work. Neither those lingers ending nor such batches opening make a round.
+        #: Leaders with two produce requests of the sender unanswered at its last round (set by
+        #: the sender; each answer wakes it). A batch of theirs due only by its linger waits: it
+        #: goes with the next request that leaves for the leader anyway (a full batch's, a
+        #: retry's, a flush's) or in the round an answer wakes, so requests of lingering batches
+        #: pipeline two deep, not five. Over 1,000 partitions on a busy broker, a request per
+        #: linger ending had each taken a record or two of many partitions: more batches, each
+        #: costing both sides their per-batch work. Neither those lingers ending nor such
+        #: batches opening make a round.
         self.busy: set[int] = set()
         self.incomplete: set[ProducerBatch] = set()
         self.flushing = 0

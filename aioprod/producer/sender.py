@@ -83,6 +83,8 @@ class Sender:
         self._request_timeout_ms = config.request_timeout_ms
         #: Batches on the wire, including ones that expired there and are still unanswered.
         self._in_flight: set[ProducerBatch] = set()
+        #: Produce requests written to each node whose answer (or failure) has not come.
+        self._unanswered: dict[int, int] = {}
         self._quiet = asyncio.Event()
         self._quiet.set()
         #: The error that stopped this producer for good, if any.
@@ -217,11 +219,8 @@ class Sender:
             self.fail_aborted(txn.error)
         cluster = self._metadata.snapshot
         blocked: set[int] = set()
-        busy: set[int] = set()
         throttle_end = _IDLE
         for open_conn in self._pool.connections():
-            if open_conn.in_flight_count >= _LINGERED_IN_FLIGHT:
-                busy.add(open_conn.node_id)
             if not open_conn.can_send_more():
                 blocked.add(open_conn.node_id)
                 if open_conn.throttled_until > now:
@@ -230,7 +229,8 @@ class Sender:
                     # the end is the next round's time too.
                     throttle_end = min(throttle_end, open_conn.throttled_until - now)
         acc.blocked = blocked
-        acc.busy = busy
+        # Only this sender's produce requests: their answers wake it (any other request's would not).
+        acc.busy = {node for node, count in self._unanswered.items() if count >= _LINGERED_IN_FLIGHT}
         readiness = acc.ready(cluster, now)
         delay = min(readiness.next_check, throttle_end)
         if readiness.unknown_leader:
@@ -301,6 +301,7 @@ class Sender:
         )
         node = conn.node_id
         self._metrics.record_request(batches, now)
+        self._unanswered[node] = self._unanswered.get(node, 0) + 1
         conn.send_nowait(
             request,
             lambda answer: self._on_response(batches, answer, node, now),
@@ -318,6 +319,11 @@ class Sender:
         """The request's response (None with acks=0) or what ended it; called by the
         connection's reader as it reads the response (see :class:`~aioprod.net.connection.Answer`)."""
         now = asyncio.get_running_loop().time()
+        left = self._unanswered.get(node, 0) - 1
+        if left > 0:
+            self._unanswered[node] = left
+        else:
+            self._unanswered.pop(node, None)
         if isinstance(answer, ProduceResponse):
             self._metrics.record_response(node, now - sent_at, answer.throttle_time_ms, now)
         try:

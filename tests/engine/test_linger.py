@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from aioprod import Producer, RecordFuture
-from aioprod.protocol.messages import ProduceRequest
+from aioprod.protocol.messages import MetadataRequest, ProduceRequest
 from tests.conftest import Scripted
 
 #: Virtual clock readings to start from. Which of two timers due in the same tick comes first
@@ -332,3 +332,28 @@ async def test_a_lingered_batch_goes_with_a_full_batch_to_its_leader(scripted: S
         assert [sorted(batches) for _, batches in written][2:] == [[(2, 1), (3, 3)]]
         node.release()
         assert [(await f).offset for f in (*unanswered, lingered, *filling)] == [1, 0, 0, 0, 1, 2, 3]
+
+
+async def test_other_requests_on_the_leaders_connection_do_not_hold_a_lingered_batch(scripted: Scripted) -> None:
+    # Only the producer's own produce requests count: each of their answers wakes the sender,
+    # an answer to anything else would not, and a batch held for it could wait for the next
+    # record or its delivery timeout. Here the connection has three requests unanswered, one of
+    # them a produce request: partition 1's batch still goes when its linger ends.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 2)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
+        written, node, (first,) = await _requests_unanswered(p, scripted, [0])
+        conn = p._pool.connection(1)
+        assert conn is not None
+        lookups = [asyncio.create_task(conn.send(MetadataRequest(topics=[]))) for _ in range(2)]
+        await asyncio.sleep(0)
+        assert conn.in_flight_count == 3
+        await scripted.clock.advance_to_whole_millisecond()
+        start = scripted.clock.now
+        lingered = await p.send("t", b"lingered", partition=1)
+        await asyncio.sleep(0.010)
+        assert [batches for _, batches in written] == [[(0, 1)], [(1, 1)]]
+        assert written[-1][0] == pytest.approx(start + 0.005, abs=1e-9)
+        node.release()
+        assert [(await f).offset for f in (first, lingered)] == [1, 0]
+        await asyncio.gather(*lookups)
