@@ -457,7 +457,7 @@ class RecordAccumulator:
         linger = self._linger
         leaders = self._leaders_of(cluster)
         busy = self.busy
-        riders: list[tuple[TopicPartition, deque[ProducerBatch], int]] = []  # lingered, led by a busy node
+        riders: set[int] = set()  # busy leaders with a batch due only by its linger
         for tp, queue in self._batches.items():
             waiting = tp in on_wire
             if waiting and one_on_wire:
@@ -486,16 +486,20 @@ class RecordAccumulator:
                 if batch.builder.is_full:
                     wait = min(wait, 0.0)
                 elif wait <= _DUE and leader in busy:
-                    riders.append((tp, queue, leader))  # with the leader's next request, if any
+                    # With the leader's next request, if it has one this round; in its place in
+                    # the drain order, so that a request cut at max_request_size does not leave
+                    # it out round after round.
+                    riders.add(leader)
+                    sendable.append((tp, queue, leader))
                     continue
             if wait <= _DUE:
                 nodes.add(leader)
                 sendable.append((tp, queue, leader))
             elif wait < next_check:
                 next_check = wait
-        for rider in riders:
-            if rider[2] in nodes:
-                sendable.append(rider)
+        if not riders <= nodes:
+            idle = riders - nodes  # their batches are all riders: no request for them this round
+            sendable = [entry for entry in sendable if entry[2] not in idle]
         return Readiness(nodes, next_check, unknown_leader, sendable)
 
     def _leaders_of(self, cluster: ClusterSnapshot) -> dict[TopicPartition, int | None]:

@@ -301,13 +301,13 @@ class Sender:
         )
         node = conn.node_id
         self._metrics.record_request(batches, now)
-        self._unanswered[node] = self._unanswered.get(node, 0) + 1
         conn.send_nowait(
             request,
             lambda answer: self._on_response(batches, answer, node, now),
             expect_response=self._acks != 0,
             max_version=None if txn is None else txn.produce_version(),
         )
+        self._unanswered[node] = self._unanswered.get(node, 0) + 1  # the answer never comes sooner
 
     def _on_response(
         self,

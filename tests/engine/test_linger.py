@@ -357,3 +357,21 @@ async def test_other_requests_on_the_leaders_connection_do_not_hold_a_lingered_b
         node.release()
         assert [(await f).offset for f in (first, lingered)] == [1, 0]
         await asyncio.gather(*lookups)
+
+
+async def test_a_lingered_batch_is_not_left_out_of_requests_cut_at_the_size_limit(scripted: Scripted) -> None:
+    # A broker slower than the records coming: full batches of three partitions keep two or more
+    # requests unanswered, and each request is cut at max_request_size (two batches). The fourth
+    # partition's lingered batch has its turn in the drain order like theirs; put after them, it
+    # had waited for the whole backlog (or its delivery timeout, had the load lasted).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 4)
+    cluster.nodes[1].delay = 0.010
+    config: dict[str, Any] = {"linger_ms": 5, "batch_size": 1024, "max_request_size": 2100}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **config) as p:
+        await p.send_and_wait("t", b"warm-up", partition=3)
+        hot = [await p.send("t", b"x" * 300, partition=index % 3) for index in range(900)]  # 300 full batches
+        cold = await p.send("t", b"cold", partition=3)
+        await cold
+        assert sum(future.done() for future in hot) < 100
+        await asyncio.gather(*hot)
