@@ -484,12 +484,11 @@ static PyObject *call_back;        /* (future, callbacks) -> None */
 static PyObject *describe;         /* (future) -> str */
 static PyObject *cancelled_error;  /* asyncio.CancelledError */
 static PyObject *invalid_state;    /* asyncio.InvalidStateError */
-static PyObject *str_done, *str_result, *str_get_loop, *str_call_soon, *str_context, *str_watch, *str_unwatch;
+static PyObject *str_outcome, *str_loop, *str_call_soon, *str_context, *str_watch, *str_unwatch;
 
 typedef struct {
     PyObject_HEAD
-    PyObject *settlement;     /* BatchSettlement */
-    PyObject *done_future;    /* settlement.done: the batch's asyncio future */
+    PyObject *settlement;     /* BatchSettlement: its outcome is None until the batch has one */
     PyObject *callbacks;      /* list of (fn, context), or NULL */
     PyObject *cancel_message; /* NULL while not cancelled; then None or the message */
     PyObject *weakreflist;
@@ -514,13 +513,11 @@ ready(void)
 static int
 batch_done(RecordFutureObject *self)
 {
-    PyObject *done = PyObject_CallMethodNoArgs(self->done_future, str_done);
-    int result;
-    if (done == NULL)
+    PyObject *outcome = PyObject_GetAttr(self->settlement, str_outcome);
+    if (outcome == NULL)
         return -1;
-    result = PyObject_IsTrue(done);
-    Py_DECREF(done);
-    return result;
+    Py_DECREF(outcome);
+    return outcome != Py_None;
 }
 
 static int
@@ -541,7 +538,7 @@ make_cancelled_error(RecordFutureObject *self)
 static PyObject *
 outcome(RecordFutureObject *self)
 {
-    int done;
+    PyObject *result;
     if (self->cancel_message != NULL) {
         PyObject *error = make_cancelled_error(self);
         if (error != NULL) {
@@ -550,14 +547,13 @@ outcome(RecordFutureObject *self)
         }
         return NULL;
     }
-    done = batch_done(self);
-    if (done < 0)
-        return NULL;
-    if (!done) {
+    result = PyObject_GetAttr(self->settlement, str_outcome);
+    if (result == Py_None) {
+        Py_DECREF(result);
         PyErr_SetString(invalid_state, "the record is not acknowledged or failed yet");
         return NULL;
     }
-    return PyObject_CallMethodNoArgs(self->done_future, str_result);
+    return result;
 }
 
 static PyObject *
@@ -565,7 +561,6 @@ RecordFuture_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, Py
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     RecordFutureObject *self;
-    PyObject *done_future;
     Py_ssize_t index;
     long long timestamp;
     if (nargs != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
@@ -578,17 +573,11 @@ RecordFuture_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, Py
     timestamp = PyLong_AsLongLong(args[2]);
     if (timestamp == -1 && PyErr_Occurred())
         return NULL;
-    done_future = PyObject_GetAttr(args[0], str_done);
-    if (done_future == NULL)
-        return NULL;
     self = PyObject_GC_New(RecordFutureObject, (PyTypeObject *)type);
-    if (self == NULL) {
-        Py_DECREF(done_future);
+    if (self == NULL)
         return NULL;
-    }
     Py_INCREF(args[0]);
     self->settlement = args[0];
-    self->done_future = done_future;
     self->callbacks = NULL;
     self->cancel_message = NULL;
     self->weakreflist = NULL;
@@ -620,7 +609,6 @@ static int
 RecordFuture_traverse(RecordFutureObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->settlement);
-    Py_VISIT(self->done_future);
     Py_VISIT(self->callbacks);
     Py_VISIT(self->cancel_message);
     return 0;
@@ -642,7 +630,6 @@ RecordFuture_dealloc(RecordFutureObject *self)
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
     Py_XDECREF(self->settlement);
-    Py_XDECREF(self->done_future);
     Py_XDECREF(self->callbacks);
     Py_XDECREF(self->cancel_message);
     PyObject_GC_Del(self);
@@ -666,7 +653,7 @@ RecordFuture_cancelled(RecordFutureObject *self, PyObject *unused)
 static PyObject *
 RecordFuture_get_loop(RecordFutureObject *self, PyObject *unused)
 {
-    return PyObject_CallMethodNoArgs(self->done_future, str_get_loop);
+    return PyObject_GetAttr(self->settlement, str_loop);
 }
 
 static PyObject *
@@ -726,7 +713,7 @@ RecordFuture_exception(RecordFutureObject *self, PyObject *unused)
 static int
 call_soon(RecordFutureObject *self, PyObject *fn, PyObject *context)
 {
-    PyObject *loop = PyObject_CallMethodNoArgs(self->done_future, str_get_loop), *method, *handle, *names;
+    PyObject *loop = PyObject_GetAttr(self->settlement, str_loop), *method, *handle, *names;
     if (loop == NULL)
         return -1;
     method = PyObject_GetAttr(loop, str_call_soon);
@@ -935,7 +922,6 @@ RecordFuture_twin(RecordFutureObject *self, PyObject *unused)
     if (twin == NULL)
         return NULL;
     twin->settlement = Py_NewRef(self->settlement);
-    twin->done_future = Py_NewRef(self->done_future);
     twin->callbacks = NULL;
     twin->cancel_message = NULL;
     twin->weakreflist = NULL;
@@ -1370,14 +1356,13 @@ PyInit__speedups(void)
     if (PyType_Ready(&RecordsCoreType) < 0 || PyType_Ready(&RecordFutureType) < 0 ||
         PyType_Ready(&RecordFutureIterType) < 0)
         return NULL;
-    str_done = PyUnicode_InternFromString("done");
-    str_result = PyUnicode_InternFromString("result");
-    str_get_loop = PyUnicode_InternFromString("get_loop");
+    str_outcome = PyUnicode_InternFromString("outcome");
+    str_loop = PyUnicode_InternFromString("loop");
     str_call_soon = PyUnicode_InternFromString("call_soon");
     str_context = PyUnicode_InternFromString("context");
     str_watch = PyUnicode_InternFromString("_watch");
     str_unwatch = PyUnicode_InternFromString("_unwatch");
-    if (!str_done || !str_result || !str_get_loop || !str_call_soon || !str_context || !str_watch || !str_unwatch)
+    if (!str_outcome || !str_loop || !str_call_soon || !str_context || !str_watch || !str_unwatch)
         return NULL;
     module = PyModule_Create(&speedups_module);
     if (module == NULL)

@@ -155,13 +155,12 @@ class ProducerBatch:
     @property
     def done(self) -> bool:
         """Its records have their outcome (it may still be on the wire, e.g. expired there)."""
-        return self.settlement.done.done()
+        return self.settlement.outcome is not None
 
     @property
     def failed(self) -> bool:
         """Its records failed (it is done, and not acknowledged)."""
-        done = self.settlement.done
-        return done.done() and type(done.result()) is BatchFailure
+        return type(self.settlement.outcome) is BatchFailure
 
     @property
     def stamped(self) -> bool:

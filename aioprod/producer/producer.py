@@ -475,7 +475,7 @@ class Producer:
         if self._state not in (_STARTED, _CLOSING):
             return
         acc = self._accumulator
-        pending = [batch.settlement.done for batch in acc.incomplete]
+        pending = [batch.settlement.future for batch in acc.incomplete]
         if not pending:
             return
         acc.flushing += 1

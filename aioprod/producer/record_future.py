@@ -63,7 +63,8 @@ class SplitOutcome:
     def locate(self, index: int) -> tuple[AckedOrFailed, int]:
         """The outcome of the record at offset delta ``index``, and its delta in that batch."""
         start, part = self.parts[bisect_right(self.starts, index) - 1]
-        outcome, index = part.done.result(), index - start
+        outcome, index = part.outcome, index - start
+        assert outcome is not None, "a split batch settles after all its parts"
         if type(outcome) is SplitOutcome:
             return outcome.locate(index)
         return outcome, index  # type: ignore[return-value]
@@ -94,20 +95,41 @@ _record_metadata: Callable[[str, int, int, int], RecordMetadata] = (
 class BatchSettlement:
     """A batch's outcome as its records see it.
 
-    ``done`` is the future flush() waits on; it resolves with a :data:`BatchOutcome`. The
-    record futures that have callbacks are kept here (a dict: O(1) to add and to drop), so
-    settling a batch touches only them, and dropping one is cheap however big the batch.
+    ``outcome`` is None until the batch has its :data:`BatchOutcome`. An asyncio future of it
+    (``future``) is made only for whoever waits: flush(), and records with callbacks. Most
+    batches never need one, and the records an application keeps keep their batch's
+    settlement alive: a future each was one more object per batch for the garbage collector
+    to carry in its oldest generation. The record futures that have callbacks are kept here
+    (a dict: O(1) to add and to drop), so settling a batch touches only them, and dropping one
+    is cheap however big the batch.
     """
 
-    __slots__ = ("_waiting", "done")
+    __slots__ = ("_future", "_waiting", "loop", "outcome")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.done: asyncio.Future[BatchOutcome] = loop.create_future()
+        self.loop = loop
+        self.outcome: BatchOutcome | None = None
+        self._future: asyncio.Future[BatchOutcome] | None = None
         self._waiting: dict[RecordFuture, None] | None = None
 
+    @property
+    def future(self) -> asyncio.Future[BatchOutcome]:
+        """A future of the outcome (resolved at once if the batch has it)."""
+        future = self._future
+        if future is None:
+            future = self.loop.create_future()
+            if self.outcome is None:
+                self._future = future
+            else:
+                future.set_result(self.outcome)
+        return future
+
     def settle(self, outcome: BatchOutcome) -> None:
-        if not self.done.done():
-            self.done.set_result(outcome)
+        if self.outcome is None:
+            self.outcome = outcome
+            future, self._future = self._future, None  # its waiters hold it
+            if future is not None:
+                future.set_result(outcome)
 
     def split_into(self, parts: list[tuple[int, BatchSettlement]]) -> None:
         """Settle once every part has: each record then reads its own part's outcome."""
@@ -121,12 +143,12 @@ class BatchSettlement:
                 self.settle(outcome)
 
         for _, part in parts:
-            part.done.add_done_callback(part_done)
+            part.future.add_done_callback(part_done)
 
     def _watch(self, future: RecordFuture) -> None:
         if self._waiting is None:
             self._waiting = {}
-            self.done.add_done_callback(self._settled)
+            self.future.add_done_callback(self._settled)
         self._waiting[future] = None
 
     def _unwatch(self, future: RecordFuture) -> None:
@@ -144,7 +166,7 @@ class BatchSettlement:
             try:
                 future._run_callbacks()
             except BaseException:  # SystemExit or KeyboardInterrupt: the rest still get theirs
-                loop = self.done.get_loop()
+                loop = self.loop
                 for later in futures[position + 1 :]:
                     loop.call_soon(later._run_callbacks)
                 raise
@@ -191,13 +213,13 @@ class RecordFuture:
         return _describe(self)
 
     def done(self) -> bool:
-        return self._cancel_message is not _NOT_CANCELLED or self._settlement.done.done()
+        return self._cancel_message is not _NOT_CANCELLED or self._settlement.outcome is not None
 
     def cancelled(self) -> bool:
         return self._cancel_message is not _NOT_CANCELLED
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._settlement.done.get_loop()
+        return self._settlement.loop
 
     def _make_cancelled_error(self) -> asyncio.CancelledError:
         """What asyncio (gather, for one) raises for a cancelled child; as asyncio.Future."""
@@ -207,10 +229,10 @@ class RecordFuture:
     def _outcome(self) -> BatchOutcome:
         if self._cancel_message is not _NOT_CANCELLED:
             raise self._make_cancelled_error()
-        done = self._settlement.done
-        if not done.done():
+        outcome = self._settlement.outcome
+        if outcome is None:
             raise asyncio.InvalidStateError("the record is not acknowledged or failed yet")
-        return done.result()
+        return outcome
 
     def result(self) -> RecordMetadata:
         return _metadata_of(self._outcome(), self._index, self._timestamp)

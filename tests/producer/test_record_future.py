@@ -292,10 +292,23 @@ async def test_a_batch_future_carries_one_callback_for_all_its_watched_records()
     futures = [RecordFuture(done, i, TS) for i in range(2000)]
     finished, pending = await asyncio.wait(futures, timeout=0)
     assert not finished and len(pending) == 2000
-    assert len(done.done._callbacks or ()) <= 1  # asyncio's own bookkeeping, read only
+    assert len(done.future._callbacks or ()) <= 1  # asyncio's own bookkeeping, read only
     for future in futures[:10]:
         future.add_done_callback(lambda f: None)
-    assert len(done.done._callbacks or ()) == 1
+    assert len(done.future._callbacks or ()) == 1
+
+
+async def test_a_batch_makes_an_asyncio_future_only_for_whoever_waits() -> None:
+    # The records an application keeps keep their batch's settlement alive; without callbacks
+    # or a flush, it carries the outcome alone (one object less per batch for the collector).
+    done = batch()
+    futures = [RecordFuture(done, i, TS) for i in range(3)]
+    acked(done)
+    assert [f.result().offset for f in futures] == [100, 101, 102]
+    assert done._future is None
+    waited = RecordFuture(batch(), 0, TS)
+    waited.add_done_callback(lambda f: None)
+    assert waited._settlement._future is not None
 
 
 async def test_removing_a_callback_once_done_is_too_late_as_with_asyncio() -> None:
