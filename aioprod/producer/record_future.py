@@ -104,13 +104,15 @@ class BatchSettlement:
     is cheap however big the batch.
     """
 
-    __slots__ = ("_future", "_waiting", "loop", "outcome")
+    __slots__ = ("_future", "_split_from", "_waiting", "loop", "outcome")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.outcome: BatchOutcome | None = None
         self._future: asyncio.Future[BatchOutcome] | None = None
         self._waiting: dict[RecordFuture, None] | None = None
+        #: Called as this settles: the batch it is a part of (see split_into).
+        self._split_from: Callable[[], None] | None = None
 
     @property
     def future(self) -> asyncio.Future[BatchOutcome]:
@@ -130,20 +132,28 @@ class BatchSettlement:
             future, self._future = self._future, None  # its waiters hold it
             if future is not None:
                 future.set_result(outcome)
+            if self._split_from is not None:
+                self._split_from()
 
     def split_into(self, parts: list[tuple[int, BatchSettlement]]) -> None:
-        """Settle once every part has: each record then reads its own part's outcome."""
+        """Settle once every part has: each record then reads its own part's outcome.
+
+        In the same step as the last part, not a loop iteration later per level of splitting:
+        flush() waits on the batches it finds unsettled, which after a split are the parts, and
+        a record of a batch split twice or more still read as pending when flush() returned.
+        """
         outcome = SplitOutcome(parts)
         pending = len(parts)
 
-        def part_done(_: asyncio.Future[BatchOutcome]) -> None:
+        def part_done() -> None:
             nonlocal pending
             pending -= 1
             if not pending:
                 self.settle(outcome)
 
         for _, part in parts:
-            part.future.add_done_callback(part_done)
+            assert part.outcome is None and part._split_from is None, "parts are new batches"
+            part._split_from = part_done
 
     def _watch(self, future: RecordFuture) -> None:
         if self._waiting is None:

@@ -455,3 +455,20 @@ def test_every_error_reaches_the_caller_whole(error: KafkaError) -> None:
     copy = BatchFailure(error, None).copy_error()
     assert type(copy) is type(error) and copy is not error
     assert (copy.args, str(copy), copy.__dict__) == (error.args, str(error), error.__dict__)
+
+
+async def test_a_batch_split_again_and_again_settles_in_the_step_its_last_part_does() -> None:
+    # flush() waits on the batches it finds unsettled, which after a split are the parts: a record
+    # of a batch split twice or more had still read as pending when flush() returned, each level
+    # of splitting settling a loop iteration after the one below it.
+    top, first, second = batch(), batch(), batch()
+    top.split_into([(0, first), (2, second)])
+    second_a, second_b = batch(), batch()
+    second.split_into([(0, second_a), (1, second_b)])
+    second_b_a, second_b_b = batch(), batch()
+    second_b.split_into([(0, second_b_a), (1, second_b_b)])
+    records = [RecordFuture(top, index, TS) for index in range(5)]
+    for leaf, offset in ((first, 10), (second_a, 20), (second_b_a, 30), (second_b_b, 40)):
+        assert not records[0].done()
+        acked(leaf, offset)
+    assert [record.result().offset for record in records] == [10, 11, 20, 30, 40]
