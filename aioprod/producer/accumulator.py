@@ -209,8 +209,10 @@ class RecordAccumulator:
         self._linger = config.linger_ms / 1000
         self._delivery_timeout = config.delivery_timeout_ms / 1000
         self._deadlines = _Deadlines()
-        #: Batches of each partition on the wire (sent, not yet answered); see ``ready``.
-        self._on_wire: dict[TopicPartition, int] = {}
+        #: Batches of each partition on the wire (sent, not yet answered; see ``ready``), kept by
+        #: ``sent`` and ``returned``. send() reads it on every record (is any answer awaited?):
+        #: a plain attribute, which a property would have cost 50 ns a record.
+        self.on_wire: dict[TopicPartition, int] = {}
         #: Without idempotence, order holds only if a partition has one batch in flight at a
         #: time (Java's guaranteeMessageOrder): nothing more of it is sent meanwhile.
         self._one_on_wire = not config.enable_idempotence and config.max_in_flight_requests_per_connection == 1
@@ -409,7 +411,7 @@ class RecordAccumulator:
                 self._wakeup()
         elif (
             batch.created + self._linger < self.next_round
-            and batch.tp not in self._on_wire
+            and batch.tp not in self.on_wire
             and not (self.busy and not news and self._leader_in(batch.tp, self.busy))
         ):
             self._wakeup()
@@ -451,7 +453,7 @@ class RecordAccumulator:
         next_check = 3600.0
         unknown_leader = False
         force = self._forced()
-        on_wire = self._on_wire
+        on_wire = self.on_wire
         one_on_wire = self._one_on_wire
         blocked = self.blocked
         linger = self._linger
@@ -554,21 +556,16 @@ class RecordAccumulator:
                 batches[tp] = queue  # to the back of the drain order
         return drained
 
-    @property
-    def awaiting_answers(self) -> bool:
-        """Some batch is on the wire (and a partition's next batch may wait for its answer)."""
-        return bool(self._on_wire)
-
     def sent(self, batch: ProducerBatch) -> None:
-        self._on_wire[batch.tp] = self._on_wire.get(batch.tp, 0) + 1
+        self.on_wire[batch.tp] = self.on_wire.get(batch.tp, 0) + 1
 
     def returned(self, batch: ProducerBatch) -> None:
         """A batch ``sent`` came back (answered, or its request failed)."""
-        left = self._on_wire[batch.tp] - 1
+        left = self.on_wire[batch.tp] - 1
         if left:
-            self._on_wire[batch.tp] = left
+            self.on_wire[batch.tp] = left
         else:
-            del self._on_wire[batch.tp]
+            del self.on_wire[batch.tp]
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
         """Put a batch back at the head of its partition, in sequence order."""

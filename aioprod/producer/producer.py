@@ -332,7 +332,7 @@ class Producer:
             now = self._loop.time()
             acc.yield_wanted = acc.next_round <= now or bool(acc.blocked)
             self._metadata.touch(topic, now)
-        elif acc.blocked or acc.awaiting_answers:
+        elif acc.blocked or acc.on_wire:
             # No batch completes while every partition's open batch has room (many
             # partitions, or a large batch_size), so bound the time between yields too.
             self._sends_since_clock_check += 1
