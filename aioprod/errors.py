@@ -1682,14 +1682,14 @@ def error_for_code(code: int, message: str | None = None) -> BrokerResponseError
     return cls(message)
 
 
-def find_cause(error: BaseException | None, matches: Callable[[BaseException], bool]) -> BaseException | None:
-    """``error`` or the first exception of its ``__cause__`` chain that ``matches``; None if none does.
+def has_cause(error: BaseException | None, matches: Callable[[BaseException], bool]) -> bool:
+    """``error`` or an exception of its ``__cause__`` chain ``matches``.
 
     An error keeps what it wraps as its cause (a fatal error its broker answer, a timeout the
     fencing that led to it): what a caller decides on may be any link of the chain.
     """
     while error is not None:
         if matches(error):
-            return error
+            return True
         error = error.__cause__
-    return None
+    return False

@@ -53,7 +53,7 @@ from aioprod.errors import (
     TransactionalIdAuthorizationFailedError,
     TransactionStateError,
     UnknownMemberIdError,
-    find_cause,
+    has_cause,
 )
 from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool
@@ -768,7 +768,7 @@ def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:
 
 def _is_fatal(error: KafkaError) -> bool:
     """A record failed with an error the transactional producer cannot go on after."""
-    return find_cause(error, lambda e: isinstance(e, BrokerResponseError) and e.code in _FATAL_FOR_RECORDS) is not None
+    return has_cause(error, lambda e: isinstance(e, BrokerResponseError) and e.code in _FATAL_FOR_RECORDS)
 
 
 def as_offsets(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> dict[TopicPartition, OffsetAndMetadata]:

@@ -26,7 +26,7 @@ from aioprod.errors import (
     ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
-    find_cause,
+    has_cause,
 )
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer
@@ -357,12 +357,12 @@ async def _committed(producer: Producer, group_id: str) -> bool:
 
 
 def _fenced(error: BaseException | None) -> bool:
-    return find_cause(error, lambda e: isinstance(e, (ProducerFencedError, InvalidProducerEpochError))) is not None
+    return has_cause(error, lambda e: isinstance(e, (ProducerFencedError, InvalidProducerEpochError)))
 
 
 def _explain(error: KafkaError) -> str:
     text = f"{type(error).__name__}: {error}"
-    if find_cause(error, lambda e: isinstance(e, InvalidTransactionTimeoutError)) is not None:
+    if has_cause(error, lambda e: isinstance(e, InvalidTransactionTimeoutError)):
         return text + (
             " (transaction_timeout_ms is above the broker's transaction.max.timeout.ms: lower it, or raise the"
             " broker's; it must outlast the whole write)"
