@@ -80,6 +80,17 @@ def test_append_gives_the_same_bytes_and_state(records: list[Any], limit: int) -
         same(python, compiled, "append", timestamp, key, value, header_list)
 
 
+@pytest.mark.parametrize("limit", [100, 16_384 - 61, 65_536 - 61])
+def test_a_batch_filled_a_record_at_a_time_holds_no_memory_beyond_its_limit(limit: int) -> None:
+    # The compiled builder grows its buffer by doubling (a record at a time, bytearray's own
+    # growth by an eighth reallocated a 16 KiB batch some forty times), capped at the limit.
+    _, compiled = cores(limit)
+    empty = sys.getsizeof(bytearray())
+    while compiled.append(1_700_000_000_000, b"key", b"v" * 97, ()) is not None:
+        assert len(compiled._buf) <= sys.getsizeof(compiled._buf) - empty <= max(limit, len(compiled._buf)) + 1
+    assert compiled._full
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.tuples(maybe_bytes, maybe_bytes), min_size=1, max_size=50),
