@@ -204,9 +204,10 @@ def test_the_environment_variable_turns_the_compiled_path_off() -> None:
     assert outputs["0"] == ["True", "RecordsCore"]
 
 
-async def test_both_record_futures_report_the_same_outcomes() -> None:
-    # Under AIOPROD_PURE_PYTHON=1 record_future.py leaves the compiled type unused: hand it its
-    # helpers here, as record_future.py does otherwise.
+@pytest.fixture
+def compiled_record_future() -> type[Any]:
+    """The compiled RecordFuture, ready to use: under AIOPROD_PURE_PYTHON=1 record_future.py
+    leaves it unused, so hand it its helpers here, as record_future.py does otherwise."""
     _speedups.setup_record_future(
         record_future._metadata_of,
         record_future._error_of,
@@ -215,9 +216,13 @@ async def test_both_record_futures_report_the_same_outcomes() -> None:
         asyncio.CancelledError,
         asyncio.InvalidStateError,
     )
+    return _speedups.RecordFuture
+
+
+async def test_both_record_futures_report_the_same_outcomes(compiled_record_future: type[Any]) -> None:
     loop = asyncio.get_running_loop()
     results = []
-    for cls in (_PyRecordFuture, _speedups.RecordFuture):
+    for cls in (_PyRecordFuture, compiled_record_future):
         acked, failed = BatchSettlement(loop), BatchSettlement(loop)
         futures = [cls(acked, 3, 1000), cls(failed, 0, 1000), cls(acked, 0, 5)]
         seen: list[str] = []
@@ -244,12 +249,14 @@ async def test_both_record_futures_report_the_same_outcomes() -> None:
     assert results[0][1] == RecordMetadata("t", 1, 43, 1000)
 
 
-async def test_the_collector_tracks_a_record_future_only_once_it_may_be_in_a_cycle() -> None:
+async def test_the_collector_tracks_a_record_future_only_once_it_may_be_in_a_cycle(
+    compiled_record_future: type[Any],
+) -> None:
     # Applications keep a future per record in flight; walking them all on every full
     # collection was the compiled future's largest cost. It refers only to its batch until it
     # gets a callback or a cancellation message, which may refer back to it.
     settlement = BatchSettlement(asyncio.get_running_loop())
-    plain, called_back, cancelled = (_speedups.RecordFuture(settlement, i, 1000) for i in range(3))
+    plain, called_back, cancelled = (compiled_record_future(settlement, i, 1000) for i in range(3))
     called_back.add_done_callback(lambda _: None)
     cancelled.cancel("no longer wanted")
     assert [gc.is_tracked(f) for f in (plain, plain.twin(), called_back, cancelled)] == [False, False, True, True]
