@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
+from aioprod._compiled import speedups
 from aioprod.cluster.metadata import ClusterSnapshot, Metadata
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
@@ -66,6 +67,14 @@ _NEW, _STARTED, _CLOSING, _CLOSED = "new", "started", "closing", "closed"
 #: once per _SENDS_PER_CLOCK_CHECK such sends.
 _MAX_UNYIELDED = 0.1
 _SENDS_PER_CLOCK_CHECK = 64
+
+
+def _py_now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+#: A record's CreateTime, wall-clock milliseconds; the compiled clock costs 50 ns, this 130.
+_now_ms: Callable[[], int] = _py_now_ms if speedups is None else speedups.now_ms
 
 
 class Producer:
@@ -272,7 +281,7 @@ class Producer:
             value = _as_bytes("value", value)
         header_list = () if headers is None else _check_headers(headers)
         if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
+            timestamp_ms = _now_ms()
         elif type(timestamp_ms) is not int:
             raise TypeError(f"timestamp_ms must be an int (milliseconds), got {type(timestamp_ms).__name__}")
         elif timestamp_ms < 0:
@@ -378,7 +387,7 @@ class Producer:
         if headers is not None and len(headers) != count:
             raise ValueError(f"headers has {len(headers)} items but values has {count}")
         if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
+            timestamp_ms = _now_ms()
         elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= INT64_MAX:
             raise (TypeError if type(timestamp_ms) is not int else ValueError)(
                 f"timestamp_ms must be an int >= 0 and < 2**63, got {timestamp_ms!r}"

@@ -13,6 +13,7 @@ import gc
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,6 +79,13 @@ def test_append_gives_the_same_bytes_and_state(records: list[Any], limit: int) -
     python, compiled = cores(limit)
     for timestamp, key, value, header_list in records:
         same(python, compiled, "append", timestamp, key, value, header_list)
+
+
+def test_the_compiled_clock_reads_wall_clock_milliseconds() -> None:
+    for _ in range(1000):
+        before = time.time_ns() // 1_000_000
+        now = _speedups.now_ms()
+        assert before <= now <= time.time_ns() // 1_000_000
 
 
 @pytest.mark.parametrize("limit", [100, 16_384 - 61, 65_536 - 61])
