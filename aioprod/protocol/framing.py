@@ -14,9 +14,8 @@ from typing import TypeVar, cast
 
 from aioprod.errors import ProtocolError
 from aioprod.protocol import primitives as p
-from aioprod.protocol.messages import ProduceRequest, ProduceResponse
+from aioprod.protocol.messages import ProduceResponse
 from aioprod.protocol.primitives import Reader
-from aioprod.protocol.produce_request import PRODUCE_FAST_VERSIONS, encode_produce_request
 from aioprod.protocol.produce_response import decode_produce_response
 from aioprod.protocol.schema import Request, Response, S, struct_codec
 
@@ -57,10 +56,7 @@ def encode_request(request: Request, version: int, correlation_id: int, client_i
     flexible = cls.is_flexible(version)
     if flexible:
         out.append(0)  # no tagged fields in the header
-    if cls is ProduceRequest and version in PRODUCE_FAST_VERSIONS:  # the data path's request
-        encode_produce_request(out, cast(ProduceRequest, request), version)
-    else:
-        struct_codec(cls, version, flexible)[0](out, request)
+    struct_codec(cls, version, flexible)[0](out, request)
     _SIZE.pack_into(out, 0, len(out) - 4)
     return bytes(out)
 
