@@ -495,10 +495,12 @@ static PyTypeObject RecordsCoreType = {
  * cancellation message. Until then it refers only to its batch's settlement, whose outcome
  * holds no caller's objects: a failed batch hands each caller its own copy of the error (see
  * _metadata_of and _error_of), so a traceback through a caller's frame never hangs off the
- * batch. The rare paths (split batches, failures, callbacks, repr) call the Python helpers
+ * batch. The common outcome, an acknowledgement of a batch that was not split, is read here;
+ * the rare paths (split batches, failures, callbacks, repr) call the Python helpers
  * record_future.py registers with setup_record_future(). */
 
 static PyObject *metadata_of;      /* (outcome, index, timestamp) -> RecordMetadata, or raises */
+static PyTypeObject *metadata_cls; /* RecordMetadata */
 static PyObject *error_of;         /* (outcome, index) -> exception or None */
 static PyObject *call_back;        /* (future, callbacks) -> None */
 static PyObject *describe;         /* (future) -> str */
@@ -518,6 +520,39 @@ typedef struct {
 } RecordFutureObject;
 
 static PyTypeObject RecordFutureType;
+static PyObject *new_metadata(PyTypeObject *cls, PyObject *topic, PyObject *partition, PyObject *offset,
+                              PyObject *timestamp);
+
+/* A batch acknowledged whole: its outcome is an exact (topic, partition, base offset, log-append
+ * time or -1) tuple. A failure (BatchFailure, a tuple subclass) and a split (SplitOutcome) are
+ * not. */
+static inline int
+is_acknowledgement(PyObject *outcome)
+{
+    return PyTuple_CheckExact(outcome) && PyTuple_GET_SIZE(outcome) == 4;
+}
+
+/* The record's RecordMetadata from its batch's acknowledgement, as _metadata_of gives it. */
+static PyObject *
+acknowledged_metadata(RecordFutureObject *self, PyObject *ack)
+{
+    PyObject *offset, *timestamp, *result;
+    long long base = PyLong_AsLongLong(PyTuple_GET_ITEM(ack, 2));
+    long long log_append_time = PyLong_AsLongLong(PyTuple_GET_ITEM(ack, 3));
+    if ((base == -1 || log_append_time == -1) && PyErr_Occurred())
+        return NULL;
+    offset = PyLong_FromLongLong(base >= 0 ? base + self->index : -1);
+    if (offset == NULL)
+        return NULL;
+    timestamp = log_append_time >= 0 ? Py_NewRef(PyTuple_GET_ITEM(ack, 3)) : PyLong_FromLongLong(self->timestamp);
+    if (timestamp == NULL) {
+        Py_DECREF(offset);
+        return NULL;
+    }
+    result = new_metadata(metadata_cls, PyTuple_GET_ITEM(ack, 0), PyTuple_GET_ITEM(ack, 1), offset, timestamp);
+    Py_DECREF(timestamp);
+    return result;
+}
 
 static int
 ready(void)
@@ -688,6 +723,11 @@ RecordFuture_result(RecordFutureObject *self, PyObject *unused)
     PyObject *got, *stamp, *result;
     if (ready() < 0 || (got = outcome(self)) == NULL)
         return NULL;
+    if (is_acknowledgement(got)) {
+        result = acknowledged_metadata(self, got);
+        Py_DECREF(got);
+        return result;
+    }
     stamp = PyLong_FromLongLong(self->timestamp);
     if (stamp == NULL) {
         Py_DECREF(got);
@@ -715,6 +755,10 @@ RecordFuture_exception(RecordFutureObject *self, PyObject *unused)
     PyObject *got, *index, *result;
     if (ready() < 0 || (got = outcome(self)) == NULL)
         return NULL;
+    if (is_acknowledgement(got)) {
+        Py_DECREF(got);
+        Py_RETURN_NONE;
+    }
     index = PyLong_FromSsize_t(self->index);
     if (index == NULL) {
         Py_DECREF(got);
@@ -1164,8 +1208,12 @@ static PyTypeObject RecordFutureType = {
 static PyObject *
 speedups_setup_record_future(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "setup_record_future() takes 6 arguments");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "setup_record_future() takes 7 arguments");
+        return NULL;
+    }
+    if (!PyType_Check(args[6]) || !PyType_IsSubtype((PyTypeObject *)args[6], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "setup_record_future() needs RecordMetadata, a tuple subclass, last");
         return NULL;
     }
     Py_XSETREF(metadata_of, Py_NewRef(args[0]));
@@ -1174,6 +1222,8 @@ speedups_setup_record_future(PyObject *module, PyObject *const *args, Py_ssize_t
     Py_XSETREF(describe, Py_NewRef(args[3]));
     Py_XSETREF(cancelled_error, Py_NewRef(args[4]));
     Py_XSETREF(invalid_state, Py_NewRef(args[5]));
+    Py_XDECREF(metadata_cls);
+    metadata_cls = (PyTypeObject *)Py_NewRef(args[6]);
     Py_RETURN_NONE;
 }
 

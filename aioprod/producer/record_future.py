@@ -364,6 +364,12 @@ def _describe(future: Any) -> str:
 _PyRecordFuture = RecordFuture
 if speedups is not None:
     speedups.setup_record_future(
-        _metadata_of, _error_of, _call_back, _describe, asyncio.CancelledError, asyncio.InvalidStateError
+        _metadata_of,
+        _error_of,
+        _call_back,
+        _describe,
+        asyncio.CancelledError,
+        asyncio.InvalidStateError,
+        RecordMetadata,
     )
     RecordFuture = speedups.RecordFuture  # type: ignore[misc]

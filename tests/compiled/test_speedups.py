@@ -188,13 +188,40 @@ def test_acknowledgements_are_left_to_the_collector_only_when_they_could_be_in_a
     assert [gc.is_tracked(m) for m in (one, *many)] == [tracked] * 4
 
 
-async def test_a_record_futures_metadata_is_untracked_when_compiled() -> None:
-    # What RecordFuture.result() builds (both implementations go through _metadata_of).
+async def test_a_record_futures_metadata_is_untracked_when_compiled(compiled_record_future: type[Any]) -> None:
     settlement = BatchSettlement(asyncio.get_running_loop())
-    future = _PyRecordFuture(settlement, 2, 1000)
+    python, compiled = _PyRecordFuture(settlement, 2, 1000), compiled_record_future(settlement, 2, 1000)
     settlement.settle(("t", 1, 41, -1))
-    assert future.result() == RecordMetadata("t", 1, 43, 1000)
-    assert gc.is_tracked(future.result()) is not COMPILED
+    assert python.result() == compiled.result() == RecordMetadata("t", 1, 43, 1000)
+    assert gc.is_tracked(python.result()) is not COMPILED  # _metadata_of builds it with the compiled helper
+    assert not gc.is_tracked(compiled.result())
+
+
+@pytest.mark.parametrize("base_offset", [-1, 0, 41, 2**62])
+@pytest.mark.parametrize("log_append_time", [-1, 0, 1_700_000_000_000])
+async def test_an_acknowledged_record_reads_alike_from_both_futures(
+    compiled_record_future: type[Any], base_offset: int, log_append_time: int
+) -> None:
+    # The compiled future reads an acknowledgement itself instead of calling _metadata_of:
+    # the offset is -1 with acks=0 (base -1), the timestamp the broker's with log-append time.
+    settlement = BatchSettlement(asyncio.get_running_loop())
+    futures = [
+        cls(settlement, index, 1_600_000_000_000)
+        for index in (0, 5)
+        for cls in (_PyRecordFuture, compiled_record_future)
+    ]
+    settlement.settle(("t", 3, base_offset, log_append_time))
+    python_first, compiled_first, python_fifth, compiled_fifth = [(await f, f.exception()) for f in futures]
+    assert python_first == compiled_first and python_fifth == compiled_fifth
+    assert compiled_fifth == (
+        RecordMetadata(
+            "t",
+            3,
+            -1 if base_offset < 0 else base_offset + 5,
+            1_600_000_000_000 if log_append_time < 0 else log_append_time,
+        ),
+        None,
+    )
 
 
 def test_the_environment_variable_turns_the_compiled_path_off() -> None:
@@ -223,6 +250,7 @@ def compiled_record_future() -> type[Any]:
         record_future._describe,
         asyncio.CancelledError,
         asyncio.InvalidStateError,
+        RecordMetadata,
     )
     return _speedups.RecordFuture
 
