@@ -22,8 +22,10 @@ batch sizes**, on one Tansu broker. Suites:
 - ``latency``: keyed records paced at 10,000/s; per-record latency from the ``send()`` call
   to the acknowledgement callback, p50/p99/max, with the garbage collector's pauses beside.
 - ``scaling``: keyed await-each over a topic of 1,000 partitions and one of 3 (10,000 keys, so
-  that every partition gets records), aioprod beside aiokafka and librdkafka; and the 1,000
-  partitions again at linger 20 ms, where each partition gathers a few records per linger.
+  that every partition gets records), aioprod beside aiokafka and librdkafka; the 1,000
+  partitions again at linger 20 ms, where each partition gathers a few records per linger; and
+  both topics again with ten times the records (aioprod and librdkafka only), where each
+  partition of 1,000 fills several batches instead of less than one.
 - ``memory``: in a subprocess, queue 1,000,000 x 100 B records with the broker SIGSTOPped
   (nothing can be acknowledged) and report (RSS after - RSS before) / records.
 
@@ -114,9 +116,16 @@ NOT_AVAILABLE = {
 MEMORY_CLIENTS = ("aioprod", "aiokafka", "Producer")
 LATENCY_CLIENTS = ("aioprod", "aiokafka", "Producer")
 SCALING_CLIENTS = ("aioprod", "aiokafka", "Producer")
-#: (partitions, linger ms) of the scaling suite: the target compares the first two; the third
-#: is the same load with a linger long enough for a partition to gather a few records.
-SCALING_CELLS = ((3, 5), (1000, 5), (1000, 20))
+#: (partitions, linger ms, records as a multiple of --records) of the scaling suite. The target
+#: compares 1,000 partitions with 3 at linger 5 ms; the third cell is the same load with a
+#: linger long enough for a partition to gather a few records. At 100,000 records a partition
+#: of 1,000 gets 100, less than a 16 KiB batch: each of its batches is sent by its linger or by
+#: flush(), and the broker's answer to flush()'s last thousand batches (about 100 ms) is a
+#: fifth of the run. The last two cells run ten times the records (seven batches a partition),
+#: where the steady state outweighs the start and the end.
+SCALING_CELLS = ((3, 5, 1), (1000, 5, 1), (1000, 20, 1), (3, 5, 10), (1000, 5, 10))
+#: The clients of the long scaling cells: aiokafka takes two minutes a run at 1,000 partitions.
+LONG_SCALING_CLIENTS = ("aioprod", "Producer")
 SCALING_KEYS = 10_000
 CHUNK = 10_000
 LINGER_MS = 5
@@ -826,10 +835,10 @@ def scaling_plan(records: int, loop: str) -> list[Spec]:
             partitions=partitions,
             linger_ms=linger_ms,
             loop=NO_LOOP if client == "Producer" else loop,
-            records=records,
+            records=records * scale,
         )
-        for partitions, linger_ms in SCALING_CELLS
-        for client in SCALING_CLIENTS
+        for partitions, linger_ms, scale in SCALING_CELLS
+        for client in (SCALING_CLIENTS if scale == 1 else LONG_SCALING_CLIENTS)
     ]
 
 
@@ -852,7 +861,12 @@ def group_key(spec: Spec) -> tuple[Any, ...]:
         spec["idempotence"],
         spec["partitions"],
         spec.get("linger_ms", LINGER_MS),  # runs saved before the linger was a field: its constant
+        spec["records"],
     )
+
+
+#: Where a cell's key (``cell_key``) holds the fields the tables pick out.
+PARTITIONS, LINGER, RECORDS, CLIENT, LOOP = 5, 6, 7, 8, 9
 
 
 def cell_key(spec: Spec) -> tuple[Any, ...]:
@@ -957,11 +971,13 @@ def batch_label(size: int) -> str:
 
 
 def table_lookup(cells: dict[tuple[Any, ...], dict[str, Any]]) -> Callable[..., dict[str, Any] | None]:
+    records = next((key[RECORDS] for key in cells if key[0] == "table"), 0)  # one count for the whole table
+
     def get(
         mode: str, batch: int, keys: int, idempotence: bool, client: str, loop: str, partitions: int = 3
     ) -> dict[str, Any] | None:
         loop = NO_LOOP if client == "Producer" else loop
-        return cells.get(("table", mode, batch, keys, idempotence, partitions, LINGER_MS, client, loop))
+        return cells.get(("table", mode, batch, keys, idempotence, partitions, LINGER_MS, records, client, loop))
 
     return get
 
@@ -969,7 +985,7 @@ def table_lookup(cells: dict[tuple[Any, ...], dict[str, Any]]) -> Callable[..., 
 def throughput_tables(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
     get = table_lookup(cells)
     present = {k for k in cells if k[0] == "table"}
-    baseline = any(k[7] == BASELINE for k in present)
+    baseline = any(k[CLIENT] == BASELINE for k in present)
     out: list[str] = []
     notes: dict[str, int] = {}
     for mode in MODES:
@@ -1055,28 +1071,39 @@ def latency_table(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def scaling_rows(cells: dict[tuple[Any, ...], dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The scaling suite's cells by (partitions, linger ms, records, client)."""
+    return {
+        (key[PARTITIONS], key[LINGER], key[RECORDS], key[CLIENT]): row
+        for key, row in cells.items()
+        if key[0] == "scaling"
+    }
+
+
 def scaling_table(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
-    rows = {(key[5], key[6], key[7]): row for key, row in cells.items() if key[0] == "scaling"}
+    rows = scaling_rows(cells)
     if not rows:
         return ""
     lines = [
-        "| client | partitions | linger ms | records/s | CPU µs/rec | x its 3-partition figure | other load / steal |",
-        "|---|--:|--:|--:|--:|--:|--:|",
+        "| client | records | partitions | linger ms | records/s | CPU µs/rec | x its 3-partition figure "
+        "| other load / steal |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for client in sorted({client for *_, client in rows}, key=ROW_ORDER.__getitem__):
-        for partitions, linger_ms in SCALING_CELLS:
-            row = rows.get((partitions, linger_ms, client))
-            if row is None:
-                continue
-            where = f"| {SHORT[client]} | {partitions:,} | {linger_ms} |"
-            if row.get("records_per_s") is None:
-                lines.append(f"{where} failed: {'; '.join(row['failed'])[:80]} | | | |")
-                continue
-            versus = ratio(row, rows.get((*SCALING_CELLS[0], client)))
-            lines.append(
-                f"{where} {row['records_per_s']:,.0f} | {row['client_cpu_us']:.1f} "
-                f"| {fmt(versus, '.2f')} | {fmt(row['other_cores'], '.2f')} / {fmt(row['steal_cores'], '.2f')} |"
-            )
+        for records in sorted({key[2] for key in rows}):
+            for partitions, linger_ms in dict.fromkeys(cell[:2] for cell in SCALING_CELLS):
+                row = rows.get((partitions, linger_ms, records, client))
+                if row is None:
+                    continue
+                where = f"| {SHORT[client]} | {records:,} | {partitions:,} | {linger_ms} |"
+                if row.get("records_per_s") is None:
+                    lines.append(f"{where} failed: {'; '.join(row['failed'])[:80]} | | | |")
+                    continue
+                versus = ratio(row, rows.get((3, LINGER_MS, records, client)))
+                lines.append(
+                    f"{where} {row['records_per_s']:,.0f} | {row['client_cpu_us']:.1f} "
+                    f"| {fmt(versus, '.2f')} | {fmt(row['other_cores'], '.2f')} / {fmt(row['steal_cores'], '.2f')} |"
+                )
     return "\n".join(lines)
 
 
@@ -1156,7 +1183,9 @@ def target_lines(cells: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
             f"- bulk ≥ 1.0x confluent_kafka.Producer in every cell: lowest {lowest_bulk[0]:.2f}x ({lowest_bulk[1]}): "
             f"{verdict(lowest_bulk[0] >= 1.0)}"
         )
-    latency = {(k[7], k[8]): row for k, row in cells.items() if k[0] == "latency" and row.get("p50_ms") is not None}
+    latency = {
+        (k[CLIENT], k[LOOP]): row for k, row in cells.items() if k[0] == "latency" and row.get("p50_ms") is not None
+    }
     rdkafka = latency.get(("Producer", NO_LOOP))
     for (client, loop), row in sorted(latency.items()):
         if client != "aioprod":
@@ -1172,11 +1201,17 @@ def target_lines(cells: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
                 f"{verdict(row['p50_ms'] <= rdkafka['p50_ms'])}",
             )
         out.append(f"- latency at 10,000 records/s, {loop}: " + "; ".join(parts))
-    scaling = {(k[5], k[6], k[7]): row for k, row in cells.items() if k[0] == "scaling"}
-    value = ratio(scaling.get((1000, LINGER_MS, "aioprod")), scaling.get((3, LINGER_MS, "aioprod")))
-    if value is not None:
-        out.append(f"- 1,000 partitions ≥ 0.8x the 3-partition figure: {value:.2f}x: {verdict(value >= 0.8)}")
-    memory = {k[7]: row for k, row in cells.items() if k[0] == "memory" and row.get("bytes_per_record")}
+    scaling = scaling_rows(cells)
+    for records in sorted({key[2] for key in scaling}):
+        value = ratio(
+            scaling.get((1000, LINGER_MS, records, "aioprod")), scaling.get((3, LINGER_MS, records, "aioprod"))
+        )
+        if value is not None:
+            out.append(
+                f"- 1,000 partitions ≥ 0.8x the 3-partition figure, {records:,} records: {value:.2f}x: "
+                f"{verdict(value >= 0.8)}"
+            )
+    memory = {k[CLIENT]: row for k, row in cells.items() if k[0] == "memory" and row.get("bytes_per_record")}
     if "aioprod" in memory and "aiokafka" in memory:
         mine, theirs = memory["aioprod"]["bytes_per_record"], memory["aiokafka"]["bytes_per_record"]
         out.append(
