@@ -1399,7 +1399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--baseline",
         metavar="REF",
         help="also run aioprod as of this git revision (e.g. main) beside the working tree's, interleaved, "
-        "in the table suite, to measure what a change costs",
+        "in the table and scaling suites, to measure what a change costs",
     )
     parser.add_argument("--update-docs", action="store_true", help=f"rewrite the results block of {DOCS}")
     parser.add_argument(
