@@ -78,6 +78,16 @@ class Answer:
         self._loop.call_soon(self._on_answer, error)
 
 
+def _hand_over(answers: list[tuple[Answer, Response]]) -> None:
+    """Hand each response to its :class:`Answer`, keeping none of them. The reader then awaits
+    its next read for as long as the broker takes; responses it still held outlived the young
+    collections there and were promoted to the oldest generation, which over 1,000 partitions
+    made 8-9 full collections in a run of 1,000,000 records instead of 5."""
+    for answer, response in answers:
+        answer.answer(response)
+    answers.clear()
+
+
 #: A request's pending outcome: a future its sender awaits, or an :class:`Answer`.
 _Outcome = asyncio.Future[Any] | Answer
 
@@ -389,8 +399,7 @@ class BrokerConnection:
                     for frame in decoder.feed(data):
                         self._complete(frame, answers)
                 finally:
-                    for answer, response in answers:
-                        answer.answer(response)
+                    _hand_over(answers)
                 if full and len(self._in_flight) < self.max_in_flight:
                     self._on_ready()  # a request may go now (whatever the response was to)
         except asyncio.CancelledError:

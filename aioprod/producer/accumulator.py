@@ -204,6 +204,10 @@ class RecordAccumulator:
         self._metrics = metrics if metrics is not None else ProducerMetrics(config)
         #: Non-empty queues only, in drain order (see the module docstring).
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        #: Queues emptied by ``drain``, for the next partition that gets a batch. Over many
+        #: partitions most queues empty at every drain; a new deque each time was promoted to
+        #: the collector's oldest generation with its batch, one more object per batch there.
+        self._spare_queues: list[deque[ProducerBatch]] = []
         self.pool = BufferPool(config.buffer_memory, self._metrics, wakeup)
         self._codec = resolve_codec(config.compression_type)
         self._linger = config.linger_ms / 1000
@@ -396,7 +400,7 @@ class RecordAccumulator:
     def _enqueue_new(self, batch: ProducerBatch) -> None:
         queue = self._batches.get(batch.tp)
         if queue is None:
-            queue = self._batches[batch.tp] = deque()
+            queue = self._batches[batch.tp] = self._spare_queues.pop() if self._spare_queues else deque()
         queue.append(batch)
         self._track(batch)
         self.batches_created += 1
@@ -554,6 +558,8 @@ class RecordAccumulator:
             del batches[tp]
             if queue:
                 batches[tp] = queue  # to the back of the drain order
+            else:
+                self._spare_queues.append(queue)
         return drained
 
     def sent(self, batch: ProducerBatch) -> None:
