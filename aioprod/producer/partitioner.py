@@ -130,22 +130,23 @@ class Partitioner:
     def keyless(self, topic: str, size: int, partitions: Sequence[int], available: Sequence[int]) -> int:
         """Partition for a keyless record of ``size`` bytes; counts it for stickiness.
 
-        The hot path for keyless records under the default partitioner: one call.
+        The hot path for keyless records under the default partitioner: one call, and for all
+        but a batch's last record one check (a topic has a sticky state only under a sticky
+        partitioner) and one write.
         """
         state = self._sticky.get(topic)
-        if (
-            not self._keyless_sticky
-            or state is None
-            or (state.available is not available and state.partition not in available)
-        ):
-            partition = self.partition(topic, None, partitions, available)
-            self.on_append(topic, partition, size, available)
-            return partition
-        state.available = available
+        if state is None or state.available is not available:
+            if state is None or state.partition not in available:
+                partition = self.partition(topic, None, partitions, available)
+                self.on_append(topic, partition, size, available)
+                return partition
+            state.available = available
+        produced = state.produced + size
+        if produced < self._batch_size:
+            state.produced = produced
+            return state.partition
         partition = state.partition
-        state.produced += size
-        if state.produced >= self._batch_size:
-            self._switch(state, available)
+        self._switch(state, available)
         return partition
 
     def on_append(self, topic: str, partition: int, size: int, available: Sequence[int]) -> None:

@@ -38,6 +38,24 @@ def test_keyless_records_stick_until_a_batch_worth_then_move() -> None:
     assert p.keyless("t", 1, parts, available) != first
 
 
+def test_the_record_that_completes_a_batch_worth_stays_and_the_next_moves() -> None:
+    p = Partitioner("default", batch_size=1000, rng=random.Random(5))
+    parts = (0, 1, 2, 3)
+    first = p.keyless("t", 500, parts, parts)
+    assert p.keyless("t", 500, parts, parts) == first  # exactly a batch's worth
+    second = p.keyless("t", 1, parts, parts)
+    assert second != first
+    assert p.keyless("t", 998, parts, parts) == second  # the count started again at the move
+
+
+def test_keyless_records_follow_round_robin_and_a_user_partitioner_not_stickiness() -> None:
+    parts = (0, 1, 2)
+    rr = Partitioner("round_robin", batch_size=1000, rng=random.Random(2))
+    assert sorted(rr.keyless("t", 10, parts, parts) for _ in range(3)) == [0, 1, 2]
+    user = Partitioner(lambda topic, key, partitions: 1, batch_size=1000)
+    assert {user.keyless("t", 10, parts, parts) for _ in range(3)} == {1}
+
+
 def test_keyless_records_avoid_partitions_without_a_leader() -> None:
     p = Partitioner("default", batch_size=10, rng=random.Random(1))
     chosen = {p.keyless("t", 100, [0, 1, 2, 3], [2]) for _ in range(20)}
