@@ -398,9 +398,7 @@ class RecordAccumulator:
         return ProducerBatch(tp, self._new_builder(), created, self._delivery_timeout)
 
     def _enqueue_new(self, batch: ProducerBatch) -> None:
-        queue = self._batches.get(batch.tp)
-        if queue is None:
-            queue = self._batches[batch.tp] = self._spare_queues.pop() if self._spare_queues else deque()
+        queue = self._queue_for(batch.tp)
         queue.append(batch)
         self._track(batch)
         self.batches_created += 1
@@ -419,6 +417,13 @@ class RecordAccumulator:
             and not (self.busy and not news and self._leader_in(batch.tp, self.busy))
         ):
             self._wakeup()
+
+    def _queue_for(self, tp: TopicPartition) -> deque[ProducerBatch]:
+        """The partition's queue; a partition without one gets a spare, at the back of the drain order."""
+        queue = self._batches.get(tp)
+        if queue is None:
+            queue = self._batches[tp] = self._spare_queues.pop() if self._spare_queues else deque()
+        return queue
 
     def _leader_in(self, tp: TopicPartition, nodes: set[int]) -> bool:
         """The partition's leader, in the snapshot of the last round, is in ``nodes``."""
@@ -577,9 +582,7 @@ class RecordAccumulator:
         """Put a batch back at the head of its partition, in sequence order."""
         batch.retry_at = retry_at
         batch.in_flight = False
-        queue = self._batches.get(batch.tp)
-        if queue is None:
-            queue = self._batches[batch.tp] = deque()
+        queue = self._queue_for(batch.tp)
         if batch.stamped:
             index = 0
             while (
