@@ -1222,8 +1222,7 @@ speedups_setup_record_future(PyObject *module, PyObject *const *args, Py_ssize_t
     Py_XSETREF(describe, Py_NewRef(args[3]));
     Py_XSETREF(cancelled_error, Py_NewRef(args[4]));
     Py_XSETREF(invalid_state, Py_NewRef(args[5]));
-    Py_XDECREF(metadata_cls);
-    metadata_cls = (PyTypeObject *)Py_NewRef(args[6]);
+    Py_XSETREF(metadata_cls, (PyTypeObject *)Py_NewRef(args[6]));
     Py_RETURN_NONE;
 }
 

@@ -1090,7 +1090,7 @@ def scaling_table(cells: dict[tuple[Any, ...], dict[str, Any]]) -> str:
         "|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for client in sorted({client for *_, client in rows}, key=ROW_ORDER.__getitem__):
-        for records in sorted({key[2] for key in rows}):
+        for records in sorted({records for _, _, records, _ in rows}):
             for partitions, linger_ms in dict.fromkeys(cell[:2] for cell in SCALING_CELLS):
                 row = rows.get((partitions, linger_ms, records, client))
                 if row is None:
@@ -1202,7 +1202,7 @@ def target_lines(cells: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
             )
         out.append(f"- latency at 10,000 records/s, {loop}: " + "; ".join(parts))
     scaling = scaling_rows(cells)
-    for records in sorted({key[2] for key in scaling}):
+    for records in sorted({records for _, _, records, _ in scaling}):
         value = ratio(
             scaling.get((1000, LINGER_MS, records, "aioprod")), scaling.get((3, LINGER_MS, records, "aioprod"))
         )
