@@ -445,6 +445,15 @@ RecordsCore_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     RecordsCore *self = (RecordsCore *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
+    /* A subclass defined in Python (RecordBatchBuilder) is a collected type, so each builder
+     * would be tracked and, living as long as its batch is unanswered, outlive the young
+     * collections: over 1,000 partitions, one more object per batch counted towards the next
+     * full collection, which walks every object the application keeps. A builder refers only
+     * to bytes, integers, its codec and its class, none of which refers to a builder, so it
+     * can never be part of a reference cycle: the collector need not see it (as CPython does
+     * for tuples of atomic values). A subclass must keep to such fields. */
+    if (PyObject_GC_IsTracked((PyObject *)self))
+        PyObject_GC_UnTrack(self);
     self->buf = PyByteArray_FromStringAndSize(NULL, 0);
     if (self->buf == NULL) {
         Py_DECREF(self);

@@ -28,7 +28,7 @@ from aioprod.producer import record_future
 from aioprod.producer.batch import _py_metadata_range
 from aioprod.producer.partitioner import _py_murmur2, _py_partition_for_key
 from aioprod.producer.record_future import BatchFailure, BatchSettlement, _PyRecordFuture
-from aioprod.protocol.records.builder import _PyRecordsCore
+from aioprod.protocol.records.builder import RecordBatchBuilder, _PyRecordsCore
 
 try:
     from aioprod import _speedups
@@ -97,6 +97,21 @@ def test_a_batch_filled_a_record_at_a_time_holds_no_memory_beyond_its_limit(limi
     while compiled.append(1_700_000_000_000, b"key", b"v" * 97, ()) is not None:
         assert len(compiled._buf) <= sys.getsizeof(compiled._buf) - empty <= max(limit, len(compiled._buf)) + 1
     assert compiled._full
+
+
+def test_a_batch_builder_is_never_left_to_the_collector() -> None:
+    # A builder lives as long as its batch is unanswered: over 1,000 partitions on a busy
+    # broker, long enough to reach the collector's oldest generation, where each one brought
+    # the next full collection (a walk over everything the application keeps) nearer. It refers
+    # to nothing that could refer back to it, so the compiled one is untracked all its life.
+    builder = RecordBatchBuilder("lz4", 16_384)
+    untracked = [not gc.is_tracked(builder)]
+    assert builder.append(1_700_000_000_000, b"key", b"v" * 97) == 0
+    untracked.append(not gc.is_tracked(builder))
+    built = builder.build(7, 0, 0)
+    untracked.append(not gc.is_tracked(builder))
+    assert untracked == [COMPILED] * 3
+    assert built == builder.build(7, 0, 0) and len(built) > 61
 
 
 @settings(max_examples=200, deadline=None)
