@@ -138,7 +138,8 @@ class Partitioner:
         if state is None or state.available is not available:
             if state is None or state.partition not in available:
                 partition = self.partition(topic, None, partitions, available)
-                self.on_append(topic, partition, size, available)
+                if self._keyless_sticky:  # partition() just chose (or kept) the sticky one
+                    self.count_sticky(topic, size, available)
                 return partition
             state.available = available
         produced = state.produced + size
@@ -148,15 +149,6 @@ class Partitioner:
         partition = state.partition
         self._switch(state, available)
         return partition
-
-    def on_append(self, topic: str, partition: int, size: int, available: Sequence[int]) -> None:
-        """Count bytes sent to the sticky partition; switch once a batch's worth went there."""
-        state = self._sticky.get(topic)
-        if state is None or state.partition != partition:
-            return
-        state.produced += size
-        if state.produced >= self._batch_size:
-            self._switch(state, available)
 
     def _switch(self, state: _Sticky, available: Sequence[int]) -> None:
         if len(available) > 1:
