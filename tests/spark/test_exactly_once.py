@@ -119,7 +119,13 @@ def test_a_retried_task_writes_every_row_once_and_a_rerun_writes_nothing(
     )
     assert (again.rows_written, again.rows_failed, again.aborted) == (0, 0, None)
     assert again.partitions_skipped == ([0, 1] if mode == "executors" else [0])
-    assert logs(bootstrap, topic) == log  # nothing more was written
+    # Nothing more was committed, and nothing is left open. Spark does not wait for the Python
+    # worker of a failed attempt: in executors mode the first attempt of Spark partition 1 may
+    # still be writing when the first write returns, and what it writes is aborted when its input
+    # ends. So aborted rows may grow after the first read, only from that partition's rows.
+    later = logs(bootstrap, topic)
+    assert (later.committed, later.open) == (log.committed, [])
+    assert set(numbers(later.aborted)) <= set(range(rows // 2, rows))
 
 
 @pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning")
