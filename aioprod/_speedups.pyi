@@ -1,4 +1,5 @@
 from collections.abc import Sequence
+from typing import Any
 
 class RecordsCore:
     _buf: bytearray
@@ -37,3 +38,30 @@ def metadata(
 def metadata_range(
     cls: type[tuple[str, int, int, int]], topic: str, partition: int, first_offset: int, count: int, timestamp: int
 ) -> list[tuple[str, int, int, int]]: ...
+
+class SendLane:
+    """Producer.send()'s common case for one topic (see aioprod/_speedups.c)."""
+
+    topic: str
+    snapshot: object
+    def __init__(
+        self,
+        *,
+        topic: str,
+        producer: object,
+        metadata: object,
+        snapshot: object,
+        tps: list[Any],
+        batches: dict[Any, Any],
+        pool: object,
+        blocked: set[int],
+        on_wire: dict[Any, int],
+        sticky: dict[str, Any] | None,
+        available: Sequence[int],
+        partitions: int,
+        overhead: int,
+        size_limit: int,
+        batch_size: int,
+        clock_every: int,
+    ) -> None: ...
+    def send(self, value: object, key: object) -> Any: ...

@@ -202,7 +202,9 @@ class RecordAccumulator:
         self._wakeup = wakeup
         self._loop = asyncio.get_running_loop()
         self._metrics = metrics if metrics is not None else ProducerMetrics(config)
-        #: Non-empty queues only, in drain order (see the module docstring).
+        #: Non-empty queues only, in drain order (see the module docstring). Never rebound:
+        #: the compiled send lane (Producer._open_lane) holds this dict, as it does ``on_wire``
+        #: and ``blocked``.
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         #: Queues emptied by ``drain``, for the next partition that gets a batch. Over many
         #: partitions most queues empty at every drain; a new deque each time was promoted to
@@ -225,6 +227,7 @@ class RecordAccumulator:
         #: the sender then. So their partitions are passed over, and neither their lingers
         #: ending nor their new batches make a round. With 1,000 partitions on a busy
         #: broker, those had made a round every millisecond or so that could send nothing.
+        #: Updated in place (see ``_batches``).
         self.blocked: set[int] = set()
         #: Leaders with two produce requests of the sender unanswered at its last round (set by
         #: the sender; each answer wakes it). A batch of theirs due only by its linger waits: it
@@ -660,10 +663,16 @@ class RecordAccumulator:
     def has_queued(self) -> bool:
         return bool(self._batches)
 
+    @property
+    def open_batches(self) -> dict[TopicPartition, deque[ProducerBatch]]:
+        """Each partition's queue of batches, the last one open for appends (for the compiled
+        send lane, which appends to it where ``append`` would)."""
+        return self._batches
+
     def fail_all(self, error_for: Callable[[ProducerBatch], KafkaError]) -> list[ProducerBatch]:
         """Fail every queued batch, each with the error ``error_for`` gives it; returns them."""
-        batches, self._batches = self._batches, {}
-        failed = [batch for queue in batches.values() for batch in queue]
+        failed = [batch for queue in self._batches.values() for batch in queue]
+        self._batches.clear()
         for batch in failed:
             batch.fail(error_for(batch))
             self.complete(batch)

@@ -110,6 +110,12 @@ class Partitioner:
         """Keyless records follow the sticky partition (the default)."""
         return self._keyless_sticky
 
+    @property
+    def sticky_states(self) -> dict[str, _Sticky] | None:
+        """Each topic's sticky state under a sticky mode, else None: the compiled send lane
+        counts a keyless record in it where ``keyless`` would (never rebound)."""
+        return self._sticky if self._keyless_sticky else None
+
     def sticky(self, topic: str, partitions: Sequence[int], available: Sequence[int]) -> int:
         """The topic's current sticky partition (chosen now if there is none)."""
         choices = available or partitions

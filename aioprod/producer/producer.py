@@ -106,6 +106,10 @@ class Producer:
         # were awaited, and when send() last let the loop run.
         self._sends_since_clock_check = 0
         self._last_yield = 0.0
+        #: topic -> the compiled twin of send()'s common case for it (SendLane, in
+        #: aioprod/_speedups.c); only without serializers or transactions.
+        self._lanes: dict[str, Any] = {}
+        self._lanes_on = speedups is not None and not self._serializers
         self._closing: asyncio.Task[None] | None = None
         self._metrics = ProducerMetrics(self.config)
         if self.config.telemetry is not None:
@@ -266,6 +270,12 @@ class Producer:
             self._last_yield = self._loop.time()
             if self._state is not _STARTED or self._fatal is not None:
                 self._raise_not_open()
+        if partition is None and timestamp_ms is None and headers is None:
+            lane = self._lanes.get(topic)
+            if lane is not None:
+                queued: RecordFuture | None = lane.send(value, key)
+                if queued is not None:
+                    return queued
         tps = self._tps.get(topic)
         if tps is None:
             _check_topic(topic)
@@ -346,10 +356,49 @@ class Producer:
             # partitions, or a large batch_size), so bound the time between yields too.
             self._sends_since_clock_check += 1
             if self._sends_since_clock_check >= _SENDS_PER_CLOCK_CHECK:
-                self._sends_since_clock_check = 0
-                if self._loop.time() - self._last_yield >= _MAX_UNYIELDED:
-                    acc.yield_wanted = True
+                self._clock_check()
+        if self._lanes_on and txn is None:
+            lane = self._lanes.get(topic)
+            if lane is None or lane.snapshot is not self._metadata.snapshot:
+                self._open_lane(topic)
         return future
+
+    def _clock_check(self) -> None:
+        """Every _SENDS_PER_CLOCK_CHECK sends that found batches waiting on a broker (the
+        compiled lane calls this too): have the next send() yield if the loop has not run
+        for _MAX_UNYIELDED."""
+        self._sends_since_clock_check = 0
+        if self._loop.time() - self._last_yield >= _MAX_UNYIELDED:
+            self._accumulator.yield_wanted = True
+
+    def _open_lane(self, topic: str) -> None:
+        """Give ``topic`` a compiled lane for the current metadata snapshot, once send()'s own
+        path has seen the topic through it (its partitions known, its TopicPartitions made)."""
+        assert speedups is not None
+        snapshot = self._metadata.snapshot
+        info = snapshot.topics.get(topic)
+        tps = self._tps.get(topic)
+        if info is None or not info.partitions or tps is None or len(tps) < len(info.all_partitions):
+            return
+        acc = self._accumulator
+        self._lanes[topic] = speedups.SendLane(
+            topic=topic,
+            producer=self,
+            metadata=self._metadata,
+            snapshot=snapshot,
+            tps=tps,
+            batches=acc.open_batches,
+            pool=acc.pool,
+            blocked=acc.blocked,
+            on_wire=acc.on_wire,
+            sticky=self._partitioner.sticky_states,
+            available=info.available_partitions,
+            partitions=len(info.all_partitions) if self._hash_keys else 0,
+            overhead=_RECORD_OVERHEAD,
+            size_limit=self._size_limit,
+            batch_size=self.config.batch_size,
+            clock_every=_SENDS_PER_CLOCK_CHECK,
+        )
 
     async def send_many(
         self,

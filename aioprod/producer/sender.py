@@ -218,7 +218,8 @@ class Sender:
             # be, and what comes back for a retry is not sent again.
             self.fail_aborted(txn.error)
         cluster = self._metadata.snapshot
-        blocked: set[int] = set()
+        blocked = acc.blocked
+        blocked.clear()
         throttle_end = _IDLE
         for open_conn in self._pool.connections():
             if not open_conn.can_send_more():
@@ -228,7 +229,6 @@ class Sender:
                     # clock tick early (asyncio runs timers due within its resolution), so
                     # the end is the next round's time too.
                     throttle_end = min(throttle_end, open_conn.throttled_until - now)
-        acc.blocked = blocked
         # Only this sender's produce requests: their answers wake it (any other request's would not).
         acc.busy = {node for node, count in self._unanswered.items() if count >= _LINGERED_IN_FLIGHT}
         readiness = acc.ready(cluster, now)
