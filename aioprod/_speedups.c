@@ -1647,6 +1647,7 @@ SendLane_send(SendLane *self, PyObject *const *args, Py_ssize_t nargs)
     long long size, produced = 0, number, used, total, reserved, timestamp;
     Py_ssize_t partition, length;
     int found;
+    char was_full;
 
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "send() takes 2 arguments (value, key)");
@@ -1754,10 +1755,13 @@ SendLane_send(SendLane *self, PyObject *const *args, Py_ssize_t nargs)
     if (new_used == NULL || new_reserved == NULL || new_produced == NULL || wall_ms(&timestamp) < 0)
         goto error;
 
+    was_full = core->full;
     found = encode_record(core, zigzag(core->count ? (int64_t)timestamp - (int64_t)core->base_ts : 0), key, value,
                           NULL);
+    if (found == 0)
+        core->full = was_full; /* it does not fit: send()'s own path finds that out again, and starts a batch */
     if (found <= 0)
-        goto check; /* 0: full; the record starts the next batch on send()'s path */
+        goto check;
     number = count_record(core, timestamp);
     if (PyObject_SetAttr(self->pool, str_used, new_used) < 0 ||
         PyObject_SetAttr(last, str_reserved, new_reserved) < 0 ||

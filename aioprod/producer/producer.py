@@ -380,8 +380,11 @@ class Producer:
         tps = self._tps.get(topic)
         if info is None or not info.partitions or tps is None or len(tps) < len(info.all_partitions):
             return
+        lanes = self._lanes
+        if lanes and next(iter(lanes.values())).snapshot is not snapshot:
+            lanes.clear()  # every lane is for one snapshot: none keeps an old one alive
         acc = self._accumulator
-        self._lanes[topic] = speedups.SendLane(
+        lanes[topic] = speedups.SendLane(
             topic=topic,
             producer=self,
             metadata=self._metadata,

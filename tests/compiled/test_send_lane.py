@@ -22,6 +22,7 @@ from aioprod import Producer
 from aioprod._compiled import COMPILED
 from aioprod.cluster.metadata import Broker, ClusterSnapshot, PartitionInfo, TopicInfo
 from aioprod.config import ProducerConfig
+from aioprod.errors import KafkaError
 from aioprod.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.partitioner import Partitioner, partition_for_key
@@ -41,8 +42,9 @@ PARTITIONS = 3
 TPS = [TopicPartition("t", p) for p in range(PARTITIONS)]
 
 
-def snapshot() -> ClusterSnapshot:
-    parts = {p: PartitionInfo(p, 1, 0, (1,), (1,)) for p in range(PARTITIONS)}
+def snapshot(leaders: tuple[int, ...] = (1,) * PARTITIONS) -> ClusterSnapshot:
+    """Topic 't': partition p led by node leaders[p] (-1: no leader, so not available)."""
+    parts = {p: PartitionInfo(p, leader, 0, (1,), (1,)) for p, leader in enumerate(leaders)}
     info = TopicInfo("t", MappingProxyType(parts))
     return ClusterSnapshot(MappingProxyType({1: Broker(1, "h", 9001)}), MappingProxyType({"t": info}))
 
@@ -62,15 +64,22 @@ class FakeProducer:
 class Setup:
     """An accumulator, a partitioner and a lane over them, as Producer._open_lane makes it."""
 
-    def __init__(self, batch_size: int = 16384, clock_every: int = 64) -> None:
-        self.config = ProducerConfig.from_options(bootstrap_servers="h:1", batch_size=batch_size)
+    def __init__(self, batch_size: int = 16384, clock_every: int = 64, buffer_memory: int = 32 << 20) -> None:
+        self.config = ProducerConfig.from_options(
+            bootstrap_servers="h:1", batch_size=batch_size, buffer_memory=buffer_memory
+        )
         self.acc = RecordAccumulator(self.config, lambda: None)
         self.partitioner = Partitioner("default", batch_size, random.Random(3))
         self.producer = FakeProducer()
-        self.snapshot = snapshot()
+        self.clock_every = clock_every
         self.metadata = type("Metadata", (), {})()
-        self.metadata.snapshot = self.snapshot
-        info = self.snapshot.topics["t"]
+        self.new_metadata(snapshot())
+
+    def new_metadata(self, cluster: ClusterSnapshot) -> None:
+        """A metadata refresh, and the lane send() then makes for the new snapshot."""
+        self.snapshot = self.metadata.snapshot = cluster
+        info = cluster.topics["t"]
+        batch_size = self.config.batch_size
         self.lane = _speedups.SendLane(
             topic="t",
             producer=self.producer,
@@ -85,60 +94,89 @@ class Setup:
             available=info.available_partitions,
             partitions=len(info.all_partitions),
             overhead=RECORD_OVERHEAD,
-            size_limit=self.config.max_request_size,
+            size_limit=min(self.config.max_request_size, self.config.buffer_memory),
             batch_size=batch_size,
-            clock_every=clock_every,
+            clock_every=self.clock_every,
         )
 
-    def own_path(self, key: bytes | None, value: bytes | None) -> Any:
-        """What send() does for a record the lane declines: partition, reserve, append."""
+    def own_path(self, key: bytes | None, value: bytes | None, timestamp: int | None = None) -> Any:
+        """What send() does for a record the lane declines: partition, reserve (None: it would
+        wait for memory), append, and count a send made while answers are awaited."""
         info = self.snapshot.topics["t"]
         size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
         if key is None:
             partition = self.partitioner.keyless("t", size, info.all_partitions, info.available_partitions)
         else:
             partition = partition_for_key(key, PARTITIONS)
-        assert self.acc.pool.try_reserve(size)
-        return self.acc.append(TPS[partition], _speedups.now_ms(), key, value, (), size)
+        if not self.acc.pool.try_reserve(size):
+            return None
+        created = self.acc.batches_created
+        now = _speedups.now_ms() if timestamp is None else timestamp
+        future = self.acc.append(TPS[partition], now, key, value, (), size)
+        if self.acc.batches_created == created and (self.acc.blocked or self.acc.on_wire):
+            self.producer._sends_since_clock_check += 1
+            if self.producer._sends_since_clock_check >= self.clock_every:
+                self.producer._clock_check()
+        return future
 
-    def send(self, key: bytes | None, value: bytes | None) -> Any:
-        """send()'s order: the lane, then its own path if the lane declined."""
-        return self.lane.send(value, key) or self.own_path(key, value)
+    def send(self, key: bytes | None, value: bytes | None) -> tuple[Any, bool]:
+        """send()'s order: the lane, then (the lane having left no trace) its own path; the
+        future, and whether the lane took the record."""
+        before = self.state()
+        future = self.lane.send(value, key)
+        if future is not None:
+            return future, True
+        assert self.state() == before
+        return self.own_path(key, value), False
 
     def state(self) -> tuple[Any, ...]:
-        """Everything the lane may change: the pool, each batch's records and reserve, the sticky state."""
+        """Everything the lane may change: the pool, each batch's records, bytes, reserve and
+        fullness, the sticky state, the count of sends made while answers are awaited."""
         batches = tuple(
-            (tp, tuple((batch.builder.record_count, batch.reserved) for batch in queue))
+            (
+                tp,
+                tuple(
+                    (b.builder.record_count, len(b.builder._buf), b.reserved, b.builder.is_full, b.payload)
+                    for b in queue
+                ),
+            )
             for tp, queue in self.acc.open_batches.items()
         )
-        sticky = {t: (s.partition, s.produced) for t, s in self.partitioner.sticky_states.items()}  # type: ignore[union-attr]
-        return self.acc.pool.used, batches, sticky, self.producer._sends_since_clock_check
+        sticky = {t: (s.partition, s.produced, s.available) for t, s in self.partitioner.sticky_states.items()}  # type: ignore[union-attr]
+        producer = self.producer
+        return self.acc.pool.used, batches, sticky, producer._sends_since_clock_check, producer.clock_checks
+
+
+def send_both(laned: Setup, reference: Setup, key: bytes | None, value: bytes | None) -> bool:
+    """The record through ``laned`` as send() does and through ``reference``'s own path alone, at
+    the same timestamp (the lane reads the clock itself); whether the lane took it."""
+    future, through_lane = laned.send(key, value)
+    expected = reference.own_path(key, value, None if future is None else future._timestamp)
+    assert (future is None) == (expected is None)  # send() would wait for memory in both
+    assert future is None or future._index == expected._index
+    return through_lane
 
 
 async def test_a_keyed_record_joins_its_partitions_open_batch_as_sends_own_path_would() -> None:
     laned, reference = Setup(), Setup()
-    for setup in (laned, reference):
-        setup.own_path(b"key", b"first")  # opens the partition's batch
-    future = laned.lane.send(b"second", b"key")
-    reference.own_path(b"key", b"second")
-    assert future is not None and future._index == 1
+    assert not send_both(laned, reference, b"key", b"first")  # send()'s own path opens the batch
+    assert send_both(laned, reference, b"key", b"second")
     assert laned.state() == reference.state()
+    future = laned.lane.send(b"third", b"key")
+    assert future is not None and future._index == 2
     batch = laned.acc.open_batches[TPS[partition_for_key(b"key", PARTITIONS)]][-1]
     assert future._settlement is batch.settlement
 
 
 async def test_keyless_records_count_towards_the_sticky_partition_alike() -> None:
     laned, reference = Setup(batch_size=1024), Setup(batch_size=1024)
-    values = [bytes(random.Random(i).randrange(0, 200)) for i in range(200)]
-    declined = 0
-    for value in values:
-        if laned.lane.send(value, None) is None:
-            declined += 1
-            laned.own_path(None, value)
-        reference.own_path(None, value)
+    # First records of 128 bytes (with RECORD_OVERHEAD), eight to the sticky partition's 1,024:
+    # the eighth reaches it exactly, and the partition switches after it.
+    values = [bytes(128 - RECORD_OVERHEAD)] * 40 + [bytes(random.Random(i).randrange(0, 200)) for i in range(200)]
+    declined = sum(not send_both(laned, reference, None, value) for value in values)
     assert laned.state() == reference.state()
     # The lane took the records between switches; each switch (and each new batch) was send()'s own.
-    assert 0 < declined < len(values) // 4
+    assert 0 < declined < len(values) // 3
 
 
 async def test_what_the_lane_declines_leaves_no_trace() -> None:
@@ -183,6 +221,56 @@ async def test_every_so_many_sends_with_answers_awaited_look_at_the_clock() -> N
     assert setup.producer.clock_checks == 2 and setup.producer._sends_since_clock_check == 2
 
 
+@pytest.mark.parametrize("seed", range(16))
+async def test_the_lane_and_sends_own_path_stay_in_step_through_what_a_producer_meets(seed: int) -> None:
+    """Two accumulators fed the same records, one through the lane first: after every step they
+    hold the same state, and whatever the lane declined left none. Between records, what a running
+    producer meets: a full buffer, batches taken by the sender (built, or closed with nothing
+    sent), batches answered, leaders lost and found, a connection full, answers awaited."""
+    rng = random.Random(seed)
+    batch_size, memory = rng.choice([256, 1024, 4096]), rng.choice([3000, 20000, 1 << 20])
+    laned, reference = Setup(batch_size, 5, memory), Setup(batch_size, 5, memory)
+    through_lane = 0
+    for _ in range(1000):
+        roll = rng.random()
+        tp = rng.choice(TPS)
+        leaders = (*(rng.choice((1, 1, -1)) for _ in range(PARTITIONS - 1)), 1)  # partition 2 keeps one
+        for setup in (laned, reference):
+            queue = setup.acc.open_batches.get(tp)
+            if roll < 0.03 and queue:  # answered: its memory goes back
+                batch = queue.popleft()
+                if not queue:
+                    del setup.acc.open_batches[tp]
+                setup.acc.pool.release(batch.reserved)
+                batch.reserved = 0
+            elif roll < 0.05 and queue and queue[-1].payload is None:  # taken by the sender
+                queue[-1].payload = queue[-1].builder.build()
+            elif roll < 0.06 and queue and queue[-1].payload is None:  # closed, not yet sent
+                queue[-1].builder.build()
+            elif 0.06 <= roll < 0.08:
+                setup.new_metadata(snapshot(leaders))
+            elif 0.08 <= roll < 0.10:
+                setup.acc.blocked.symmetric_difference_update({1})
+            elif 0.10 <= roll < 0.12 and setup.acc.on_wire.pop(tp, None) is None:
+                setup.acc.on_wire[tp] = 1
+        if roll >= 0.12:
+            key = None if rng.random() < 0.5 else b"key-%d" % rng.randrange(30)
+            value = None if rng.random() < 0.05 else bytes(rng.randrange(0, 400))
+            through_lane += send_both(laned, reference, key, value)
+        assert laned.state() == reference.state()
+    assert through_lane > 0
+
+
+async def test_a_producer_failing_everything_queued_leaves_the_lane_nothing_to_append_to() -> None:
+    setup = Setup()
+    queued = [setup.send(b"key", b"v")[0] for _ in range(3)]
+    batches = setup.acc.open_batches
+    failed = setup.acc.fail_all(lambda _batch: KafkaError("the producer is closing"))
+    assert setup.acc.open_batches is batches and not batches  # emptied in place: the lane sees it
+    assert setup.lane.send(b"v", b"key") is None
+    assert len(failed) == 1 and all(isinstance(future.exception(), KafkaError) for future in queued)
+
+
 def records(seed: int) -> list[tuple[bytes | None, Any, dict[str, Any]]]:
     """Keyed and keyless records with, now and then, what the lane leaves to send()'s own path."""
     rng = random.Random(seed)
@@ -217,9 +305,12 @@ async def produce(bootstrap: str, topic: str, lanes: bool) -> tuple[list[tuple[i
             return append(*args)
 
         acc.append = counted  # type: ignore[method-assign]
+        held = (acc.open_batches, acc.blocked, acc.on_wire)  # what the lanes hold: never rebound
         futures = [await producer.send(topic, value, key=key, **extra) for key, value, extra in records(5)]
         acked = [await future for future in futures]
         assert acc.pool.used == 0
+        assert all(now is then for now, then in zip((acc.open_batches, acc.blocked, acc.on_wire), held, strict=True))
+        assert list(producer._lanes) == ([topic] if lanes else [])
     return [(md.partition, md.offset) for md in acked], own_path
 
 
