@@ -633,8 +633,7 @@ new_record_future(PyTypeObject *type, PyObject *settlement, Py_ssize_t index, lo
     RecordFutureObject *self = PyObject_GC_New(RecordFutureObject, type);
     if (self == NULL)
         return NULL;
-    Py_INCREF(settlement);
-    self->settlement = settlement;
+    self->settlement = Py_NewRef(settlement);
     self->callbacks = NULL;
     self->cancel_message = NULL;
     self->weakreflist = NULL;
@@ -1549,28 +1548,17 @@ SendLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self = (SendLane *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    Py_INCREF(topic);
-    self->topic = topic;
-    Py_INCREF(producer);
-    self->producer = producer;
-    Py_INCREF(metadata);
-    self->metadata = metadata;
-    Py_INCREF(snapshot);
-    self->snapshot = snapshot;
-    Py_INCREF(tps);
-    self->tps = tps;
-    Py_INCREF(batches);
-    self->batches = batches;
-    Py_INCREF(pool);
-    self->pool = pool;
-    Py_INCREF(blocked);
-    self->blocked = blocked;
-    Py_INCREF(on_wire);
-    self->on_wire = on_wire;
-    Py_INCREF(sticky);
-    self->sticky = sticky;
-    Py_INCREF(available);
-    self->available = available;
+    self->topic = Py_NewRef(topic);
+    self->producer = Py_NewRef(producer);
+    self->metadata = Py_NewRef(metadata);
+    self->snapshot = Py_NewRef(snapshot);
+    self->tps = Py_NewRef(tps);
+    self->batches = Py_NewRef(batches);
+    self->pool = Py_NewRef(pool);
+    self->blocked = Py_NewRef(blocked);
+    self->on_wire = Py_NewRef(on_wire);
+    self->sticky = Py_NewRef(sticky);
+    self->available = Py_NewRef(available);
     self->partitions = partitions;
     self->overhead = overhead;
     self->size_limit = size_limit;
@@ -1844,31 +1832,35 @@ PyInit__speedups(void)
     if (PyType_Ready(&RecordsCoreType) < 0 || PyType_Ready(&RecordFutureType) < 0 ||
         PyType_Ready(&RecordFutureIterType) < 0 || PyType_Ready(&SendLaneType) < 0)
         return NULL;
-    str_outcome = PyUnicode_InternFromString("outcome");
-    str_loop = PyUnicode_InternFromString("loop");
-    str_call_soon = PyUnicode_InternFromString("call_soon");
-    str_context = PyUnicode_InternFromString("context");
-    str_watch = PyUnicode_InternFromString("_watch");
-    str_unwatch = PyUnicode_InternFromString("_unwatch");
-    if (!str_outcome || !str_loop || !str_call_soon || !str_context || !str_watch || !str_unwatch)
-        return NULL;
-    str_snapshot = PyUnicode_InternFromString("snapshot");
-    str_available = PyUnicode_InternFromString("available");
-    str_produced = PyUnicode_InternFromString("produced");
-    str_partition = PyUnicode_InternFromString("partition");
-    str_payload = PyUnicode_InternFromString("payload");
-    str_builder = PyUnicode_InternFromString("builder");
-    str_reserved = PyUnicode_InternFromString("reserved");
-    str_settlement = PyUnicode_InternFromString("settlement");
-    str_waiters = PyUnicode_InternFromString("_waiters");
-    str_used = PyUnicode_InternFromString("used");
-    str_total = PyUnicode_InternFromString("total");
-    str_sends = PyUnicode_InternFromString("_sends_since_clock_check");
-    str_clock_check = PyUnicode_InternFromString("_clock_check");
-    if (!str_snapshot || !str_available || !str_produced || !str_partition || !str_payload || !str_builder ||
-        !str_reserved || !str_settlement || !str_waiters || !str_used || !str_total || !str_sends ||
-        !str_clock_check)
-        return NULL;
+    static const struct {
+        PyObject **name;
+        const char *text;
+    } interned[] = {
+        {&str_outcome, "outcome"},
+        {&str_loop, "loop"},
+        {&str_call_soon, "call_soon"},
+        {&str_context, "context"},
+        {&str_watch, "_watch"},
+        {&str_unwatch, "_unwatch"},
+        {&str_snapshot, "snapshot"},
+        {&str_available, "available"},
+        {&str_produced, "produced"},
+        {&str_partition, "partition"},
+        {&str_payload, "payload"},
+        {&str_builder, "builder"},
+        {&str_reserved, "reserved"},
+        {&str_settlement, "settlement"},
+        {&str_waiters, "_waiters"},
+        {&str_used, "used"},
+        {&str_total, "total"},
+        {&str_sends, "_sends_since_clock_check"},
+        {&str_clock_check, "_clock_check"},
+    };
+    for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++) {
+        *interned[i].name = PyUnicode_InternFromString(interned[i].text);
+        if (*interned[i].name == NULL)
+            return NULL;
+    }
     module = PyModule_Create(&speedups_module);
     if (module == NULL)
         return NULL;
