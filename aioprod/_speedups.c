@@ -298,6 +298,29 @@ count_record(RecordsCore *self, long long timestamp)
     return self->count - 1;
 }
 
+/* Encode one record at ``timestamp`` and account for it: 1 with its offset delta in ``*index``,
+ * 0 if it does not fit (the builder is then full), -1 on error. */
+static int
+append_record(RecordsCore *self, long long timestamp, PyObject *key, PyObject *value, PyObject *headers,
+              long long *index)
+{
+    int64_t delta = self->count ? (int64_t)timestamp - (int64_t)self->base_ts : 0;
+    int appended = encode_record(self, zigzag(delta), key, value, headers);
+    if (appended > 0)
+        *index = count_record(self, timestamp);
+    return appended;
+}
+
+/* The size a record of bytes-or-None ``key`` and ``value`` and no headers reserves (``overhead``
+ * plus their lengths); -1 if either is anything else, which only send()'s own path takes. */
+static inline Py_ssize_t
+plain_record_size(PyObject *key, PyObject *value, Py_ssize_t overhead)
+{
+    if ((value != Py_None && !PyBytes_CheckExact(value)) || (key != Py_None && !PyBytes_CheckExact(key)))
+        return -1;
+    return overhead + (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
+}
+
 static int
 check_open(RecordsCore *self)
 {
@@ -318,8 +341,7 @@ RecordsCore_append(RecordsCore *self, PyObject *const *args, Py_ssize_t nargs, P
     static const char *const names[] = {"timestamp_ms", "key", "value", "headers"};
     PyObject *values[4] = {NULL, NULL, NULL, NULL};
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    long long timestamp;
-    int64_t delta;
+    long long timestamp, index;
     int appended;
 
     if (nargs > 4) {
@@ -353,13 +375,12 @@ RecordsCore_append(RecordsCore *self, PyObject *const *args, Py_ssize_t nargs, P
     }
     if (check_open(self) < 0 || timestamp_arg(values[0], &timestamp) < 0)
         return NULL;
-    delta = self->count ? (int64_t)timestamp - (int64_t)self->base_ts : 0;
-    appended = encode_record(self, zigzag(delta), values[1], values[2], values[3]);
+    appended = append_record(self, timestamp, values[1], values[2], values[3], &index);
     if (appended < 0)
         return NULL;
     if (!appended)
         Py_RETURN_NONE;
-    return PyLong_FromLongLong(count_record(self, timestamp));
+    return PyLong_FromLongLong(index);
 }
 
 PyDoc_STRVAR(append_values_doc,
@@ -408,12 +429,10 @@ RecordsCore_append_values(RecordsCore *self, PyObject *const *args, Py_ssize_t n
     for (index = start; index < stop; index++) {
         PyObject *value = PySequence_Fast_GET_ITEM(value_seq, index);
         PyObject *key = key_seq ? PySequence_Fast_GET_ITEM(key_seq, index) : Py_None;
-        Py_ssize_t size;
+        Py_ssize_t size = plain_record_size(key, value, overhead);
         int appended;
-        if ((value != Py_None && !PyBytes_CheckExact(value)) || (key != Py_None && !PyBytes_CheckExact(key)))
+        if (size < 0)
             break;
-        size = overhead + (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) +
-               (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
         if (cost + size > budget)
             break;
         appended = encode_record(self, ts_varint, key, value, NULL);
@@ -1383,6 +1402,13 @@ murmur2_hash(const unsigned char *data, Py_ssize_t length)
     return (int32_t)h;
 }
 
+/* toPositive(murmur2(key)) % partitions (partitions > 0): the Java client's keyed partition. */
+static inline Py_ssize_t
+key_partition(const unsigned char *key, Py_ssize_t length, Py_ssize_t partitions)
+{
+    return (Py_ssize_t)(((uint32_t)murmur2_hash(key, length) & 0x7FFFFFFFu) % (uint64_t)partitions);
+}
+
 static PyObject *
 speedups_murmur2(PyObject *module, PyObject *arg)
 {
@@ -1399,8 +1425,7 @@ static PyObject *
 speedups_partition_for_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    Py_ssize_t partitions;
-    int32_t hash;
+    Py_ssize_t partitions, partition;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "partition_for_key() takes 2 arguments");
         return NULL;
@@ -1414,9 +1439,9 @@ speedups_partition_for_key(PyObject *module, PyObject *const *args, Py_ssize_t n
     }
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    hash = murmur2_hash(view.buf, view.len);
+    partition = key_partition(view.buf, view.len, partitions);
     PyBuffer_Release(&view);
-    return PyLong_FromSsize_t((Py_ssize_t)((uint32_t)hash & 0x7FFFFFFFu) % partitions);
+    return PyLong_FromSsize_t(partition);
 }
 
 /* Wall-clock milliseconds since the epoch: a record's CreateTime, read once per send(). In
@@ -1643,11 +1668,8 @@ SendLane_send(SendLane *self, PyObject *const *args, Py_ssize_t nargs)
     }
     value = args[0];
     key = args[1];
-    if ((value != Py_None && !PyBytes_CheckExact(value)) || (key != Py_None && !PyBytes_CheckExact(key)))
-        Py_RETURN_NONE;
-    size = self->overhead + (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) +
-           (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
-    if (size > self->size_limit)
+    size = plain_record_size(key, value, (Py_ssize_t)self->overhead);
+    if (size < 0 || size > self->size_limit)
         Py_RETURN_NONE;
     found = attr_is(self->metadata, str_snapshot, self->snapshot);
     if (found <= 0)
@@ -1657,10 +1679,8 @@ SendLane_send(SendLane *self, PyObject *const *args, Py_ssize_t nargs)
     if (key != Py_None) {
         if (self->partitions == 0)
             Py_RETURN_NONE;
-        partition = (Py_ssize_t)(
-            ((uint32_t)murmur2_hash((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) &
-             0x7FFFFFFFu) %
-            (uint64_t)self->partitions);
+        partition = key_partition((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key),
+                                  self->partitions);
     }
     else {
         if (self->sticky == Py_None)
@@ -1744,13 +1764,11 @@ SendLane_send(SendLane *self, PyObject *const *args, Py_ssize_t nargs)
         goto error;
 
     was_full = core->full;
-    found = encode_record(core, zigzag(core->count ? (int64_t)timestamp - (int64_t)core->base_ts : 0), key, value,
-                          NULL);
+    found = append_record(core, timestamp, key, value, NULL, &number);
     if (found == 0)
         core->full = was_full; /* it does not fit: send()'s own path finds that out again, and starts a batch */
     if (found <= 0)
         goto check;
-    number = count_record(core, timestamp);
     if (PyObject_SetAttr(self->pool, str_used, new_used) < 0 ||
         PyObject_SetAttr(last, str_reserved, new_reserved) < 0 ||
         (state != NULL && PyObject_SetAttr(state, str_produced, new_produced) < 0))
