@@ -1364,6 +1364,45 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(plain_payloads_doc,
+             "plain_payloads(values, keys, room)\n--\n\n"
+             "True if every value, and every key unless keys is None, is bytes or None, and no record's\n"
+             "key and value together are longer than room: a send_many call with nothing to convert,\n"
+             "serialize or refuse (aioprod/producer/producer.py has the Python twin).");
+
+static PyObject *
+speedups_plain_payloads(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *value_seq, *key_seq = NULL;
+    Py_ssize_t room, count;
+    int plain = 1;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "plain_payloads() takes 3 arguments");
+        return NULL;
+    }
+    room = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    if (room == -1 && PyErr_Occurred())
+        return NULL;
+    value_seq = PySequence_Fast(args[0], "values must be a sequence");
+    if (value_seq == NULL)
+        return NULL;
+    if (args[1] != Py_None && (key_seq = PySequence_Fast(args[1], "keys must be a sequence")) == NULL) {
+        Py_DECREF(value_seq);
+        return NULL;
+    }
+    count = PySequence_Fast_GET_SIZE(value_seq);
+    if (key_seq != NULL && PySequence_Fast_GET_SIZE(key_seq) != count)
+        plain = 0;
+    for (Py_ssize_t i = 0; plain && i < count; i++) {
+        PyObject *key = key_seq != NULL ? PySequence_Fast_GET_ITEM(key_seq, i) : Py_None;
+        Py_ssize_t size = plain_record_size(key, PySequence_Fast_GET_ITEM(value_seq, i), 0);
+        plain = size >= 0 && size <= room;
+    }
+    Py_DECREF(value_seq);
+    Py_XDECREF(key_seq);
+    return PyBool_FromLong(plain);
+}
+
 /* -- murmur2 ---------------------------------------------------------------------------------- */
 
 static int32_t
@@ -1826,6 +1865,7 @@ static PyTypeObject SendLaneType = {
 static PyMethodDef speedups_methods[] = {
     {"metadata", (PyCFunction)(void (*)(void))speedups_metadata, METH_FASTCALL, metadata_doc},
     {"metadata_range", (PyCFunction)(void (*)(void))speedups_metadata_range, METH_FASTCALL, metadata_range_doc},
+    {"plain_payloads", (PyCFunction)(void (*)(void))speedups_plain_payloads, METH_FASTCALL, plain_payloads_doc},
     {"setup_record_future", (PyCFunction)(void (*)(void))speedups_setup_record_future, METH_FASTCALL,
      "Hand RecordFuture the Python helpers it calls for its rare paths."},
     {"now_ms", speedups_now_ms, METH_NOARGS, "Wall-clock milliseconds since the epoch, as time.time_ns() // 1_000_000."},

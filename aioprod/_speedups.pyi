@@ -38,6 +38,7 @@ def metadata(
 def metadata_range(
     cls: type[tuple[str, int, int, int]], topic: str, partition: int, first_offset: int, count: int, timestamp: int
 ) -> list[tuple[str, int, int, int]]: ...
+def plain_payloads(values: Sequence[Any], keys: Sequence[Any] | None, room: int) -> bool: ...
 
 class SendLane:
     """Producer.send()'s common case for one topic (see aioprod/_speedups.c)."""

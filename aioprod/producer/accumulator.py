@@ -325,14 +325,15 @@ class RecordAccumulator:
         start: int,
         stop: int,
         group: SendGroup,
-    ) -> int:
+    ) -> tuple[int, int]:
         """Append as many of ``values[start:stop]`` as fit the open batch and the free
-        buffer memory, in one builder call; returns how many. Zero means the caller must
-        take the per-record path for ``values[start]`` (full buffer, or not bytes)."""
+        buffer memory, in one builder call; returns how many, and the buffer memory they
+        reserve (``record_size`` of each). None appended means the caller must take the
+        per-record path for ``values[start]`` (full buffer, or not bytes)."""
         pool = self.pool
         budget = pool.total - pool.used if pool.available else 0
         if budget <= 0:
-            return 0
+            return 0, 0
         queue = self._batches.get(tp)
         batch = queue[-1] if queue else None
         appended = 0
@@ -346,13 +347,13 @@ class RecordAccumulator:
                 group.timestamp, values, keys, start, stop, budget, RECORD_OVERHEAD
             )
             if not appended:
-                return 0
+                return 0, 0
             self._enqueue_new(batch)
         assert batch is not None
         pool.used += cost
         batch.reserved += cost
         batch.append_range_to_group(group, start, appended)
-        return appended
+        return appended, cost
 
     def _add(
         self,
