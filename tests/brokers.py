@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +23,29 @@ __all__ = [
     "free_port",
     "kafka_container",
     "mock_cluster",
+    "refused_port",
     "tansu",
     "topic_across_leaders",
 ]
+
+
+#: The sockets that hold refused_port()'s ports, open until the test process ends.
+_HELD_PORTS: list[socket.socket] = []
+
+
+def refused_port() -> int:
+    """A loopback port that refuses connections for as long as the test process runs.
+
+    A port that was merely free (``free_port``) can be taken meanwhile: by another test's
+    listener, or by a connecting socket's own end, which the kernel picks from the same range
+    (a connection to such a port then reaches itself, and a test meant to see "connection
+    refused" saw a handshake fail). A socket bound to the port and not listening holds it, and
+    connections to it are refused.
+    """
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _HELD_PORTS.append(sock)
+    return int(sock.getsockname()[1])
 
 
 class TansuBroker(EmbeddedBroker):

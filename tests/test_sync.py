@@ -26,7 +26,7 @@ from aioprod.errors import (
     SendManyError,
 )
 from aioprod.sync import _Delivery
-from tests.brokers import TansuBroker, free_port, tansu
+from tests.brokers import TansuBroker, refused_port, tansu
 from tests.readback import read_committed_from_markers, read_topic
 
 pytestmark = pytest.mark.integration
@@ -146,7 +146,7 @@ def test_delivery_failures_arrive_through_the_future(topic: str) -> None:
 
 
 def test_waits_are_bounded(topic: str) -> None:
-    unreachable = f"127.0.0.1:{free_port()}"
+    unreachable = f"127.0.0.1:{refused_port()}"
     with SyncProducer(bootstrap_servers=unreachable, max_block_ms=300) as producer:
         started = time.monotonic()
         with pytest.raises(KafkaTimeoutError):
@@ -273,7 +273,7 @@ class Interrupted(BaseException):
 
 def test_an_interrupted_caller_withdraws_the_unqueued_record(topic: str) -> None:
     """A signal handler raising in the waiting thread: the record is not queued, nothing hangs."""
-    unreachable = f"127.0.0.1:{free_port()}"
+    unreachable = f"127.0.0.1:{refused_port()}"
 
     def handler(signum: int, frame: Any) -> None:
         raise Interrupted

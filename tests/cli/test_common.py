@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aioprod.embedded import free_port
+from tests.brokers import refused_port
 from tests.cli.conftest import aioprod
 
 
@@ -34,7 +34,7 @@ def test_x_bootstrap_servers_is_a_bootstrap(bootstrap: str) -> None:
 
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_debug_shows_the_traceback(where: str) -> None:
-    failing = ["metadata", "-b", f"127.0.0.1:{free_port()}", "-X", "max.block.ms=300"]
+    failing = ["metadata", "-b", f"127.0.0.1:{refused_port()}", "-X", "max.block.ms=300"]
     plain = aioprod(*failing)
     assert plain.exit_code == 1 and "Traceback" not in plain.stderr
     args = ["--debug", *failing] if where == "before" else [*failing, "--debug"]
@@ -45,7 +45,7 @@ def test_debug_shows_the_traceback(where: str) -> None:
 
 
 def test_debug_from_the_environment() -> None:
-    result = aioprod("metadata", "-b", f"127.0.0.1:{free_port()}", env={"AIOPROD_DEBUG": "1"})
+    result = aioprod("metadata", "-b", f"127.0.0.1:{refused_port()}", env={"AIOPROD_DEBUG": "1"})
     assert "Traceback" in result.stderr
 
 
@@ -127,7 +127,7 @@ def test_every_option_has_an_environment_variable() -> None:
         default = defaults[name]
         value = str(default).lower() if isinstance(default, bool) else "x" if default is None else str(default)
         env[f"AIOPROD_{name.upper()}"] = samples.get(name, value)
-    result = aioprod("-v", "metadata", "-b", f"127.0.0.1:{free_port()}", env={**env, "AIOPROD_MAX_BLOCK_MS": "200"})
+    result = aioprod("-v", "metadata", "-b", f"127.0.0.1:{refused_port()}", env={**env, "AIOPROD_MAX_BLOCK_MS": "200"})
     assert result.exit_code != 0  # nothing listens (and transactions may be refused): only the options matter here
     for variable in env:
         assert f"(${variable})" in result.stderr, variable

@@ -14,7 +14,8 @@ import subprocess
 
 import pytest
 
-from aioprod.embedded import EmbeddedBroker, free_port
+from aioprod.embedded import EmbeddedBroker
+from tests.brokers import refused_port
 from tests.cli.conftest import finish, read_until, spawn, topic_names
 from tests.readback import read_topic
 
@@ -36,7 +37,7 @@ def number(text: str) -> int:
 )
 def test_a_wrong_address_is_said_at_once_while_retrying_goes_on(command: list[str]) -> None:
     """Point 1: the first line names the address and the reason, long before max.block.ms (60 s)."""
-    address = f"127.0.0.1:{free_port()}"  # nothing listens here
+    address = f"127.0.0.1:{refused_port()}"
     proc = spawn(*command, "-b", address)
     assert proc.stdin is not None
     proc.stdin.write("hi\n")

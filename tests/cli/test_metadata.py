@@ -58,9 +58,9 @@ def test_json_output(bootstrap: str, topic: str) -> None:
 
 
 def test_unreachable_cluster_is_one_line() -> None:
-    from aioprod.embedded import free_port
+    from tests.brokers import refused_port
 
-    result = aioprod("metadata", "-b", f"127.0.0.1:{free_port()}", "-X", "max.block.ms=500")
+    result = aioprod("metadata", "-b", f"127.0.0.1:{refused_port()}", "-X", "max.block.ms=500")
     assert result.exit_code == 1
     assert len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith("aioprod: error: ")

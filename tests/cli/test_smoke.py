@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from aioprod.embedded import free_port
+from tests.brokers import refused_port
 from tests.cli.conftest import aioprod
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ def test_smoke_against_a_cluster_counts_from_the_existing_end_offsets(bootstrap:
 
 
 def test_smoke_fails_with_one_line_when_the_cluster_is_unreachable() -> None:
-    port = free_port()  # nothing listens here
+    port = refused_port()
     result = aioprod("smoke", "-b", f"127.0.0.1:{port}", "-X", "max.block.ms=500")
     assert result.exit_code == 1
     warning, error = result.stderr.splitlines()  # the connection warning at once, the failure at the end

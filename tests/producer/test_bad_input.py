@@ -9,7 +9,7 @@ import pytest
 
 from aioprod import Producer
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, RecordTooLargeError
-from tests.brokers import TansuBroker, free_port
+from tests.brokers import TansuBroker, refused_port
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +94,7 @@ async def test_send_before_start_and_after_close(tansu_broker: TansuBroker, topi
 
 
 async def test_unreachable_bootstrap_fails_within_max_block(topic: str) -> None:
-    port = free_port()  # nothing listens here
+    port = refused_port()
     async with Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=300) as p:
         with pytest.raises(KafkaTimeoutError) as info:
             await asyncio.wait_for(p.send(topic, b"v"), 10)  # the 10 s guard only catches a hang

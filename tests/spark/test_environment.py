@@ -12,11 +12,11 @@ import pytest
 import aioprod
 from aioprod.spark import SparkEnvironmentError, environment, write_dataframe
 from aioprod.spark.environment import executor_python, explain_job_failure
-from tests.brokers import TansuBroker, free_port
+from tests.brokers import TansuBroker, free_port, refused_port
 
 pytestmark = pytest.mark.integration
 
-UNREACHABLE = f"127.0.0.1:{free_port()}"
+UNREACHABLE = f"127.0.0.1:{refused_port()}"
 
 
 def use_python(spark: Any, monkeypatch: pytest.MonkeyPatch, executable: str) -> None:

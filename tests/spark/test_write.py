@@ -30,7 +30,7 @@ from aioprod.spark.driver import ArrowUnavailable
 from aioprod.spark.executors import executor_arrow_task
 from aioprod.spark.plan import Plan, producer_options
 from aioprod.spark.schema import check_schema
-from tests.brokers import TansuBroker, free_port
+from tests.brokers import TansuBroker, refused_port
 from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
@@ -208,7 +208,7 @@ def test_partition_column(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> 
 
 # -- schema errors ---------------------------------------------------------------------------
 
-UNREACHABLE = f"127.0.0.1:{free_port()}"
+UNREACHABLE = f"127.0.0.1:{refused_port()}"
 
 
 @pytest.mark.parametrize(
@@ -334,7 +334,7 @@ def test_errors_raise_stops_and_reports(spark: Any, tansu_broker: TansuBroker, m
 @pytest.mark.parametrize("mode", MODES)
 def test_nothing_listening_fails_at_once_naming_each_address(spark: Any, mode: Mode) -> None:
     df = spark.createDataFrame([(str(i),) for i in range(100)], "value string").coalesce(1)
-    other = f"127.0.0.1:{free_port()}"
+    other = f"127.0.0.1:{refused_port()}"
     sc = spark.sparkContext
     group = f"unreachable-{mode}"
     sc.setJobGroup(group, "a write to brokers that refuse connections")
