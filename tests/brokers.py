@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import socket
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ __all__ = [
 
 #: The sockets that hold refused_port()'s ports, open until the test process ends.
 _HELD_PORTS: list[socket.socket] = []
+atexit.register(lambda: [sock.close() for sock in _HELD_PORTS])
 
 
 def refused_port() -> int:
