@@ -383,6 +383,22 @@ RecordsCore_append(RecordsCore *self, PyObject *const *args, Py_ssize_t nargs, P
     return PyLong_FromLongLong(index);
 }
 
+/* ``values`` and ``keys`` (None: no keys, and *key_seq is NULL) as fast sequences, for a loop
+ * over a send_many call's records: 0, or -1 with an exception set and nothing held. */
+static int
+fast_values_and_keys(PyObject *values, PyObject *keys, PyObject **value_seq, PyObject **key_seq)
+{
+    *key_seq = NULL;
+    *value_seq = PySequence_Fast(values, "values must be a sequence");
+    if (*value_seq == NULL)
+        return -1;
+    if (keys != Py_None && (*key_seq = PySequence_Fast(keys, "keys must be a sequence")) == NULL) {
+        Py_CLEAR(*value_seq);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(append_values_doc,
              "append_values(timestamp_ms, values, keys, start, stop, budget, overhead)\n--\n\n"
              "Append values[start:stop] (and keys) without headers, in one loop; (appended, cost).");
@@ -411,14 +427,8 @@ RecordsCore_append_values(RecordsCore *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     if (self->section != NULL && self->section != Py_None)
         return Py_BuildValue("(nn)", (Py_ssize_t)0, (Py_ssize_t)0);
-    value_seq = PySequence_Fast(values, "values must be a sequence");
-    if (value_seq == NULL)
+    if (fast_values_and_keys(values, keys, &value_seq, &key_seq) < 0)
         return NULL;
-    if (keys != Py_None) {
-        key_seq = PySequence_Fast(keys, "keys must be a sequence");
-        if (key_seq == NULL)
-            goto done;
-    }
     if (stop > PySequence_Fast_GET_SIZE(value_seq) ||
         (key_seq != NULL && stop > PySequence_Fast_GET_SIZE(key_seq)) || start < 0) {
         PyErr_SetString(PyExc_IndexError, "append_values range out of bounds");
@@ -1373,7 +1383,7 @@ PyDoc_STRVAR(plain_payloads_doc,
 static PyObject *
 speedups_plain_payloads(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *value_seq, *key_seq = NULL;
+    PyObject *value_seq, *key_seq;
     Py_ssize_t room, count;
     int plain = 1;
     if (nargs != 3) {
@@ -1383,13 +1393,8 @@ speedups_plain_payloads(PyObject *module, PyObject *const *args, Py_ssize_t narg
     room = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
     if (room == -1 && PyErr_Occurred())
         return NULL;
-    value_seq = PySequence_Fast(args[0], "values must be a sequence");
-    if (value_seq == NULL)
+    if (fast_values_and_keys(args[0], args[1], &value_seq, &key_seq) < 0)
         return NULL;
-    if (args[1] != Py_None && (key_seq = PySequence_Fast(args[1], "keys must be a sequence")) == NULL) {
-        Py_DECREF(value_seq);
-        return NULL;
-    }
     count = PySequence_Fast_GET_SIZE(value_seq);
     if (key_seq != NULL && PySequence_Fast_GET_SIZE(key_seq) != count)
         plain = 0;
