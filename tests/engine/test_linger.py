@@ -359,6 +359,26 @@ async def test_a_partition_with_a_backlog_keeps_pipelining_while_its_leader_is_b
         assert [(await f).offset for f in (*unanswered, lingered, *filling)] == [1, 0, 0, *range(7)]
 
 
+async def test_a_tight_send_loop_lets_the_loop_run_while_complete_batches_wait_for_company(
+    scripted: Scripted,
+) -> None:
+    # A batch completing behind a busy leader wakes nothing, but the answer it waits for must
+    # still be read: send() lets the loop run as each such batch completes, and the batches go
+    # in the round that answer wakes, while the caller is still sending.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 12)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1024) as p:
+        written, node, unanswered = await _requests_unanswered(p, scripted, [0, 1])
+        node.release()  # the answers are there to be read
+        futures = [
+            await p.send("t", b"x" * 300, partition=i // 4) for i in range(8, 48)
+        ]  # 3 fill a batch, 1 opens the next
+        sent_meanwhile = len(written) - 2
+        assert [(await f).offset for f in unanswered] == [1, 0]
+        assert [(await f).offset for f in futures] == [0, 1, 2, 3] * 10
+    assert sent_meanwhile >= 1
+
+
 async def test_other_requests_on_the_leaders_connection_do_not_hold_a_lingered_batch(scripted: Scripted) -> None:
     # Only the producer's own produce requests count: each of their answers wakes the sender,
     # an answer to anything else would not, and a batch held for it could wait for the next
