@@ -230,16 +230,13 @@ class RecordAccumulator:
         #: Updated in place (see ``_batches``).
         self.blocked: set[int] = set()
         #: Leaders with two produce requests of the sender unanswered at its last round (set by
-        #: the sender; each answer wakes it). A batch of theirs that is due by its linger, or
-        #: complete, waits for company: it goes with the next request that leaves for the
-        #: leader anyway (a retry's, a flush's, a backlog's) or in the round an answer wakes. A
-        #: partition that completes the batch behind a waiting one has a backlog, and its
-        #: first batch goes at once: a partition with more than a batch of records still
-        #: pipelines up to five requests deep, a batch later. Over 1,000 partitions on a busy
-        #: broker, a request per linger ending had each taken a record or two of many
-        #: partitions; over three, a request per full batch cost the client and the broker
-        #: their per-request work about 1.5 times per batch. Neither those lingers ending nor
-        #: such batches opening or completing make a round.
+        #: the sender; each answer wakes it). A batch of theirs due only by its linger waits: it
+        #: goes with the next request that leaves for the leader anyway (a full batch's, a
+        #: retry's, a flush's) or in the round an answer wakes, so requests of lingering batches
+        #: pipeline two deep, not five. Over 1,000 partitions on a busy broker, a request per
+        #: linger ending had each taken a record or two of many partitions: more batches, each
+        #: costing both sides their per-batch work. Neither those lingers ending nor such
+        #: batches opening make a round.
         self.busy: set[int] = set()
         self.incomplete: set[ProducerBatch] = set()
         self.flushing = 0
@@ -415,16 +412,14 @@ class RecordAccumulator:
         # The one before it (if any) is now complete and sendable; else the new batch is
         # sendable once it lingered (or at once, if something forces sending), or, if a batch
         # of its partition is unanswered, with that answer, which wakes the sender anyway.
-        forced = self._forced()
-        held = not forced and not news and bool(self.busy) and self._leader_in(batch.tp, self.busy)
-        if held and len(queue) == 2:
-            # The complete one waits for its leader's answer (see ``busy``): no round, but the
-            # loop must run for a connection's reader to read that answer.
-            self.yield_wanted = True
-        elif len(queue) > 1 or forced:
+        if len(queue) > 1 or self._forced():
             if self.next_round > batch.created:
                 self._wakeup()
-        elif batch.created + self._linger < self.next_round and batch.tp not in self.on_wire and not held:
+        elif (
+            batch.created + self._linger < self.next_round
+            and batch.tp not in self.on_wire
+            and not (self.busy and not news and self._leader_in(batch.tp, self.busy))
+        ):
             self._wakeup()
 
     def _queue_for(self, tp: TopicPartition) -> deque[ProducerBatch]:
@@ -493,18 +488,9 @@ class RecordAccumulator:
             batch = queue[0]
             if batch.retry_at > now:
                 wait = batch.retry_at - now
-            elif force or batch.attempts or len(queue) > 2:
-                wait = 0.0  # a retry, a flush, or a backlog of complete batches: no waiting
-            elif len(queue) > 1 or batch.builder.is_full:
-                if leader in busy:
-                    # Complete, but its leader has two requests unanswered: it waits for
-                    # company, going with the leader's next request or the first answer, or at
-                    # once when its partition completes the batch behind it (see ``busy``).
-                    riders.add(leader)
-                    sendable.append((tp, queue, leader))
-                    continue
+            elif force or batch.attempts or len(queue) > 1:
                 wait = 0.0
-            elif waiting:
+            elif waiting and not batch.builder.is_full:
                 # Its linger may be over, but the partition's last batch is unanswered: this one
                 # goes with the answer (which wakes the sender), unless it fills first. Over many
                 # partitions on a busy broker, batches then gather what comes meanwhile instead of
@@ -512,7 +498,9 @@ class RecordAccumulator:
                 continue
             else:
                 wait = batch.created + linger - now
-                if wait <= _DUE and leader in busy:
+                if batch.builder.is_full:
+                    wait = min(wait, 0.0)
+                elif wait <= _DUE and leader in busy:
                     # With the leader's next request, if it has one this round; in its place in
                     # the drain order, so that a request cut at max_request_size does not leave
                     # it out round after round.

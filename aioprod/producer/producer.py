@@ -368,11 +368,10 @@ class Producer:
         future = acc.append(tps[partition], timestamp_ms, key, value, header_list, size)
         if acc.batches_created != created:
             # The sender has a round due (the batch before this one is complete, or a
-            # linger ran out), or a connection cannot take a request, or the batch before
-            # this one waits for an answer, until a reader reads the answers: the next send()
-            # lets them run first.
+            # linger ran out), or a connection cannot take a request until its reader reads
+            # the answers that free it: the next send() lets them run first.
             now = self._loop.time()
-            acc.yield_wanted = acc.yield_wanted or acc.next_round <= now or bool(acc.blocked)
+            acc.yield_wanted = acc.next_round <= now or bool(acc.blocked)
             self._metadata.touch(topic, now)
         elif acc.blocked or acc.on_wire:
             # No batch completes while every partition's open batch has room (many

@@ -48,9 +48,9 @@ log = logging.getLogger(__name__)
 
 #: A sleep long enough to mean "until something wakes me".
 _IDLE = 3600.0
-#: Requests in flight to a leader from which its batches wait for company (see
-#: ``RecordAccumulator.busy``); a backlog, retries and flushes use every place.
-_BUSY_IN_FLIGHT = 2
+#: Requests in flight to a leader from which its batches due only by their linger wait (see
+#: ``RecordAccumulator.busy``); full batches, retries and flushes use every place.
+_LINGERED_IN_FLIGHT = 2
 
 
 class Sender:
@@ -230,7 +230,7 @@ class Sender:
                     # the end is the next round's time too.
                     throttle_end = min(throttle_end, open_conn.throttled_until - now)
         # Only this sender's produce requests: their answers wake it (any other request's would not).
-        acc.busy = {node for node, count in self._unanswered.items() if count >= _BUSY_IN_FLIGHT}
+        acc.busy = {node for node, count in self._unanswered.items() if count >= _LINGERED_IN_FLIGHT}
         readiness = acc.ready(cluster, now)
         delay = min(readiness.next_check, throttle_end)
         if readiness.unknown_leader:

@@ -316,60 +316,22 @@ async def test_a_lingered_batch_waits_while_its_leader_has_two_requests_in_fligh
     assert written[-1][0] == pytest.approx(released_at, abs=1e-9)
 
 
-@pytest.mark.parametrize(
-    ("filling", "before_the_answer"),
-    [(4, []), (7, [[(2, 1), (3, 3)]])],
-    ids=["a-complete-batch-waits", "a-backlog-goes-at-once"],
-)
-async def test_complete_batches_wait_for_company_while_their_leader_has_two_requests_in_flight(
-    scripted: Scripted, filling: int, before_the_answer: list[list[tuple[int, int]]]
-) -> None:
-    # A batch that filled while its leader has two requests unanswered makes no round and no
-    # request of its own: it goes in the round the first answer wakes, with every other batch
-    # due for that leader (over three partitions at 16 KiB, a request per full batch had cost
-    # the client and the broker their per-request work 1.1-1.8 times per batch). Once its
-    # partition completes the batch behind it, it goes at once, in one of the five places in
-    # flight, and a batch held by its linger rides with it: a partition with more than a batch
-    # of records pipelines as deep as before, a batch later, and a stream of full batches
-    # cannot keep a lingered one back.
+async def test_a_lingered_batch_goes_with_a_full_batch_to_its_leader(scripted: Scripted) -> None:
+    # A full batch still takes one of the five places at once, and a batch held by its linger
+    # rides with it: partitions with more than a batch of records keep their pipelining, and a
+    # stream of full batches cannot keep a lingered one back.
     cluster = scripted.cluster
     cluster.create_topic("t", 4)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1024) as p:
         written, node, unanswered = await _requests_unanswered(p, scripted, [0, 1])
-        rounds = _count_rounds(p)
         lingered = await p.send("t", b"lingered", partition=2)
-        await asyncio.sleep(0.010)  # the lingered batch is due
-        futures = [await p.send("t", b"x" * 300, partition=3) for _ in range(filling)]  # 3 fill a batch
+        await asyncio.sleep(0.010)
+        assert len(written) == 2
+        filling = [await p.send("t", b"x" * 300, partition=3) for _ in range(4)]  # 3 fill a batch, 1 opens the next
         await asyncio.sleep(0)
-        assert [sorted(batches) for _, batches in written][2:] == before_the_answer
-        rounds_before_the_answer = rounds[0]
-        released_at = scripted.clock.now
+        assert [sorted(batches) for _, batches in written][2:] == [[(2, 1), (3, 3)]]
         node.release()
-        assert [(await f).offset for f in (*unanswered, lingered, *futures)] == [1, 0, 0, *range(filling)]
-    if not before_the_answer:
-        assert rounds_before_the_answer == 0
-        assert sorted(written[2][1]) == [(2, 1), (3, 3)]
-        assert written[2][0] == pytest.approx(released_at, abs=1e-9)
-
-
-async def test_a_tight_send_loop_lets_the_loop_run_while_complete_batches_wait_for_company(
-    scripted: Scripted,
-) -> None:
-    # A batch completing behind a busy leader wakes nothing, but the answer it waits for must
-    # still be read: send() lets the loop run as each such batch completes, and the batches go
-    # in the round that answer wakes, while the caller is still sending.
-    cluster = scripted.cluster
-    cluster.create_topic("t", 12)
-    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1024) as p:
-        written, node, unanswered = await _requests_unanswered(p, scripted, [0, 1])
-        node.release()  # the answers are there to be read
-        futures = [
-            await p.send("t", b"x" * 300, partition=i // 4) for i in range(8, 48)
-        ]  # 3 fill a batch, 1 opens the next
-        sent_meanwhile = len(written) - 2
-        assert [(await f).offset for f in unanswered] == [1, 0]
-        assert [(await f).offset for f in futures] == [0, 1, 2, 3] * 10
-    assert sent_meanwhile >= 1
+        assert [(await f).offset for f in (*unanswered, lingered, *filling)] == [1, 0, 0, 0, 1, 2, 3]
 
 
 async def test_other_requests_on_the_leaders_connection_do_not_hold_a_lingered_batch(scripted: Scripted) -> None:

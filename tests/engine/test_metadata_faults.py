@@ -56,9 +56,7 @@ async def test_metadata_is_not_queued_behind_stuck_produce_requests(scripted: Sc
         cluster.disconnect(3)  # known to the producer, not connected
         await asyncio.sleep(1)
         cluster.nodes[2].holding = True
-        # A batch each: two go, then each waits for company until the one behind it is
-        # complete, so seven records make the five requests that fill node 2's connection.
-        stuck = [await p.send("t", b"s" * 80, partition=1) for _ in range(7)]
+        stuck = [await p.send("t", b"s" * 80, partition=1) for _ in range(5)]
         await asyncio.sleep(0.1)
         cluster.stop(1)
         cluster.move_leader("t", 0, 3)
