@@ -1524,14 +1524,12 @@ speedups_now_ms(PyObject *module, PyObject *unused)
 typedef struct {
     PyObject_HEAD
     PyObject *topic;
-    PyObject *producer;    /* its _sends_since_clock_check and _clock_check() */
+    PyObject *producer;    /* its _clock_check() */
     PyObject *metadata;    /* Metadata: the lane holds while metadata.snapshot is `snapshot` */
     PyObject *snapshot;
     PyObject *tps;         /* list: the TopicPartition of each partition id */
     PyObject *batches;     /* dict: RecordAccumulator._batches */
     PyObject *pool;        /* BufferPool */
-    PyObject *blocked;     /* set: RecordAccumulator.blocked */
-    PyObject *on_wire;     /* dict: RecordAccumulator.on_wire */
     PyObject *sticky;      /* dict: Partitioner._sticky, or None: keyless records are declined */
     PyObject *available;   /* the topic's available partitions in `snapshot` */
     Py_ssize_t partitions; /* the key hash's modulus; 0: keyed records are declined */
@@ -1539,10 +1537,11 @@ typedef struct {
     long long size_limit;  /* larger records are declined (send() raises for them) */
     long long batch_size;  /* the sticky partition switches after this many bytes */
     long long clock_every; /* _SENDS_PER_CLOCK_CHECK */
+    long long unyielded;   /* records this lane took since it last had the producer look at the clock */
 } SendLane;
 
 static PyObject *str_snapshot, *str_available, *str_produced, *str_partition, *str_payload, *str_builder,
-    *str_reserved, *str_settlement, *str_waiters, *str_used, *str_total, *str_sends, *str_clock_check;
+    *str_reserved, *str_settlement, *str_waiters, *str_used, *str_total, *str_clock_check;
 
 static int
 SendLane_traverse(SendLane *self, visitproc visit, void *arg)
@@ -1554,8 +1553,6 @@ SendLane_traverse(SendLane *self, visitproc visit, void *arg)
     Py_VISIT(self->tps);
     Py_VISIT(self->batches);
     Py_VISIT(self->pool);
-    Py_VISIT(self->blocked);
-    Py_VISIT(self->on_wire);
     Py_VISIT(self->sticky);
     Py_VISIT(self->available);
     return 0;
@@ -1571,8 +1568,6 @@ SendLane_clear(SendLane *self)
     Py_CLEAR(self->tps);
     Py_CLEAR(self->batches);
     Py_CLEAR(self->pool);
-    Py_CLEAR(self->blocked);
-    Py_CLEAR(self->on_wire);
     Py_CLEAR(self->sticky);
     Py_CLEAR(self->available);
     return 0;
@@ -1589,25 +1584,24 @@ SendLane_dealloc(SendLane *self)
 static PyObject *
 SendLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"topic", "producer", "metadata", "snapshot", "tps", "batches", "pool", "blocked",
-                            "on_wire", "sticky", "available", "partitions", "overhead", "size_limit",
+    static char *names[] = {"topic",      "producer",   "metadata",  "snapshot", "tps",        "batches",
+                            "pool",       "sticky",     "available", "partitions", "overhead", "size_limit",
                             "batch_size", "clock_every", NULL};
-    PyObject *topic, *producer, *metadata, *snapshot, *tps, *batches, *pool, *blocked, *on_wire, *sticky,
-        *available;
+    PyObject *topic, *producer, *metadata, *snapshot, *tps, *batches, *pool, *sticky, *available;
     Py_ssize_t partitions;
     long long overhead, size_limit, batch_size, clock_every;
     SendLane *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$UOOOO!O!OO!O!OOnLLLL:SendLane", names, &topic, &producer,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$UOOOO!O!OOOnLLLL:SendLane", names, &topic, &producer,
                                      &metadata, &snapshot, &PyList_Type, &tps, &PyDict_Type, &batches, &pool,
-                                     &PySet_Type, &blocked, &PyDict_Type, &on_wire, &sticky, &available,
-                                     &partitions, &overhead, &size_limit, &batch_size, &clock_every))
+                                     &sticky, &available, &partitions, &overhead, &size_limit, &batch_size,
+                                     &clock_every))
         return NULL;
     if (sticky != Py_None && !PyDict_CheckExact(sticky)) {
         PyErr_SetString(PyExc_TypeError, "SendLane: sticky must be a dict or None");
         return NULL;
     }
-    if (!PyDict_CheckExact(batches) || !PyDict_CheckExact(on_wire) || !PySet_CheckExact(blocked)) {
-        PyErr_SetString(PyExc_TypeError, "SendLane: batches and on_wire must be dicts, blocked a set");
+    if (!PyDict_CheckExact(batches)) {
+        PyErr_SetString(PyExc_TypeError, "SendLane: batches must be a dict");
         return NULL;
     }
     if (partitions < 0 || clock_every < 1) {
@@ -1624,8 +1618,6 @@ SendLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->tps = Py_NewRef(tps);
     self->batches = Py_NewRef(batches);
     self->pool = Py_NewRef(pool);
-    self->blocked = Py_NewRef(blocked);
-    self->on_wire = Py_NewRef(on_wire);
     self->sticky = Py_NewRef(sticky);
     self->available = Py_NewRef(available);
     self->partitions = partitions;
@@ -1633,6 +1625,7 @@ SendLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->size_limit = size_limit;
     self->batch_size = batch_size;
     self->clock_every = clock_every;
+    self->unyielded = 0;
     return (PyObject *)self;
 }
 
@@ -1666,28 +1659,19 @@ attr_is(PyObject *obj, PyObject *name, PyObject *expected)
     return field == expected;
 }
 
-/* One more send() that found batches waiting on a broker: every clock_every of them, the
- * producer looks at the clock (Producer._clock_check). */
+/* One more record taken: every clock_every of them, the producer looks at the clock
+ * (Producer._clock_check), as send()'s own path does. The count is the lane's own, a C field:
+ * kept on the producer, it cost each record an attribute read, an int and an attribute write. */
 static int
 count_unyielded(SendLane *self)
 {
-    long long sends;
-    int found = int_attr(self->producer, str_sends, &sends);
-    PyObject *result, *number;
-    if (found <= 0)
-        return found < 0 ? -1 : 0;
-    if (++sends >= self->clock_every) {
-        result = PyObject_CallMethodNoArgs(self->producer, str_clock_check);
-        Py_XDECREF(result);
-        return result == NULL ? -1 : 0;
-    }
-    number = PyLong_FromLongLong(sends);
-    if (number == NULL || PyObject_SetAttr(self->producer, str_sends, number) < 0) {
-        Py_XDECREF(number);
-        return -1;
-    }
-    Py_DECREF(number);
-    return 0;
+    PyObject *result;
+    if (++self->unyielded < self->clock_every)
+        return 0;
+    self->unyielded = 0;
+    result = PyObject_CallMethodNoArgs(self->producer, str_clock_check);
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 0;
 }
 
 PyDoc_STRVAR(lane_send_doc,
@@ -1818,8 +1802,7 @@ SendLane_send(SendLane *self, PyObject *const *args, Py_ssize_t nargs)
         (state != NULL && PyObject_SetAttr(state, str_produced, new_produced) < 0))
         goto error;
     result = new_record_future(&RecordFutureType, settlement, (Py_ssize_t)number, timestamp);
-    if (result != NULL && (PySet_GET_SIZE(self->blocked) || PyDict_GET_SIZE(self->on_wire)) &&
-        count_unyielded(self) < 0)
+    if (result != NULL && count_unyielded(self) < 0)
         Py_CLEAR(result);
     goto done;
 
@@ -1916,7 +1899,6 @@ PyInit__speedups(void)
         {&str_waiters, "_waiters"},
         {&str_used, "used"},
         {&str_total, "total"},
-        {&str_sends, "_sends_since_clock_check"},
         {&str_clock_check, "_clock_check"},
     };
     for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++) {

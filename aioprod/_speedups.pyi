@@ -55,8 +55,6 @@ class SendLane:
         tps: list[Any],
         batches: dict[Any, Any],
         pool: object,
-        blocked: set[int],
-        on_wire: dict[Any, int],
         sticky: dict[str, Any] | None,
         available: Sequence[int],
         partitions: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -61,12 +62,16 @@ _BYTES = (bytes, bytearray, memoryview)
 _NEW, _STARTED, _CLOSING, _CLOSED = "new", "started", "closing", "closed"
 
 
-#: While a connection is full, or answers are awaited (a partition's next batch goes with its
-#: last one's answer), a caller sending in a tight loop still lets the loop run this often
-#: (seconds), so that the connections' readers read the answers. The loop's clock is read
-#: once per _SENDS_PER_CLOCK_CHECK such sends.
+#: A caller sending in a tight loop lets the loop run once the sender's round is due (a linger
+#: ended), and at least this often (seconds), so that the connections' readers read the answers
+#: that free a connection or a batch waiting for its partition's last answer. The loop's clock
+#: is read once per _SENDS_PER_CLOCK_CHECK sends.
 _MAX_UNYIELDED = 0.1
 _SENDS_PER_CLOCK_CHECK = 64
+#: How late (seconds) the sender's timer may be before a tight loop of sends lets the loop run
+#: for it (see _clock_check), and the turns of the loop send() then gives the round at most.
+_ROUND_OVERDUE = 0.001
+_TURNS_FOR_AN_OVERDUE_ROUND = 4
 
 
 def _py_now_ms() -> int:
@@ -128,6 +133,7 @@ class Producer:
         # were awaited, and when send() last let the loop run.
         self._sends_since_clock_check = 0
         self._last_yield = 0.0
+        self._overdue_turns = 0
         #: topic -> the compiled twin of send()'s common case for it (SendLane, in
         #: aioprod/_speedups.c); only without serializers or transactions.
         self._lanes: dict[str, Any] = {}
@@ -283,12 +289,18 @@ class Producer:
         txn_generation = 0 if txn is None else txn.check_send()
         acc = self._accumulator
         if acc.yield_wanted:
-            # The last send() started a batch while a round was due or a connection full,
-            # and no round has run since: let the loop run first, or a caller sending in a
-            # tight loop starves the sender and the connections' readers until the buffer is
-            # full. Here, before anything is queued, a cancellation loses nothing.
+            # The last send() started a batch while a round was due or a connection full, or
+            # found the sender's timer overdue (see _clock_check), and no round has run since:
+            # let the loop run first, or a caller sending in a tight loop starves the sender and
+            # the connections' readers until the buffer is full. An overdue round takes the
+            # loop more turns (the timer, then the sender's task), as many as it needs. Here,
+            # before anything is queued, a cancellation loses nothing.
             acc.yield_wanted = False
+            turns, self._overdue_turns = self._overdue_turns, 0
             await asyncio.sleep(0)
+            while turns and acc.next_round <= self._loop.time():
+                turns -= 1
+                await asyncio.sleep(0)
             self._last_yield = self._loop.time()
             if self._state is not _STARTED or self._fatal is not None:
                 self._raise_not_open()
@@ -373,9 +385,9 @@ class Producer:
             now = self._loop.time()
             acc.yield_wanted = acc.next_round <= now or bool(acc.blocked)
             self._metadata.touch(topic, now)
-        elif acc.blocked or acc.on_wire:
+        else:
             # No batch completes while every partition's open batch has room (many
-            # partitions, or a large batch_size), so bound the time between yields too.
+            # partitions, or a large batch_size): look at the clock every so often too.
             self._sends_since_clock_check += 1
             if self._sends_since_clock_check >= _SENDS_PER_CLOCK_CHECK:
                 self._clock_check()
@@ -386,12 +398,22 @@ class Producer:
         return future
 
     def _clock_check(self) -> None:
-        """Every _SENDS_PER_CLOCK_CHECK sends that found batches waiting on a broker (the
-        compiled lane calls this too): have the next send() yield if the loop has not run
-        for _MAX_UNYIELDED."""
+        """Every _SENDS_PER_CLOCK_CHECK sends (each compiled lane counts its own): have the
+        next send() yield if the sender's timer is overdue with nothing in flight, or the loop
+        has not run for _MAX_UNYIELDED. Without the first, a tight loop that fills no batch
+        held every record until it ended: the linger's timer cannot fire while the loop does
+        not run. With requests in flight, reading their answers every 100 ms at most, not at
+        each linger, lets batches over 1,000 partitions gather more (see docs/benchmarks.md)."""
         self._sends_since_clock_check = 0
-        if self._loop.time() - self._last_yield >= _MAX_UNYIELDED:
-            self._accumulator.yield_wanted = True
+        acc = self._accumulator
+        now = self._loop.time()
+        if not (acc.on_wire or acc.blocked) and -math.inf < acc.next_round <= now - _ROUND_OVERDUE:
+            # Nothing in flight to read (its answers pace the rounds then, below) and the timer
+            # overdue (-inf: a round is pending already)
+            acc.yield_wanted = True
+            self._overdue_turns = _TURNS_FOR_AN_OVERDUE_ROUND
+        elif now - self._last_yield >= _MAX_UNYIELDED:
+            acc.yield_wanted = True
 
     def _open_lane(self, topic: str) -> None:
         """Give ``topic`` a compiled lane for the current metadata snapshot, once send()'s own
@@ -414,8 +436,6 @@ class Producer:
             tps=tps,
             batches=acc.open_batches,
             pool=acc.pool,
-            blocked=acc.blocked,
-            on_wire=acc.on_wire,
             sticky=self._partitioner.sticky_states,
             available=info.available_partitions,
             partitions=len(info.all_partitions) if self._hash_keys else 0,

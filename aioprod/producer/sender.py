@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -106,7 +107,7 @@ class Sender:
 
     def wakeup(self) -> None:
         self._wake_flag = True
-        self._acc.next_round = -_IDLE
+        self._acc.next_round = -math.inf
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(False)
@@ -198,7 +199,7 @@ class Sender:
             handle.cancel()
             self._waiter = None
             self._wake_flag = False
-            self._acc.next_round = -_IDLE
+            self._acc.next_round = -math.inf
         if timed and not at_once:
             await asyncio.sleep(0)
 

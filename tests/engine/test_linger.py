@@ -180,6 +180,26 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_no_batch_completes(scri
     assert other_turns >= 1
 
 
+async def test_a_tight_send_loop_that_fills_no_batch_still_sends_at_the_linger(scripted: Scripted) -> None:
+    # The linger's timer cannot fire while the loop does not run, and a caller that spends its
+    # own time on each record between sends (here 0.2 ms) and awaits nothing else never lets it:
+    # its records had all waited for the loop's end (400 ms here), or for the batch to fill.
+    # send() looks at the clock every 64 sends and lets a round that is due run.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1 << 20) as p:
+        await p.send_and_wait("t", b"warm-up")
+        written = _record_requests(p, clock)
+        start = clock.now
+        futures = []
+        for _ in range(2000):
+            futures.append(await p.send("t", b"x" * 100))
+            clock.now += 0.0002
+        first_at = written[0][0] - start
+        assert [(await f).offset for f in futures] == list(range(1, 2001))
+    assert first_at <= 0.005 + 0.001 + 65 * 0.0002 + 1e-9  # the linger, 1 ms late, and one clock check more
+
+
 async def test_a_tight_send_loop_lets_the_loop_run_while_a_batch_waits_for_an_answer(scripted: Scripted) -> None:
     # The connection can take requests, but the partition's open batch goes with the answer
     # to its batch in flight: a tight loop of sends still lets the loop run once 100 ms have
