@@ -155,8 +155,13 @@ def test_search_finds_send_many(base_url: str, browser: Any) -> None:
     search.send_keys("send_many")
 
     def hits(driver: Any) -> list[str]:
-        links = driver.find_elements(By.CSS_SELECTOR, ".md-search-result__item a")
-        return [link.get_attribute("href") for link in links if "send_many" in link.text.lower()]
+        # Read in one script: the results re-render as the index loads and the query runs, and an
+        # element found one call before may be gone the next (StaleElementReferenceException).
+        found: list[str] = driver.execute_script(
+            "return Array.from(document.querySelectorAll('.md-search-result__item a'))"
+            ".filter(a => a.innerText.toLowerCase().includes('send_many')).map(a => a.href);"
+        )
+        return found
 
     found = [urllib.parse.urlsplit(href) for href in WebDriverWait(browser, WAIT).until(hits)]
     assert ("/api/producer/", "aioprod.Producer.send_many") in [(url.path, url.fragment) for url in found], found
