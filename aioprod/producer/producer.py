@@ -69,9 +69,11 @@ _NEW, _STARTED, _CLOSING, _CLOSED = "new", "started", "closing", "closed"
 _MAX_UNYIELDED = 0.1
 _SENDS_PER_CLOCK_CHECK = 64
 #: How late (seconds) the sender's timer may be before a tight loop of sends lets the loop run
-#: for it (see _clock_check), and the turns of the loop send() then gives the round at most.
+#: for it (see _clock_check).
 _ROUND_OVERDUE = 0.001
-_TURNS_FOR_AN_OVERDUE_ROUND = 4
+#: The turns of the loop send() gives when the clock says a round is owed, for it to run: a
+#: timer, then the sender's task; or an answer's bytes, the reader's task, then the sender's.
+_TURNS_FOR_A_ROUND = 4
 
 
 def _py_now_ms() -> int:
@@ -133,7 +135,7 @@ class Producer:
         # were awaited, and when send() last let the loop run.
         self._sends_since_clock_check = 0
         self._last_yield = 0.0
-        self._overdue_turns = 0
+        self._turns_wanted = 0
         #: topic -> the compiled twin of send()'s common case for it (SendLane, in
         #: aioprod/_speedups.c); only without serializers or transactions.
         self._lanes: dict[str, Any] = {}
@@ -290,16 +292,16 @@ class Producer:
         acc = self._accumulator
         if acc.yield_wanted:
             # The last send() started a batch while a round was due or a connection full, or
-            # found the sender's timer overdue (see _clock_check), and no round has run since:
+            # the clock said a round is owed (see _clock_check), and no round has run since:
             # let the loop run first, or a caller sending in a tight loop starves the sender and
-            # the connections' readers until the buffer is full. An overdue round takes the
-            # loop more turns (the timer, then the sender's task), as many as it needs. Here,
-            # before anything is queued, a cancellation loses nothing.
+            # the connections' readers until the buffer is full. A round the clock asked for
+            # takes the loop more turns (_TURNS_FOR_A_ROUND); at most every 100 ms, or as a
+            # linger ends with nothing in flight. Here, before anything is queued, a
+            # cancellation loses nothing.
             acc.yield_wanted = False
-            turns, self._overdue_turns = self._overdue_turns, 0
+            turns, self._turns_wanted = self._turns_wanted, 0
             await asyncio.sleep(0)
-            while turns and acc.next_round <= self._loop.time():
-                turns -= 1
+            for _ in range(turns):
                 await asyncio.sleep(0)
             self._last_yield = self._loop.time()
             if self._state is not _STARTED or self._fatal is not None:
@@ -407,13 +409,12 @@ class Producer:
         self._sends_since_clock_check = 0
         acc = self._accumulator
         now = self._loop.time()
-        if not (acc.on_wire or acc.blocked) and -math.inf < acc.next_round <= now - _ROUND_OVERDUE:
-            # Nothing in flight to read (its answers pace the rounds then, below) and the timer
-            # overdue (-inf: a round is pending already)
+        overdue = not (acc.on_wire or acc.blocked) and -math.inf < acc.next_round <= now - _ROUND_OVERDUE
+        if overdue or now - self._last_yield >= _MAX_UNYIELDED:
+            # The timer overdue, with nothing in flight (whose answers pace the rounds; -inf:
+            # a round is pending already); or answers to read, and the round they wake.
             acc.yield_wanted = True
-            self._overdue_turns = _TURNS_FOR_AN_OVERDUE_ROUND
-        elif now - self._last_yield >= _MAX_UNYIELDED:
-            acc.yield_wanted = True
+            self._turns_wanted = _TURNS_FOR_A_ROUND
 
     def _open_lane(self, topic: str) -> None:
         """Give ``topic`` a compiled lane for the current metadata snapshot, once send()'s own
