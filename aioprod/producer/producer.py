@@ -131,8 +131,8 @@ class Producer:
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
         self._txn: TransactionManager | None = None
-        # send()s since the last look at the clock while a connection was full or answers
-        # were awaited, and when send() last let the loop run.
+        # send()s on this path since the last look at the clock (see _clock_check), when
+        # send() last let the loop run, and the turns the next yield is to give it.
         self._sends_since_clock_check = 0
         self._last_yield = 0.0
         self._turns_wanted = 0
