@@ -300,8 +300,7 @@ class Producer:
             # cancellation loses nothing.
             acc.yield_wanted = False
             turns, self._turns_wanted = self._turns_wanted, 0
-            await asyncio.sleep(0)
-            for _ in range(turns):
+            for _ in range(1 + turns):
                 await asyncio.sleep(0)
             self._last_yield = self._loop.time()
             if self._state is not _STARTED or self._fatal is not None:
