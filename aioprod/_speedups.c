@@ -1521,10 +1521,33 @@ speedups_now_ms(PyObject *module, PyObject *unused)
  * a batch, wait for memory, switch the sticky partition, look up new metadata, raise), the lane
  * changes nothing and returns None, and send() takes its own path. */
 
+/* The producer's count of sends since it last looked at the clock (Producer._clock_check): one
+ * for send()'s own path and every lane, so that a loop over many topics looks as often as a loop
+ * over one. */
+typedef struct {
+    PyObject_HEAD
+    long long count;
+} SendCount;
+
+static PyMemberDef SendCount_members[] = {
+    {"count", T_LONGLONG, offsetof(SendCount, count), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject SendCountType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod._speedups.SendCount",
+    .tp_basicsize = sizeof(SendCount),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Sends since the producer last looked at the clock; shared by its lanes and send()'s own path.",
+    .tp_new = PyType_GenericNew,
+    .tp_members = SendCount_members,
+};
+
 typedef struct {
     PyObject_HEAD
     PyObject *topic;
     PyObject *producer;    /* its _clock_check() */
+    SendCount *sends;      /* the producer's count, which each record the lane takes adds to */
     PyObject *metadata;    /* Metadata: the lane holds while metadata.snapshot is `snapshot` */
     PyObject *snapshot;
     PyObject *tps;         /* list: the TopicPartition of each partition id */
@@ -1537,7 +1560,6 @@ typedef struct {
     long long size_limit;  /* larger records are declined (send() raises for them) */
     long long batch_size;  /* the sticky partition switches after this many bytes */
     long long clock_every; /* _SENDS_PER_CLOCK_CHECK */
-    long long unyielded;   /* records this lane took since it last had the producer look at the clock */
 } SendLane;
 
 static PyObject *str_snapshot, *str_available, *str_produced, *str_partition, *str_payload, *str_builder,
@@ -1548,6 +1570,7 @@ SendLane_traverse(SendLane *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->topic);
     Py_VISIT(self->producer);
+    Py_VISIT(self->sends);
     Py_VISIT(self->metadata);
     Py_VISIT(self->snapshot);
     Py_VISIT(self->tps);
@@ -1563,6 +1586,7 @@ SendLane_clear(SendLane *self)
 {
     Py_CLEAR(self->topic);
     Py_CLEAR(self->producer);
+    Py_CLEAR(self->sends);
     Py_CLEAR(self->metadata);
     Py_CLEAR(self->snapshot);
     Py_CLEAR(self->tps);
@@ -1584,17 +1608,18 @@ SendLane_dealloc(SendLane *self)
 static PyObject *
 SendLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"topic",      "producer",   "metadata",  "snapshot", "tps",        "batches",
-                            "pool",       "sticky",     "available", "partitions", "overhead", "size_limit",
-                            "batch_size", "clock_every", NULL};
-    PyObject *topic, *producer, *metadata, *snapshot, *tps, *batches, *pool, *sticky, *available;
+    static char *names[] = {"topic",     "producer",   "sends",    "metadata",   "snapshot",
+                            "tps",       "batches",    "pool",     "sticky",     "available",
+                            "partitions", "overhead",  "size_limit", "batch_size", "clock_every",
+                            NULL};
+    PyObject *topic, *producer, *sends, *metadata, *snapshot, *tps, *batches, *pool, *sticky, *available;
     Py_ssize_t partitions;
     long long overhead, size_limit, batch_size, clock_every;
     SendLane *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$UOOOO!O!OOOnLLLL:SendLane", names, &topic, &producer,
-                                     &metadata, &snapshot, &PyList_Type, &tps, &PyDict_Type, &batches, &pool,
-                                     &sticky, &available, &partitions, &overhead, &size_limit, &batch_size,
-                                     &clock_every))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$UOO!OOO!O!OOOnLLLL:SendLane", names, &topic, &producer,
+                                     &SendCountType, &sends, &metadata, &snapshot, &PyList_Type, &tps,
+                                     &PyDict_Type, &batches, &pool, &sticky, &available, &partitions, &overhead,
+                                     &size_limit, &batch_size, &clock_every))
         return NULL;
     if (sticky != Py_None && !PyDict_CheckExact(sticky)) {
         PyErr_SetString(PyExc_TypeError, "SendLane: sticky must be a dict or None");
@@ -1613,6 +1638,7 @@ SendLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     self->topic = Py_NewRef(topic);
     self->producer = Py_NewRef(producer);
+    self->sends = (SendCount *)Py_NewRef(sends);
     self->metadata = Py_NewRef(metadata);
     self->snapshot = Py_NewRef(snapshot);
     self->tps = Py_NewRef(tps);
@@ -1625,7 +1651,6 @@ SendLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->size_limit = size_limit;
     self->batch_size = batch_size;
     self->clock_every = clock_every;
-    self->unyielded = 0;
     return (PyObject *)self;
 }
 
@@ -1659,16 +1684,17 @@ attr_is(PyObject *obj, PyObject *name, PyObject *expected)
     return field == expected;
 }
 
-/* One more record taken: every clock_every of them, the producer looks at the clock
- * (Producer._clock_check), as send()'s own path does. The count is the lane's own, a C field:
- * kept on the producer, it cost each record an attribute read, an int and an attribute write. */
+/* One more record taken: every clock_every sends, the producer looks at the clock
+ * (Producer._clock_check), as send()'s own path does. The count is a C field of an object the
+ * producer shares with every lane: kept on the producer as an int, it cost each record an
+ * attribute read, an int and an attribute write. */
 static int
 count_unyielded(SendLane *self)
 {
     PyObject *result;
-    if (++self->unyielded < self->clock_every)
+    if (++self->sends->count < self->clock_every)
         return 0;
-    self->unyielded = 0;
+    self->sends->count = 0;
     result = PyObject_CallMethodNoArgs(self->producer, str_clock_check);
     Py_XDECREF(result);
     return result == NULL ? -1 : 0;
@@ -1876,7 +1902,8 @@ PyInit__speedups(void)
 {
     PyObject *module;
     if (PyType_Ready(&RecordsCoreType) < 0 || PyType_Ready(&RecordFutureType) < 0 ||
-        PyType_Ready(&RecordFutureIterType) < 0 || PyType_Ready(&SendLaneType) < 0)
+        PyType_Ready(&RecordFutureIterType) < 0 || PyType_Ready(&SendCountType) < 0 ||
+        PyType_Ready(&SendLaneType) < 0)
         return NULL;
     static const struct {
         PyObject **name;
@@ -1918,6 +1945,12 @@ PyInit__speedups(void)
     Py_INCREF(&RecordFutureType);
     if (PyModule_AddObject(module, "RecordFuture", (PyObject *)&RecordFutureType) < 0) {
         Py_DECREF(&RecordFutureType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&SendCountType);
+    if (PyModule_AddObject(module, "SendCount", (PyObject *)&SendCountType) < 0) {
+        Py_DECREF(&SendCountType);
         Py_DECREF(module);
         return NULL;
     }

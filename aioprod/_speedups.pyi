@@ -40,6 +40,11 @@ def metadata_range(
 ) -> list[tuple[str, int, int, int]]: ...
 def plain_payloads(values: Sequence[Any], keys: Sequence[Any] | None, room: int) -> bool: ...
 
+class SendCount:
+    """Sends since the producer last looked at the clock; shared by its lanes and send()'s own path."""
+
+    count: int
+
 class SendLane:
     """Producer.send()'s common case for one topic (see aioprod/_speedups.c)."""
 
@@ -50,6 +55,7 @@ class SendLane:
         *,
         topic: str,
         producer: object,
+        sends: SendCount,
         metadata: object,
         snapshot: object,
         tps: list[Any],

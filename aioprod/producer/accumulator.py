@@ -248,10 +248,10 @@ class RecordAccumulator:
         #: sent before then: otherwise that round finds it anyway. With many partitions, a wake-up
         #: per new batch made a round (each visiting every partition with data) per record.
         self.next_round = float("inf")
-        #: Set by send() when the caller should let the loop run before it queues more (a
-        #: round is due, or a connection's reader must read the answers that free it);
-        #: cleared by each round of the sender, which could not have run without the loop.
-        self.yield_wanted = False
+        #: The turns of the loop the next send() gives before it queues more: set by send()
+        #: when a round is due or a connection's reader must read the answers that free it;
+        #: cleared (0) by each round of the sender, which could not have run without the loop.
+        self.yield_wanted = 0
         #: ready()'s leader of each partition, for the snapshot it was found in.
         self._leaders_cluster: ClusterSnapshot | None = None
         self._leaders: dict[TopicPartition, int | None] = {}

@@ -76,6 +76,16 @@ _ROUND_OVERDUE = 0.001
 _TURNS_FOR_A_ROUND = 4
 
 
+class _SendCount:
+    """Sends since the producer last looked at the clock (see Producer._clock_check); the
+    pure-Python twin of ``speedups.SendCount``, which the compiled lanes share with send()."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 def _py_now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -131,11 +141,10 @@ class Producer:
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
         self._txn: TransactionManager | None = None
-        # send()s on this path since the last look at the clock (see _clock_check), when
-        # send() last let the loop run, and the turns the next yield is to give it.
-        self._sends_since_clock_check = 0
+        # Sends since the last look at the clock (see _clock_check), counted by send()'s own
+        # path and every compiled lane alike; and when send() last let the loop run.
+        self._sends = _SendCount() if speedups is None else speedups.SendCount()
         self._last_yield = 0.0
-        self._turns_wanted = 0
         #: topic -> the compiled twin of send()'s common case for it (SendLane, in
         #: aioprod/_speedups.c); only without serializers or transactions.
         self._lanes: dict[str, Any] = {}
@@ -290,7 +299,8 @@ class Producer:
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
         acc = self._accumulator
-        if acc.yield_wanted:
+        turns = acc.yield_wanted
+        if turns:
             # The last send() started a batch while a round was due or a connection full, or
             # the clock said a round is owed (see _clock_check), and no round has run since:
             # let the loop run first, or a caller sending in a tight loop starves the sender and
@@ -298,9 +308,8 @@ class Producer:
             # takes the loop more turns (_TURNS_FOR_A_ROUND); at most every 100 ms, or as a
             # linger ends with nothing in flight. Here, before anything is queued, a
             # cancellation loses nothing.
-            acc.yield_wanted = False
-            turns, self._turns_wanted = self._turns_wanted, 0
-            for _ in range(1 + turns):
+            acc.yield_wanted = 0
+            for _ in range(turns):
                 await asyncio.sleep(0)
             self._last_yield = self._loop.time()
             if self._state is not _STARTED or self._fatal is not None:
@@ -384,13 +393,15 @@ class Producer:
             # linger ran out), or a connection cannot take a request until its reader reads
             # the answers that free it: the next send() lets them run first.
             now = self._loop.time()
-            acc.yield_wanted = acc.next_round <= now or bool(acc.blocked)
+            if acc.next_round <= now or acc.blocked:
+                acc.yield_wanted = 1
             self._metadata.touch(topic, now)
         else:
             # No batch completes while every partition's open batch has room (many
             # partitions, or a large batch_size): look at the clock every so often too.
-            self._sends_since_clock_check += 1
-            if self._sends_since_clock_check >= _SENDS_PER_CLOCK_CHECK:
+            sends = self._sends
+            sends.count += 1
+            if sends.count >= _SENDS_PER_CLOCK_CHECK:
                 self._clock_check()
         if self._lanes_on and txn is None:
             lane = self._lanes.get(topic)
@@ -399,21 +410,20 @@ class Producer:
         return future
 
     def _clock_check(self) -> None:
-        """Every _SENDS_PER_CLOCK_CHECK sends (each compiled lane counts its own): have the
+        """Every _SENDS_PER_CLOCK_CHECK sends (the compiled lanes count them too): have the
         next send() yield if the sender's timer is overdue with nothing in flight, or the loop
         has not run for _MAX_UNYIELDED. Without the first, a tight loop that fills no batch
         held every record until it ended: the linger's timer cannot fire while the loop does
         not run. With requests in flight, reading their answers every 100 ms at most, not at
         each linger, lets batches over 1,000 partitions gather more (see docs/benchmarks.md)."""
-        self._sends_since_clock_check = 0
+        self._sends.count = 0
         acc = self._accumulator
         now = self._loop.time()
         overdue = not (acc.on_wire or acc.blocked) and -math.inf < acc.next_round <= now - _ROUND_OVERDUE
         if overdue or now - self._last_yield >= _MAX_UNYIELDED:
             # The timer overdue, with nothing in flight (whose answers pace the rounds; -inf:
             # a round is pending already); or answers to read, and the round they wake.
-            acc.yield_wanted = True
-            self._turns_wanted = _TURNS_FOR_A_ROUND
+            acc.yield_wanted = _TURNS_FOR_A_ROUND
 
     def _open_lane(self, topic: str) -> None:
         """Give ``topic`` a compiled lane for the current metadata snapshot, once send()'s own
@@ -431,6 +441,7 @@ class Producer:
         lanes[topic] = speedups.SendLane(
             topic=topic,
             producer=self,
+            sends=self._sends,
             metadata=self._metadata,
             snapshot=snapshot,
             tps=tps,

@@ -206,7 +206,7 @@ class Sender:
     def run_once(self, now: float) -> float:
         """One round; returns how many seconds may pass before the next is due."""
         acc = self._acc
-        acc.yield_wanted = False  # the loop ran: whoever asked for this round had it
+        acc.yield_wanted = 0  # the loop ran: whoever asked for this round had it
         fatal = self.fatal
         if fatal is not None:
             acc.fail_all(lambda _batch: fatal)

@@ -50,14 +50,15 @@ def snapshot(leaders: tuple[int, ...] = (1,) * PARTITIONS) -> ClusterSnapshot:
 
 
 class FakeProducer:
-    """The two things the lane asks of its producer: the unyielded-send count and the clock check."""
+    """The two things the lane asks of its producer: the count of sends, shared with send()'s own
+    path, and the clock check."""
 
     def __init__(self) -> None:
-        self._sends_since_clock_check = 0
+        self._sends = _speedups.SendCount()
         self.clock_checks = 0
 
     def _clock_check(self) -> None:
-        self._sends_since_clock_check = 0
+        self._sends.count = 0
         self.clock_checks += 1
 
 
@@ -83,6 +84,7 @@ class Setup:
         self.lane = _speedups.SendLane(
             topic="t",
             producer=self.producer,
+            sends=self.producer._sends,
             metadata=self.metadata,
             snapshot=self.snapshot,
             tps=TPS,
@@ -112,8 +114,8 @@ class Setup:
         now = _speedups.now_ms() if timestamp is None else timestamp
         future = self.acc.append(TPS[partition], now, key, value, (), size)
         if self.acc.batches_created == created:
-            self.producer._sends_since_clock_check += 1
-            if self.producer._sends_since_clock_check >= self.clock_every:
+            self.producer._sends.count += 1
+            if self.producer._sends.count >= self.clock_every:
                 self.producer._clock_check()
         return future
 
@@ -129,7 +131,7 @@ class Setup:
 
     def state(self) -> tuple[Any, ...]:
         """Everything the lane may change: the pool, each batch's records, bytes, reserve and
-        fullness, the sticky state. (The lane counts its sends for the clock check itself.)"""
+        fullness, the sticky state, the count of sends and of clock checks."""
         batches = tuple(
             (
                 tp,
@@ -141,7 +143,8 @@ class Setup:
             for tp, queue in self.acc.open_batches.items()
         )
         sticky = {t: (s.partition, s.produced, s.available) for t, s in self.partitioner.sticky_states.items()}  # type: ignore[union-attr]
-        return self.acc.pool.used, batches, sticky
+        counts = self.producer._sends.count, self.producer.clock_checks
+        return self.acc.pool.used, batches, sticky, counts
 
 
 def send_both(laned: Setup, reference: Setup, key: bytes | None, value: bytes | None) -> bool:
@@ -209,8 +212,8 @@ async def test_what_the_lane_declines_leaves_no_trace() -> None:
 async def test_every_so_many_sends_through_the_lane_look_at_the_clock() -> None:
     # Whether or not answers are awaited: a round due by its linger needs the loop to run too.
     setup = Setup(clock_every=4)
-    setup.own_path(b"key", b"v")  # opens the batch, and counts on send()'s own path
-    assert setup.producer._sends_since_clock_check == 0
+    setup.own_path(b"key", b"v")  # opens the batch: not counted
+    assert setup.producer._sends.count == 0
     for _ in range(10):
         assert setup.lane.send(b"v", b"key") is not None
     assert setup.producer.clock_checks == 2  # at the lane's 4th and 8th record
@@ -218,6 +221,16 @@ async def test_every_so_many_sends_through_the_lane_look_at_the_clock() -> None:
     for _ in range(10):
         assert setup.lane.send(b"v", b"key") is not None
     assert setup.producer.clock_checks == 5
+    # One count for send()'s own path and every lane (one per topic; here a second lane over the
+    # same one): a loop over many topics looks at the clock as often as a loop over one.
+    other_lane = setup.lane
+    setup.new_metadata(setup.snapshot)
+    for sent in range(1, 7):
+        lane = (other_lane, setup.lane)[sent % 2]
+        assert lane.send(b"v", b"key") is not None
+        setup.own_path(b"key", b"v")
+        assert setup.producer._sends.count == 2 * sent % 4
+    assert setup.producer.clock_checks == 8
 
 
 @pytest.mark.parametrize("seed", range(16))

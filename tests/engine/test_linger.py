@@ -180,25 +180,31 @@ async def test_a_tight_send_loop_lets_the_loop_run_while_no_batch_completes(scri
     assert other_turns >= 1
 
 
-async def test_a_tight_send_loop_that_fills_no_batch_still_sends_at_the_linger(scripted: Scripted) -> None:
+@pytest.mark.parametrize("topics", [1, 8])
+async def test_a_tight_send_loop_that_fills_no_batch_still_sends_at_the_linger(scripted: Scripted, topics: int) -> None:
     # The linger's timer cannot fire while the loop does not run, and a caller that spends its
     # own time on each record between sends (here 0.2 ms) and awaits nothing else never lets it:
     # its records had all waited for the loop's end (400 ms here), or for the batch to fill.
     # send() looks at the clock every 64 sends and lets a round that is due run. The next batch
     # then waits for the first one's answer, which the loop must run to read: within 100 ms,
     # given the turns that reading it and the round it wakes take (it had taken 200-300).
+    # Over 8 topics, every 64 sends too, not every 64 of each topic's (each had its own count).
     cluster, clock = scripted.cluster, scripted.clock
-    cluster.create_topic("t", 1)
+    names = [f"t{i}" for i in range(topics)]
+    for name in names:
+        cluster.create_topic(name, 1)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1 << 20) as p:
-        await p.send_and_wait("t", b"warm-up")
+        for name in names:
+            await p.send_and_wait(name, b"warm-up")
         written = _record_requests(p, clock)
         start = clock.now
         futures = []
-        for _ in range(2000):
-            futures.append(await p.send("t", b"x" * 100))
+        for i in range(2000):
+            futures.append(await p.send(names[i % topics], b"x" * 100))
             clock.now += 0.0002
         first_at, second_at = (at - start for at, _ in written[:2])
-        assert [(await f).offset for f in futures] == list(range(1, 2001))
+        offsets = [(await f).offset for f in futures]
+    assert offsets == [1 + i // topics for i in range(2000)]
     assert first_at <= 0.005 + 0.001 + 65 * 0.0002 + 1e-9  # the linger, 1 ms late, and one clock check more
     assert second_at - first_at <= 0.1 + 65 * 0.0002 + 1e-9
 
