@@ -1513,14 +1513,6 @@ speedups_now_ms(PyObject *module, PyObject *unused)
 
 /* -- SendLane --------------------------------------------------------------------------------- */
 
-/* Producer.send()'s common case in one call, for one topic: a record whose key and value are
- * bytes or None, with no partition, timestamp or headers given, appended to its partition's
- * open batch while the topic's metadata snapshot is the one the lane was made for. It is the
- * twin of what send() does through Partitioner.keyless, BufferPool.try_reserve and
- * RecordAccumulator.append (keep them in step): where that path would do anything more (start
- * a batch, wait for memory, switch the sticky partition, look up new metadata, raise), the lane
- * changes nothing and returns None, and send() takes its own path. */
-
 /* The producer's count of sends since it last looked at the clock (Producer._clock_check): one
  * for send()'s own path and every lane, so that a loop over many topics looks as often as a loop
  * over one. */
@@ -1542,6 +1534,14 @@ static PyTypeObject SendCountType = {
     .tp_new = PyType_GenericNew,
     .tp_members = SendCount_members,
 };
+
+/* Producer.send()'s common case in one call, for one topic: a record whose key and value are
+ * bytes or None, with no partition, timestamp or headers given, appended to its partition's
+ * open batch while the topic's metadata snapshot is the one the lane was made for. It is the
+ * twin of what send() does through Partitioner.keyless, BufferPool.try_reserve and
+ * RecordAccumulator.append (keep them in step): where that path would do anything more (start
+ * a batch, wait for memory, switch the sticky partition, look up new metadata, raise), the lane
+ * changes nothing and returns None, and send() takes its own path. */
 
 typedef struct {
     PyObject_HEAD
