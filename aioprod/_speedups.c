@@ -1526,12 +1526,22 @@ static PyMemberDef SendCount_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyObject *
+SendCount_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "SendCount() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0);
+}
+
 static PyTypeObject SendCountType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod._speedups.SendCount",
     .tp_basicsize = sizeof(SendCount),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Sends since the producer last looked at the clock; shared by its lanes and send()'s own path.",
-    .tp_new = PyType_GenericNew,
+    .tp_new = SendCount_new,
     .tp_members = SendCount_members,
 };
 

@@ -393,8 +393,8 @@ class Producer:
             # linger ran out), or a connection cannot take a request until its reader reads
             # the answers that free it: the next send() lets them run first.
             now = self._loop.time()
-            if acc.next_round <= now or acc.blocked:
-                acc.yield_wanted = 1
+            if (acc.next_round <= now or acc.blocked) and not acc.yield_wanted:
+                acc.yield_wanted = 1  # not fewer turns than the clock asked for (another task's send)
             self._metadata.touch(topic, now)
         else:
             # No batch completes while every partition's open batch has room (many
