@@ -1695,16 +1695,15 @@ attr_is(PyObject *obj, PyObject *name, PyObject *expected)
 }
 
 /* One more record taken: every clock_every sends, the producer looks at the clock
- * (Producer._clock_check), as send()'s own path does. The count is a C field of an object the
- * producer shares with every lane: kept on the producer as an int, it cost each record an
- * attribute read, an int and an attribute write. */
+ * (Producer._clock_check, which starts the count again), as send()'s own path does. The count
+ * is a C field of an object the producer shares with every lane: kept on the producer as an
+ * int, it cost each record an attribute read, an int and an attribute write. */
 static int
 count_unyielded(SendLane *self)
 {
     PyObject *result;
     if (++self->sends->count < self->clock_every)
         return 0;
-    self->sends->count = 0;
     result = PyObject_CallMethodNoArgs(self->producer, str_clock_check);
     Py_XDECREF(result);
     return result == NULL ? -1 : 0;
