@@ -98,6 +98,20 @@ release_headers(Header *headers, Py_ssize_t count)
     PyMem_Free(headers);
 }
 
+/* ``items`` as a tuple (a new reference; NULL with TypeError ``message`` if not iterable).
+ * Not a list: the pointers taken into it must outlive Python code run meanwhile (the next
+ * pair's __iter__), which could empty or rebind a list. */
+static PyObject *
+as_tuple(PyObject *items, const char *message)
+{
+    PyObject *seq = PySequence_Fast(items, message), *tuple;
+    if (seq == NULL || PyTuple_CheckExact(seq))
+        return seq;
+    tuple = PySequence_Tuple(seq);
+    Py_DECREF(seq);
+    return tuple;
+}
+
 /* Resolve ``headers`` (an iterable of (str, bytes-like | None) pairs) into ``*out``; returns the
  * number of headers and adds their encoded size to ``*size``, or -1 with an exception set. */
 static Py_ssize_t
@@ -108,7 +122,7 @@ resolve_headers(PyObject *headers, Header **out, Py_ssize_t *size)
     Header *list;
 
     *out = NULL;
-    seq = PySequence_Fast(headers, "headers must be an iterable of (str, bytes | None) pairs");
+    seq = as_tuple(headers, "headers must be an iterable of (str, bytes | None) pairs");
     if (seq == NULL)
         return -1;
     count = PySequence_Fast_GET_SIZE(seq);
@@ -129,7 +143,7 @@ resolve_headers(PyObject *headers, Header **out, Py_ssize_t *size)
         item = PySequence_Fast_GET_ITEM(seq, i);
         /* As Python's "for name, value in headers": any iterable of two (TypeError if not
          * iterable, ValueError if not two items). */
-        pair = PySequence_Fast(item, "cannot unpack a header that is not a pair");
+        pair = as_tuple(item, "cannot unpack a header that is not a pair");
         if (pair == NULL)
             goto fail;
         list[i].pair = pair;
@@ -195,6 +209,16 @@ grow(RecordsCore *self, Py_ssize_t size)
     return PyByteArray_Resize(self->buf, size);
 }
 
+static int
+check_open(RecordsCore *self)
+{
+    if (self->buf == NULL || !PyByteArray_Check(self->buf)) {
+        PyErr_SetString(PyExc_TypeError, "the builder's buffer is not a bytearray");
+        return -1;
+    }
+    return 0;
+}
+
 /* Encode one record at the end of ``self->buf``; returns 1 if appended, 0 if it does not fit
  * (the builder is then full), -1 on error. Key and value are bytes-like or None. */
 static int
@@ -203,7 +227,8 @@ encode_record(RecordsCore *self, uint64_t ts_varint, PyObject *key, PyObject *va
     Py_buffer key_view = {0}, value_view = {0};
     Header *resolved = NULL;
     Py_ssize_t header_count = 0, body = 1 /* attributes */, total, start;
-    uint64_t offset_varint = (uint64_t)self->count << 1;
+    long long count = self->count;
+    uint64_t offset_varint = (uint64_t)count << 1;
     char *out;
     int result = -1;
 
@@ -221,6 +246,13 @@ encode_record(RecordsCore *self, uint64_t ts_varint, PyObject *key, PyObject *va
     }
     else {
         body += 1;
+    }
+    /* Reading the headers ran Python code, which may have replaced the buffer or appended. */
+    if (check_open(self) < 0)
+        goto done;
+    if (self->count != count) {
+        PyErr_SetString(PyExc_RuntimeError, "a record was appended to the batch while another's headers were read");
+        goto done;
     }
     total = uvarint_size((uint64_t)body << 1) + body;
     start = PyByteArray_GET_SIZE(self->buf);
@@ -321,16 +353,6 @@ plain_record_size(PyObject *key, PyObject *value, Py_ssize_t overhead)
     return overhead + (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
 }
 
-static int
-check_open(RecordsCore *self)
-{
-    if (self->buf == NULL || !PyByteArray_Check(self->buf)) {
-        PyErr_SetString(PyExc_TypeError, "the builder's buffer is not a bytearray");
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(append_doc,
              "append(timestamp_ms, key, value, headers=())\n--\n\n"
              "Encode one record; return its offset delta, or None if it does not fit.");
@@ -419,11 +441,14 @@ RecordsCore_append_values(RecordsCore *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     values = args[1];
     keys = args[2];
-    start = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
-    stop = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
-    budget = PyNumber_AsSsize_t(args[5], PyExc_OverflowError);
-    overhead = PyNumber_AsSsize_t(args[6], PyExc_OverflowError);
-    if (PyErr_Occurred())
+    /* One at a time: a conversion may run Python code (__index__), never with an error set. */
+    if ((start = PyNumber_AsSsize_t(args[3], PyExc_OverflowError)) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((stop = PyNumber_AsSsize_t(args[4], PyExc_OverflowError)) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((budget = PyNumber_AsSsize_t(args[5], PyExc_OverflowError)) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((overhead = PyNumber_AsSsize_t(args[6], PyExc_OverflowError)) == -1 && PyErr_Occurred())
         return NULL;
     if (self->section != NULL && self->section != Py_None)
         return Py_BuildValue("(nn)", (Py_ssize_t)0, (Py_ssize_t)0);
@@ -938,7 +963,9 @@ RecordFuture_remove_done_callback(RecordFutureObject *self, PyObject *fn)
     done = future_done(self);
     if (done < 0)
         return NULL;
-    if (done) /* once done, its callbacks are as good as scheduled */
+    /* Once done, its callbacks are as good as scheduled; reading the outcome runs Python code,
+     * which may have run or cancelled them. */
+    if (done || self->callbacks == NULL)
         return PyLong_FromLong(0);
     kept = PyList_New(0);
     if (kept == NULL)
@@ -1002,7 +1029,7 @@ RecordFuture_cancel(RecordFutureObject *self, PyObject *const *args, Py_ssize_t 
     done = future_done(self);
     if (done < 0)
         return NULL;
-    if (done)
+    if (done || self->cancel_message != NULL) /* reading the outcome may have cancelled it */
         Py_RETURN_FALSE;
     Py_INCREF(msg);
     track(self);
@@ -1237,7 +1264,10 @@ static PyAsyncMethods RecordFuture_async = {
 static PyTypeObject RecordFutureType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aioprod.RecordFuture",
     .tp_basicsize = sizeof(RecordFutureObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    /* No Py_TPFLAGS_HAVE_VECTORCALL: that flag is about calling an instance (through
+     * tp_vectorcall_offset, 0 here), and made ``future()`` jump through the refcount; calling
+     * the type uses .tp_vectorcall without it. */
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "One record's delivery: an asyncio-compatible future (compiled; see "
               "aioprod.producer.record_future).",
     .tp_new = RecordFuture_new,
@@ -1345,13 +1375,17 @@ speedups_metadata_range(PyObject *module, PyObject *const *args, Py_ssize_t narg
     cls = (PyTypeObject *)args[0];
     topic = args[1];
     partition = args[2];
-    first = PyLong_AsLongLong(args[3]);
-    count = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
     timestamp = args[5];
-    if (PyErr_Occurred())
+    if ((first = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((count = PyNumber_AsSsize_t(args[4], PyExc_OverflowError)) == -1 && PyErr_Occurred())
         return NULL;
     if (count < 0)
         count = 0;
+    if (count > 0 && first > LLONG_MAX - (count - 1)) {
+        PyErr_SetString(PyExc_OverflowError, "metadata_range: the last offset is out of int64 range");
+        return NULL;
+    }
     list = PyList_New(count);
     if (list == NULL)
         return NULL;

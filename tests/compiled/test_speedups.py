@@ -331,3 +331,140 @@ async def test_the_collector_tracks_a_record_future_only_once_it_may_be_in_a_cyc
     assert [gc.is_tracked(f) for f in (plain, plain.twin(), called_back, cancelled)] == [False, False, True, True]
     settlement.settle(BatchFailure(NotLeaderOrFollowerError("gone"), None))
     assert type(plain.exception()) is NotLeaderOrFollowerError and not gc.is_tracked(plain)
+
+
+# Python code that runs in the middle of a compiled call (a header pair's __iter__, a property,
+# an __index__, an __eq__) must not leave the C code holding pointers into what it changed:
+# the process crashed on each of these (found by AddressSanitizer and a review).
+
+
+async def test_calling_a_record_future_is_a_type_error(compiled_record_future: type[Any]) -> None:
+    future = compiled_record_future(BatchSettlement(asyncio.get_running_loop()), 0, 1000)
+    with pytest.raises(TypeError, match="not callable"):
+        future()
+
+
+class _ClearsOnRead:
+    """A header pair whose unpacking empties the header list it is in."""
+
+    def __init__(self, headers: list[Any]) -> None:
+        self.headers = headers
+
+    def __iter__(self) -> Any:
+        self.headers.clear()
+        return iter(("k", b"v"))
+
+
+def test_headers_changed_while_they_are_read_encode_as_they_were_given() -> None:
+    _, compiled = cores(10_000)
+    _, reference = cores(10_000)
+    listed: list[Any] = []
+    listed[:] = [_ClearsOnRead(listed), ("a", b"b")]
+    name = ["n" * 1000, b"v"]
+
+    def rebinds_the_first_pair() -> Any:
+        name[0] = "x"  # the only reference to the first pair's name, whose UTF-8 was taken
+        yield "k"
+        yield b"v"
+
+    class Rebinds:
+        def __iter__(self) -> Any:
+            return rebinds_the_first_pair()
+
+    assert compiled.append(0, b"key", b"value", listed) == 0
+    assert compiled.append(0, None, None, [name, Rebinds()]) == 1
+    assert reference.append(0, b"key", b"value", [("k", b"v"), ("a", b"b")]) == 0
+    assert reference.append(0, None, None, [("n" * 1000, b"v"), ("k", b"v")]) == 1
+    assert bytes(compiled._buf) == bytes(reference._buf)
+
+
+@pytest.mark.parametrize("change", ["delete", "bytes", "append"])
+def test_a_builder_changed_while_headers_are_read_refuses_the_record(change: str) -> None:
+    _, core = cores(10_000)
+    assert core.append(0, b"k", b"first", ()) == 0
+    before = bytes(core._buf)
+
+    def headers() -> Any:
+        if change == "delete":
+            del core._buf
+        elif change == "bytes":
+            core._buf = b"abc"
+        else:
+            core.append(0, b"k", b"in between", ())
+        yield ("h", b"v")
+
+    with pytest.raises(TypeError if change != "append" else RuntimeError):
+        core.append(0, b"k", b"second", headers())
+    if change == "append":
+        assert core._count == 2 and bytes(core._buf).startswith(before)
+
+
+class _ReentrantSettlement:
+    """A settlement whose outcome, read once armed, runs ``action`` first (the compiled future
+    reads it from within remove_done_callback and cancel)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.action: Any = None
+
+    def _watch(self, future: Any) -> None:
+        pass
+
+    def _unwatch(self, future: Any) -> None:
+        pass
+
+    @property
+    def outcome(self) -> None:
+        action, self.action = self.action, None
+        if action is not None:
+            action()
+
+
+async def test_callbacks_run_while_one_is_removed_leave_nothing_to_remove(
+    compiled_record_future: type[Any],
+) -> None:
+    settlement = _ReentrantSettlement(asyncio.get_running_loop())
+    future = compiled_record_future(settlement, 0, 1000)
+    future.add_done_callback(print)
+    settlement.action = future._run_callbacks
+    assert future.remove_done_callback(print) == 0
+
+
+async def test_a_future_cancelled_while_it_is_cancelled_keeps_the_first_message(
+    compiled_record_future: type[Any],
+) -> None:
+    settlement = _ReentrantSettlement(asyncio.get_running_loop())
+    held = [compiled_record_future(settlement, 0, 1000)]
+    first = object()
+    settlement.action = lambda: held[0].cancel(first)
+    refs = sys.getrefcount(first)
+    assert held[0].cancel("second") is False
+    assert held[0]._cancel_message is first
+    held.clear()
+    assert sys.getrefcount(first) == refs  # the future took one reference, and gave it back
+
+
+def test_a_bad_range_argument_is_a_type_error_before_any_other_runs() -> None:
+    ran: list[bool] = []
+
+    class Index:
+        def __index__(self) -> int:
+            ran.append(True)
+            return 3
+
+    _, core = cores(1000)
+    with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+        core.append_values(0, [], None, "x", Index(), 0, 0)
+    with pytest.raises(TypeError):
+        _speedups.metadata_range(RecordMetadata, "t", 7, "x", Index(), 0)
+    assert ran == []
+
+
+def test_metadata_range_refuses_offsets_past_int64() -> None:
+    with pytest.raises(OverflowError):
+        _speedups.metadata_range(RecordMetadata, "t", 7, INT64_MAX - 1, 3, 0)
+    assert [m.offset for m in _speedups.metadata_range(RecordMetadata, "t", 7, INT64_MAX - 2, 3, 0)] == [
+        INT64_MAX - 2,
+        INT64_MAX - 1,
+        INT64_MAX,
+    ]
