@@ -208,6 +208,7 @@ class ProducerBatch:
         reserved_each, left = divmod(self.reserved, len(parts))
         sequence = self.base_sequence
         for index, (part, start) in enumerate(zip(parts, starts, strict=True)):
+            part.builder.close()  # a later record joining a part would go past its sequences
             part.reserved = reserved_each + (left if index == 0 else 0)
             part.attempts = self.attempts
             if sequence >= 0:

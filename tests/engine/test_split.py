@@ -4,13 +4,15 @@ itself too large fails."""
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 import pytest
 
 from aioprod import Producer
 from aioprod.errors import MessageTooLargeError
-from aioprod.protocol.messages import InitProducerIdRequest
+from aioprod.protocol.messages import InitProducerIdRequest, ProduceRequest
 from tests.conftest import Scripted
+from tests.fakes.cluster import Hold
 
 
 async def test_a_batch_too_large_for_the_broker_is_split_and_every_record_delivered(scripted: Scripted) -> None:
@@ -41,3 +43,35 @@ async def test_only_a_record_larger_than_the_broker_allows_fails(scripted: Scrip
             await huge
         await asyncio.gather(small_before, small_after)
     assert cluster.partition("t").values == [b"a" * 100, b"b" * 100]
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+async def test_a_record_sent_after_a_split_goes_in_a_batch_of_its_own(scripted: Scripted, transactional: bool) -> None:
+    # The parts of a split batch carry the sequences of the records they were given. One left
+    # open took a later record past its range: the broker wrote it, the producer's next batch
+    # came with a sequence already used, and the gap cost a new producer identity (in a
+    # transaction, the transaction).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.partition("t").max_batch_bytes = 2000
+    node = cluster.nodes[1]
+    values = [b"%02d" % i + b"x" * 398 for i in range(8)]  # one 3.2 KB batch: split in parts
+    settings = {"transactional_id": "split"} if transactional else {}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=100, **settings) as p:
+        if transactional:
+            p.begin_transaction()
+        await p.partitions_for("t")
+        node.script = deque([MessageTooLargeError.code, Hold])  # the batch refused; its first part held
+        futures = [await p.send("t", v) for v in values]
+        while len(cluster.requests_of(ProduceRequest)) < 2:
+            await asyncio.sleep(0.001)  # the first part is on the wire, the others queued
+        late = await p.send("t", b"late")
+        node.release()
+        await asyncio.gather(*futures, late)
+        await (await p.send("t", b"after"))
+        if transactional:
+            await p.commit_transaction()
+        inits = len(cluster.requests_of(InitProducerIdRequest))
+    assert cluster.partition("t").values == [*values, b"late", b"after"]
+    assert [list(batch.values) for batch in cluster.partition("t").log if b"late" in batch.values] == [[b"late"]]
+    assert inits == 1

@@ -425,6 +425,13 @@ class RecordBatchBuilder(_RecordsCore):
         self._built = built
         return built
 
+    def close(self) -> None:
+        """Take no more records (``append`` returns None), as ``build`` does: for a batch whose
+        records are fixed before it is built, such as a part of a split batch, whose sequence
+        range covers only what it was given."""
+        if self._section is None and self._count:
+            self._close()
+
     def _close(self) -> bytes:
         raw = self._buf
         self._size = BATCH_HEADER_SIZE + len(raw)

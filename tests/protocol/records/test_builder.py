@@ -324,6 +324,17 @@ def test_build_closes_the_builder() -> None:
     assert builder.build() == data
 
 
+def test_a_closed_builder_takes_no_more_records_and_builds_what_it_had() -> None:
+    open_one, closed = RecordBatchBuilder("lz4"), RecordBatchBuilder("lz4")
+    for builder in (open_one, closed):
+        builder.append(TS, b"k", b"v" * 100)
+    closed.close()
+    assert closed.is_full
+    assert closed.append(TS, None, None) is None
+    assert closed.record_count == 1
+    assert closed.build(7, 0, 3) == open_one.build(7, 0, 3)
+
+
 def test_build_validation() -> None:
     with pytest.raises(ValueError, match="no records"):
         RecordBatchBuilder().build()
