@@ -142,6 +142,11 @@ class Sender:
             if not batch.done:
                 batch.fail(error(True))
                 self._acc.complete(batch)
+        # Neither queued nor on the wire: drained in a round that raised before writing them.
+        for batch in list(self._acc.incomplete):
+            if not batch.done:
+                batch.fail(error(batch.possibly_persisted))
+                self._acc.complete(batch)
         tasks = [task for task in (self._task, self._init_task) if task is not None and not task.done()]
         for task in tasks:
             task.cancel()

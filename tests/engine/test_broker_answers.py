@@ -190,6 +190,34 @@ async def test_sender_task_death_fails_everything(cluster: ScriptedCluster, monk
             await p.send("t", b"later")
 
 
+async def test_a_sender_that_dies_mid_round_fails_the_batches_it_had_drained(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A round drains the batches of every ready broker, then writes one request per broker:
+    # those drained but not yet written when it raised (the rest of the request, the other
+    # brokers' requests) were neither queued nor in flight, and their records never settled.
+    from aioprod.producer.batch import ProducerBatch
+
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 1, 2])
+    build = ProducerBatch.build
+
+    def broken(self: ProducerBatch, *args: object) -> bytes:
+        if self.tp.partition == 0:
+            raise ValueError("encoding bug injected by the test")
+        return build(self, *args)  # type: ignore[arg-type]
+
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=50) as p:
+        await p.partitions_for("t")
+        await p.end_offsets("t")  # both brokers connected: one round drains for both
+        monkeypatch.setattr(ProducerBatch, "build", broken)
+        futures = [await p.send("t", b"v", partition=partition) for partition in (0, 1, 2)]
+        for future in futures:
+            with pytest.raises(ProducerFatalError, match="sender task died"):
+                await asyncio.wait_for(future, 10)
+
+
 async def test_send_many_records_that_could_not_be_queued_fail_in_its_future(cluster: ScriptedCluster) -> None:
     # The broker never answers, so the ~3 records that fit the buffer stay there; the rest
     # cannot be queued within max_block_ms and fail in the group's future, not by raising.
