@@ -221,6 +221,10 @@ class BrokerConnection:
             ) from exc
         except OSError as exc:
             raise connection_error(exc, self.host, self.port, f"connecting to broker {self.node_id} at") from exc
+        except UnicodeError as exc:  # a name IDNA cannot encode ("kafka..example.com"): no OSError
+            raise KafkaConnectionError(
+                f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: not a valid host name ({exc})"
+            ) from exc
         # Pause writing as soon as anything is left unsent, so the connection knows the
         # moment its last request has fully left (see can_send_more).
         self._writer.transport.set_write_buffer_limits(high=0)
@@ -362,8 +366,19 @@ class BrokerConnection:
         )
 
     async def _await_flush(self, writer: asyncio.StreamWriter) -> None:
+        # Bounded as a request is: with acks=0 nothing else times out a broker that stopped
+        # reading, and the connection, never flushed, would take no request again.
         try:
-            await writer.drain()
+            async with asyncio.timeout(self.request_timeout):
+                await writer.drain()
+        except TimeoutError:
+            self.close(
+                KafkaTimeoutError(
+                    f"write to broker {self.node_id} ({self.host}:{self.port}) did not complete within "
+                    f"{self.request_timeout:.3f}s: the broker is not reading"
+                )
+            )
+            return
         except (OSError, RuntimeError) as exc:
             self.close(KafkaConnectionError(f"write to {self.host}:{self.port} failed: {exc}"))
             return
@@ -404,6 +419,16 @@ class BrokerConnection:
                     self._on_ready()  # a request may go now (whatever the response was to)
         except asyncio.CancelledError:
             raise
+        except ProtocolError as exc:
+            # A response that could not be read (its own request has the ProtocolError) leaves
+            # the stream unreadable: for the other requests on it, a lost connection (retriable),
+            # not a verdict on them.
+            self.close(
+                KafkaConnectionError(
+                    f"connection to broker {self.node_id} ({self.host}:{self.port}) dropped after a malformed "
+                    f"response: {exc}"
+                )
+            )
         except KafkaError as exc:
             self.close(exc)
         except OSError as exc:

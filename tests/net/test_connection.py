@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from aioprod import Producer
 from aioprod.embedded import free_port
 from aioprod.errors import KafkaConnectionError
 from aioprod.net.connection import BrokerConnection
@@ -200,3 +201,56 @@ def produce_one_record(topic: str) -> ProduceRequest:
         timeout_ms=30_000,
         topic_data=[ProduceRequestTopic(name=topic, partition_data=[partition])],
     )
+
+
+async def test_a_host_name_the_resolver_cannot_take_is_a_connection_error() -> None:
+    # A broker may advertise it ("kafka..example.com"): the encoder's UnicodeError escaped as
+    # no connection error at all, so the pool recorded no failure and retried at once, forever.
+    conn = BrokerConnection(7, "kafka..example.com", 9092, client_id="t", request_timeout=30.0, max_in_flight=5)
+    with pytest.raises(KafkaConnectionError, match=r"broker 7 at kafka\.\.example\.com:9092: not a valid host name"):
+        await conn.open(setup_timeout=5.0)
+
+
+async def test_an_acks_0_write_the_broker_does_not_read_ends_at_the_request_timeout(scripted: Scripted) -> None:
+    # Nothing answers an acks=0 request, so nothing timed it out: the connection, never
+    # flushed, could take no request again, and every later record for the leader expired.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, acks=0, linger_ms=0, request_timeout_ms=5_000, delivery_timeout_ms=60_000
+    ) as p:
+        await (await p.send("t", b"warm-up"))
+        stalled = cluster.nodes[1].connections[-1]
+        stalled.side.reading = False  # this connection only: the next one is read
+        started = scripted.clock.now
+        await (await p.send("t", b"x" * 300_000))  # more than the transport takes at once
+        await (await p.send("t", b"later"))
+    assert stalled.side.closed and 5 <= scripted.clock.now - started < 10
+    assert cluster.partition("t").values[-1] == b"later"
+
+
+async def test_a_malformed_response_fails_the_other_requests_on_its_connection_as_a_lost_connection(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stream is unreadable after it, and the requests behind it got its ProtocolError, which
+    # is not retriable: records the broker may well have written failed for good.
+    conn = await connected(scripted)
+    original = ScriptedCluster.handle
+    answered = 0
+
+    async def mismatched_first(self: ScriptedCluster, connection: Any, frame: bytes) -> bytes | None:
+        nonlocal answered
+        answer = await original(self, connection, frame)
+        answered += 1
+        if answered == 1 and answer is not None:  # the first answer names another request
+            answer = answer[:4] + (int.from_bytes(answer[4:8], "big") + 1000).to_bytes(4, "big") + answer[8:]
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "handle", mismatched_first)
+    outcomes: list[Any] = []
+    for _ in range(2):
+        conn.send_nowait(MetadataRequest(topics=[]), outcomes.append)
+    while len(outcomes) < 2:
+        await asyncio.sleep(0)
+    assert [type(outcome) for outcome in outcomes] == [KafkaConnectionError] * 2
+    assert all(outcome.retriable and "malformed response" in str(outcome) for outcome in outcomes)
