@@ -522,6 +522,11 @@ def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
         host = host.strip("[]")
         if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
             raise ConfigError(f"bootstrap_servers entry must be 'host:port', got {item!r}")
+        if ":" not in host:  # not an IPv6 literal: a name the resolver must be able to take
+            try:
+                host.encode("idna")
+            except UnicodeError as exc:
+                raise ConfigError(f"bootstrap_servers entry {item!r} has no valid host name: {exc}") from None
         servers.append((host, int(port_text)))
     if not servers:
         raise ConfigError("bootstrap_servers is empty")

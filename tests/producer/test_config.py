@@ -52,6 +52,7 @@ def test_config_is_frozen() -> None:
         ({"bootstrap_servers": "h:1", "enable_idempotence": "yes"}, "enable_idempotence must be true or false"),
         ({"bootstrap_servers": "nohost"}, "bootstrap_servers entry must be 'host:port'"),
         ({"bootstrap_servers": "h:99999"}, "bootstrap_servers entry must be 'host:port'"),
+        ({"bootstrap_servers": "kafka..example.com:9092"}, "has no valid host name"),
         ({}, "bootstrap_servers is required"),
         ({"bootstrap_servers": "h:1", "partitioner": "random"}, "partitioner must be one of"),
         (
