@@ -408,6 +408,10 @@ class RecordAccumulator:
         self.batches_created += 1
         news = self.on_new_batch is not None and self.on_new_batch(batch.tp)
         if self.blocked and not news and self._leader_in(batch.tp, self.blocked):
+            # The leader's throttle or answers free it; but the sender, asleep until then, must
+            # expire the batch first if its delivery timeout ends sooner.
+            if batch.deadline < self.next_round:
+                self._wakeup()
             return
         # The one before it (if any) is now complete and sendable; else the new batch is
         # sendable once it lingered (or at once, if something forces sending), or, if a batch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 import pytest
@@ -61,3 +62,22 @@ async def test_records_expire_while_no_producer_id_can_be_had(scripted: Scripted
     assert failed_at - queued_at == pytest.approx(1.0, abs=0.002)
     assert closed_at - closing_at < 0.1
     assert cluster.partition("t").values == []
+
+
+async def test_a_record_for_a_throttled_leader_expires_at_its_delivery_timeout(scripted: Scripted) -> None:
+    # The sender sleeps until the leader's throttle ends (KIP-219); a batch started meanwhile
+    # did not wake it, so its record failed when the throttle ended (200 s), not at 30 s.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    cluster.nodes[1].throttle_ms = 200_000
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, request_timeout_ms=5_000, delivery_timeout_ms=30_000
+    ) as p:
+        await (await p.send("t", b"first"))  # its answer throttles the leader
+        await asyncio.sleep(0.01)  # virtual time: passes once the sender sleeps until the throttle ends
+        started = clock.now
+        late = await p.send("t", b"second")
+        with pytest.raises(DeliveryTimeoutError):
+            await late
+        waited = clock.now - started
+    assert 29 < waited < 31
