@@ -208,6 +208,8 @@ class Producer:
     def _set_fatal(self, error: BaseException) -> None:
         if self._fatal is None:
             self._fatal = error
+            if self._txn is not None:
+                self._txn.producer_failed(error)
 
     async def __aenter__(self) -> Producer:
         await self.start()

@@ -178,9 +178,9 @@ class Sender:
             raise
         except BaseException as exc:
             log.exception("aioprod sender task died")
-            self._on_fatal(exc)
             fatal = ProducerFatalError(f"the sender task died: {exc!r}")
             fatal.__cause__ = exc
+            self._on_fatal(fatal)
             self.abort_now(lambda _persisted: fatal)
 
     async def _sleep(self, until: float) -> None:

@@ -281,6 +281,18 @@ class TransactionManager:
         self._on_fatal(fatal)
         return fatal
 
+    def producer_failed(self, error: BaseException) -> None:
+        """The producer failed outside the transaction's own requests (its sender died, or a
+        broker broke the protocol): records of the transaction may have failed with it, so no
+        transaction of this producer may commit, or begin."""
+        if not self.failed:
+            self.state = TxnState.FATAL_ERROR
+            if isinstance(error, KafkaError):
+                self.error = error
+            else:
+                self.error = ProducerFatalError(f"the producer failed: {error!r}")
+                self.error.__cause__ = error
+
     def record_failed(self, error: KafkaError) -> None:
         """A record of the transaction failed (the sender tells us)."""
         if self.state is TxnState.ABORTING or self.state is TxnState.FATAL_ERROR:
@@ -406,7 +418,8 @@ class TransactionManager:
                 await self._end(commit=True)
         except KafkaError as exc:
             self._cannot_end(exc)
-        self.state = TxnState.READY
+        if not self.failed:  # the producer may have failed meanwhile (see producer_failed)
+            self.state = TxnState.READY
 
     async def prepare(self, flush: Callable[[], Awaitable[None]]) -> None:
         """Deliver the transaction and leave it open: every record acknowledged, every partition
@@ -464,8 +477,9 @@ class TransactionManager:
         if (self._bump_epoch or self._ident.in_doubt) and not self.v2:
             await self._bump()
         self._bump_epoch = False
-        self.error = None
-        self.state = TxnState.READY
+        if not self.failed:
+            self.error = None
+            self.state = TxnState.READY
 
     async def send_offsets(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata

@@ -535,3 +535,51 @@ async def test_a_partition_new_to_the_transaction_joins_while_its_leader_is_busy
     assert held_meanwhile  # the leader held the first batch all along
     assert cluster.partition("busy", 0).committed == [b"first"]
     assert cluster.partition("busy", 1).committed == [b"second"]
+
+
+async def test_a_producer_whose_sender_died_commits_no_part_of_its_transaction(
+    cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sender's death failed the records still queued, but the transaction was not told:
+    # commit_transaction() found every record "done" and committed those written before it.
+    from aioprod.producer.accumulator import RecordAccumulator
+
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        await (await p.send("t", b"written", partition=0))
+
+        def broken(*args: object) -> Any:
+            raise RuntimeError("sender bug injected by the test")
+
+        monkeypatch.setattr(RecordAccumulator, "ready", broken)
+        lost = await p.send("t", b"failed with the sender", partition=0)
+        with pytest.raises(ProducerFatalError):
+            await lost
+        with pytest.raises(ProducerFatalError, match="sender task died"):
+            await p.commit_transaction()
+        assert not p.in_transaction
+    assert cluster.partition("t", 0).committed == []
+    assert all(not request.body.committed for request in cluster.requests_of(m.EndTxnRequest))  # type: ignore[attr-defined]
+
+
+async def test_a_producer_failed_by_a_broker_begins_no_transaction_and_commits_no_offsets(
+    cluster: ScriptedCluster,
+) -> None:
+    # A refused sequence 0 is the broker breaking the protocol: the producer stops. The
+    # transaction was only made abortable, so after the abort a new one began and committed
+    # consumer offsets with none of its output.
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        cluster.nodes[1].script = deque([45])  # OUT_OF_ORDER_SEQUENCE_NUMBER at sequence 0
+        refused = await p.send("t", b"refused", partition=0)
+        with pytest.raises(ProducerFatalError):
+            await refused
+        for call in (p.commit_transaction, p.abort_transaction):
+            with pytest.raises(ProducerFatalError, match="sequence gap"):
+                await call()
+        with pytest.raises(ProducerFatalError):
+            p.begin_transaction()
+        with pytest.raises(ProducerFatalError):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): 10}, "g")
+    assert cluster.coordinator.committed == {}
+    assert cluster.partition("t", 0).committed == []
