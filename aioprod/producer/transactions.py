@@ -53,6 +53,7 @@ from aioprod.errors import (
     TransactionalIdAuthorizationFailedError,
     TransactionStateError,
     UnknownMemberIdError,
+    UnknownProducerIdError,
     has_cause,
 )
 from aioprod.net.connection import BrokerConnection
@@ -106,6 +107,11 @@ _FATAL_FOR_RECORDS = frozenset(
         35,  # UNSUPPORTED_VERSION
     }
 )
+#: Answers meaning the coordinator no longer knows this producer id (the transactional id
+#: expired while the producer was idle: transactional.id.expiration.ms). As Java does, the
+#: transaction is aborted and the identity renewed: InitProducerId with the old id and epoch,
+#: which the coordinator answers with a fresh id.
+_IDENTITY_GONE = frozenset({InvalidProducerIdMappingError.code, UnknownProducerIdError.code})
 #: TxnOffsetCommit answers meaning the consumer group moved on: the offsets cannot commit.
 _GROUP_MOVED_ON = frozenset({UnknownMemberIdError.code, IllegalGenerationError.code, FencedInstanceIdError.code})
 
@@ -267,6 +273,8 @@ class TransactionManager:
 
     def abortable(self, error: KafkaError) -> None:
         """The current transaction cannot commit any more."""
+        if _identity_gone(error):
+            self._bump_epoch = True  # renewed after the abort, or every transaction fails alike
         if self.state in (TxnState.IN_TRANSACTION, *_DELIVERING, TxnState.ABORTABLE_ERROR):
             if self.state is not TxnState.ABORTABLE_ERROR:
                 log.info("transaction %r must be aborted: %s", self.transactional_id, error)
@@ -471,10 +479,11 @@ class TransactionManager:
         await flush()  # what is on the wire comes back first
         if self._adding is not None:
             await asyncio.wait([self._adding])
+        renewed = False
         if self._started or self._maybe_started:
             # Only maybe opened: the coordinator may answer that there is nothing to end.
-            await self._end(commit=False, nothing_open_is_fine=not self._started)
-        if (self._bump_epoch or self._ident.in_doubt) and not self.v2:
+            renewed = await self._end(commit=False, nothing_open_is_fine=not self._started)
+        if (self._bump_epoch or self._ident.in_doubt) and not renewed:
             await self._bump()
         self._bump_epoch = False
         if not self.failed:
@@ -618,19 +627,22 @@ class TransactionManager:
         ident.set_producer_id(response.producer_id, response.producer_epoch)
         log.info("transactional producer %r: epoch bumped to %s", self.transactional_id, response.producer_epoch)
 
-    async def _end(self, *, commit: bool, nothing_open_is_fine: bool = False) -> None:
+    async def _end(self, *, commit: bool, nothing_open_is_fine: bool = False) -> bool:
+        """End the transaction; True if the answer gave the producer a new epoch (KIP-890)."""
         ident = self._ident
-        response = await _end_txn(
-            self._coordinators,
-            self._handle(),
-            commit=commit,
-            tolerate=frozenset({InvalidTxnStateError.code}) if nothing_open_is_fine else frozenset(),
-        )
+        tolerate = frozenset({InvalidTxnStateError.code}) if nothing_open_is_fine else frozenset()
+        if not commit:
+            tolerate |= _IDENTITY_GONE  # no transaction of ours to abort: renew the identity
+        response = await _end_txn(self._coordinators, self._handle(), commit=commit, tolerate=tolerate)
         if response.error_code:
-            return  # tolerated: nothing was open
+            if response.error_code in _IDENTITY_GONE:
+                self._bump_epoch = True
+            return False  # tolerated: nothing was open
         if self.v2 and response.producer_id >= 0:
             # KIP-890: the coordinator bumped the epoch (or, past its maximum, gave a new id).
             ident.set_producer_id(response.producer_id, response.producer_epoch)
+            return True
+        return False
 
     async def _add_partitions(self, adding: set[TopicPartition]) -> None:
         ident = self._ident
@@ -778,6 +790,10 @@ def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:
                 if key != TxnOffsetCommitRequest.API_KEY
             )
     return False
+
+
+def _identity_gone(error: BaseException) -> bool:
+    return has_cause(error, lambda e: isinstance(e, BrokerResponseError) and e.code in _IDENTITY_GONE)
 
 
 def _is_fatal(error: KafkaError) -> bool:

@@ -583,3 +583,27 @@ async def test_a_producer_failed_by_a_broker_begins_no_transaction_and_commits_n
             await p.send_offsets_to_transaction({TopicPartition("in", 0): 10}, "g")
     assert cluster.coordinator.committed == {}
     assert cluster.partition("t", 0).committed == []
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_transactional_id_the_coordinator_forgot_is_renewed_after_one_abort(
+    cluster: ScriptedCluster, version: int
+) -> None:
+    # The id expired while the producer idled (transactional.id.expiration.ms): the coordinator
+    # answers INVALID_PRODUCER_ID_MAPPING. Without a new identity every later transaction
+    # failed the same way (v1), or abort_transaction() failed forever (v2).
+    cluster.coordinator.transaction_version = version
+    async with producer(cluster) as p:
+        async with p.transaction():
+            await p.send("t", b"before", partition=0)
+        del cluster.coordinator.transactions["txn-1"]
+        p.begin_transaction()
+        await p.send("t", b"refused", partition=0)
+        with pytest.raises(TransactionAbortableError):
+            await p.commit_transaction()
+        await p.abort_transaction()
+        async with p.transaction():
+            await p.send("t", b"after", partition=0)
+        inits = cluster.requests_of(m.InitProducerIdRequest)
+    assert cluster.partition("t", 0).committed == [b"before", b"after"]
+    assert len(inits) == 2 and inits[1].body.producer_id >= 0  # type: ignore[attr-defined]
