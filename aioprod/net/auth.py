@@ -26,6 +26,7 @@ from aioprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
     KafkaError,
+    KafkaTimeoutError,
     SaslMechanismNotEnabledError,
     UnsupportedVersionError,
 )
@@ -247,9 +248,19 @@ class SaslAuthenticator:
         conn.on_close(lambda _conn, _error: task.cancel())
 
     async def _reauthenticate(self, conn: BrokerConnection) -> None:
+        # Bounded as the first authentication is (by the request timeout): the connection holds
+        # every request meanwhile, and a token provider that never answers held them for good.
         conn.hold()
         try:
-            await self.authenticate(conn)
+            async with asyncio.timeout(conn.request_timeout):
+                await self.authenticate(conn)
+        except TimeoutError:
+            error = KafkaTimeoutError(
+                f"re-authentication with broker {conn.host}:{conn.port} did not complete within "
+                f"{conn.request_timeout:.3g}s (request_timeout_ms)"
+            )
+            log.warning("%s", error)
+            conn.close(error)
         except KafkaError as exc:
             log.warning("re-authentication with broker %s:%s failed: %s", conn.host, conn.port, exc)
             conn.close(exc)
