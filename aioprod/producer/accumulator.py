@@ -36,8 +36,9 @@ class Readiness(NamedTuple):
     nodes: set[int]
     #: Seconds until a batch not sendable now may become so.
     next_check: float
-    #: Some partition with a batch has no known leader.
-    unknown_leader: bool
+    #: Topics with a batch for a partition of no known leader (a topic dropped from the
+    #: refreshes after metadata_max_idle_ms among them: describing it again finds its leader).
+    unknown_leader: set[str]
     #: (partition, its queue, its leader) of every sendable head batch, in drain order.
     sendable: list[tuple[TopicPartition, deque[ProducerBatch], int]]
 
@@ -468,7 +469,7 @@ class RecordAccumulator:
         nodes: set[int] = set()
         sendable: list[tuple[TopicPartition, deque[ProducerBatch], int]] = []
         next_check = 3600.0
-        unknown_leader = False
+        unknown_leader: set[str] = set()
         force = self._forced()
         on_wire = self.on_wire
         one_on_wire = self._one_on_wire
@@ -485,7 +486,7 @@ class RecordAccumulator:
             if leader is _UNKNOWN:
                 leader = leaders[tp] = cluster.leader_for(tp.topic, tp.partition)
             if leader is None:
-                unknown_leader = True
+                unknown_leader.add(tp.topic)
                 continue
             if leader in blocked:
                 continue

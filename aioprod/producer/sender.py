@@ -240,6 +240,8 @@ class Sender:
         readiness = acc.ready(cluster, now)
         delay = min(readiness.next_check, throttle_end)
         if readiness.unknown_leader:
+            for topic in readiness.unknown_leader:
+                self._metadata.touch(topic, now)  # records wait for it: keep describing it
             self._metadata.request_update()  # answered (or not) by a listener wake-up
         connections: dict[int, BrokerConnection] = {}
         for node in readiness.nodes:

@@ -57,7 +57,7 @@ async def test_unknown_leader_is_reported() -> None:
     acc, _ = accumulator()
     append(acc, 0, b"v", now=0.0)
     ready, _, unknown, _ = acc.ready(cluster({0: -1}), 1.0)
-    assert ready == set() and unknown
+    assert ready == set() and unknown == {"t"}
 
 
 async def test_drain_respects_max_request_size_and_resumes_where_it_stopped() -> None:
