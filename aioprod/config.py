@@ -108,6 +108,7 @@ class ProducerConfig:
     socket_connection_setup_timeout_max_ms: int = 30_000
     metadata_max_age_ms: int = 300_000
     metadata_max_idle_ms: int = 300_000
+    metadata_recovery_rebootstrap_trigger_ms: int = 300_000
     max_in_flight_requests_per_connection: int = 5
     max_request_size: int = 1024 * 1024
     allow_auto_create_topics: bool = True
@@ -168,6 +169,7 @@ class ProducerConfig:
             "retry_backoff_ms",
             "reconnect_backoff_ms",
             "metadata_max_age_ms",
+            "metadata_recovery_rebootstrap_trigger_ms",
         ):
             positive(name)
         for name in (

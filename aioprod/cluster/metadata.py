@@ -230,7 +230,13 @@ class Metadata:
         now = asyncio.get_running_loop().time()
         pool = self._pool
         candidates = list(self.snapshot.brokers) or list(self._bootstrap_ids)
-        if all(pool.backing_off(n, now) for n in candidates):
+        if self._failures and now - self._last_refresh > self._config.metadata_recovery_rebootstrap_trigger_ms / 1000:
+            # No metadata for that long, refreshes failing: the cluster may have moved under the
+            # bootstrap names (KIP-1102). Known brokers that swallow connection attempts are
+            # never all backing off at once (an attempt outlasts a backoff), so the rule below
+            # alone could keep to them for good.
+            candidates = list(self._bootstrap_ids)
+        elif all(pool.backing_off(n, now) for n in candidates):
             # Everyone known is failing: go back to the bootstrap list (KIP-899).
             candidates = candidates + [n for n in self._bootstrap_ids if n not in candidates]
         random.shuffle(candidates)

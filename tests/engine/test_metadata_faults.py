@@ -239,3 +239,30 @@ async def test_a_dead_leader_keeps_metadata_coming_until_its_partitions_move(scr
         recovered = clock.now - died
     assert recovered < 3  # not metadata_max_age_ms (5 minutes)
     assert cluster.partition("t", 0).values == [b"before", b"after"]
+
+
+@pytest.mark.parametrize("old_brokers", ["refuse connections", "swallow connection attempts"])
+async def test_a_cluster_replaced_under_the_bootstrap_name_is_found(scripted: Scripted, old_brokers: str) -> None:
+    # The known brokers are gone and the bootstrap name points at a new cluster. Going back to
+    # the bootstrap list needed every known broker backing off at once, which never happens
+    # when their addresses swallow connection attempts (an attempt outlasts a backoff). And
+    # once found, the new cluster was not asked about the topic: the record waiting for it had
+    # not touched it for metadata_max_idle_ms, so the refreshes had stopped describing it.
+    cluster, network = scripted.cluster, scripted.network
+    cluster.add_node(2)
+    cluster.create_topic("t", [1])
+    network.listen("kafka.example", 9092, cluster.nodes[1])
+    async with Producer(
+        bootstrap_servers="kafka.example:9092", linger_ms=0, delivery_timeout_ms=3_600_000, request_timeout_ms=10_000
+    ) as p:
+        await (await p.send("t", b"before"))
+        for node in (1, 2):
+            cluster.stop(node)
+            if old_brokers == "swallow connection attempts":
+                network.black_holes.add(cluster.nodes[node].address)
+            del cluster.nodes[node]
+        cluster.add_node(3)
+        cluster.move_leader("t", 0, 3)
+        network.listen("kafka.example", 9092, cluster.nodes[3])
+        await asyncio.wait_for(await p.send("t", b"after"), 1800)  # virtual seconds; the trigger is 300
+    assert cluster.partition("t").values == [b"before", b"after"]
