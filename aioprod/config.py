@@ -34,6 +34,7 @@ StatisticsCallback = Callable[["MetricsSnapshot"], Any]
 TokenProvider = Callable[[], Any]
 PARTITIONERS = ("default", "murmur2_random", "sticky", "round_robin")
 INT32_MAX = 2**31 - 1
+INT16_MAX = 2**15 - 1
 
 # librdkafka names that differ from Java's for the same setting.
 _ALIASES = {
@@ -142,6 +143,12 @@ class ProducerConfig:
         """Build from a mapping (dotted or snake names) and/or keyword arguments."""
         merged: dict[str, Any] = {}
         explicit: set[str] = set()
+        if options is not None and not isinstance(options, Mapping):
+            hint = " (bootstrap_servers=...?)" if isinstance(options, str | list | tuple) else ""
+            raise ConfigError(
+                f"the positional argument is a mapping of options, e.g. {{'bootstrap.servers': 'host:9092'}}; "
+                f"got {type(options).__name__}{hint}"
+            )
         for source in (options or {}), kwargs:
             for raw_name, value in source.items():
                 name = _canonical_name(raw_name)
@@ -185,6 +192,21 @@ class ProducerConfig:
         ):
             positive(name, 1)
         positive("statistics_interval_ms")
+        # Sent as (or bounded by) int32 fields of the protocol: larger values failed only at the
+        # first request, deep in the encoder.
+        for name in ("request_timeout_ms", "transaction_timeout_ms", "batch_size", "max_request_size"):
+            if getattr(self, name) > INT32_MAX:
+                raise ConfigError(
+                    f"{name} must be <= {INT32_MAX} (an int32 in the protocol), got {getattr(self, name)}"
+                )
+        if len(self.client_id.encode()) > INT16_MAX:
+            raise ConfigError(
+                f"client_id must be at most {INT16_MAX} bytes (a protocol string), got {len(self.client_id.encode())}"
+            )
+        if self.compression_level is not None:
+            from aioprod.protocol.records.compression import resolve_codec, resolve_level
+
+            resolve_level(resolve_codec(self.compression_type), self.compression_level)
         if self.statistics_interval_ms and self.statistics_callback is None:
             raise ConfigError("statistics_interval_ms is set but statistics_callback is not: nothing would get them")
         if self.statistics_callback is not None and not self.statistics_interval_ms:
@@ -505,11 +527,13 @@ def _telemetry(value: Any) -> Any:
 
 
 def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
-    """``"h1:9092,h2:9093"`` or a list of ``"host:port"`` → ((host, port), ...)."""
+    """``"h1:9092,h2:9093"`` or a list of ``"host:port"`` → ((host, port), ...). A listener
+    name before ``://`` (``SASL_SSL://h:9092``, as Kafka's own configs write it) is dropped;
+    an IPv6 address needs its brackets (``[::1]:9092``)."""
     items: Sequence[Any]
     if isinstance(value, str):
         items = [part for part in value.split(",") if part.strip()]
-    elif isinstance(value, Sequence):
+    elif isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
         items = value
     else:
         raise ConfigError(f"bootstrap_servers must be 'host:port[,host:port]', got {value!r}")
@@ -518,10 +542,18 @@ def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
         if not isinstance(item, str):
             raise ConfigError(f"bootstrap_servers entry must be 'host:port', got {item!r}")
         text = item.strip()
-        for prefix in ("PLAINTEXT://", "plaintext://", "tcp://"):
-            text = text.removeprefix(prefix)
+        if any(c.isspace() for c in text):
+            raise ConfigError(f"bootstrap_servers entry {item!r} has spaces in it: separate entries with commas")
+        scheme, sep, rest = text.partition("://")
+        if sep and scheme.replace("_", "").isalnum():
+            text = rest
         host, sep, port_text = text.rpartition(":")
-        host = host.strip("[]")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]  # an IPv6 literal
+        elif ":" in host:
+            raise ConfigError(
+                f"bootstrap_servers entry {item!r} is not 'host:port' (an IPv6 address goes in brackets: '[::1]:9092')"
+            )
         if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
             raise ConfigError(f"bootstrap_servers entry must be 'host:port', got {item!r}")
         if ":" not in host:  # not an IPv6 literal: a name the resolver must be able to take

@@ -53,6 +53,22 @@ def test_config_is_frozen() -> None:
         ({"bootstrap_servers": "nohost"}, "bootstrap_servers entry must be 'host:port'"),
         ({"bootstrap_servers": "h:99999"}, "bootstrap_servers entry must be 'host:port'"),
         ({"bootstrap_servers": "kafka..example.com:9092"}, "has no valid host name"),
+        ({"bootstrap_servers": "::1"}, "an IPv6 address goes in brackets"),
+        ({"bootstrap_servers": "h:9092:9093"}, "is not 'host:port'"),
+        ({"bootstrap_servers": "h:9092 h2:9093"}, "separate entries with commas"),
+        ({"bootstrap_servers": b"h:9092"}, "bootstrap_servers must be 'host:port[,host:port]', got b'h:9092'"),
+        (
+            {"bootstrap_servers": "h:1", "request_timeout_ms": 2**31, "delivery_timeout_ms": 2**40},
+            "request_timeout_ms must be <= 2147483647",
+        ),
+        (
+            {"bootstrap_servers": "h:1", "transactional_id": "t", "transaction_timeout_ms": 2**32},
+            "transaction_timeout_ms must be <= 2147483647",
+        ),
+        ({"bootstrap_servers": "h:1", "batch_size": 2**31}, "batch_size must be <= 2147483647"),
+        ({"bootstrap_servers": "h:1", "client_id": "x" * 40_000}, "client_id must be at most 32767 bytes"),
+        ({"bootstrap_servers": "h:1", "compression_type": "gzip", "compression_level": 100}, r"gzip compression level"),
+        ({"bootstrap_servers": "h:1", "compression_type": "snappy", "compression_level": 1}, "snappy has no"),
         ({}, "bootstrap_servers is required"),
         ({"bootstrap_servers": "h:1", "partitioner": "random"}, "partitioner must be one of"),
         (
@@ -101,3 +117,14 @@ def test_same_option_twice_is_refused() -> None:
 def test_idempotence_is_a_default_that_yields_to_explicit_acks() -> None:
     # As in the Java client: without an explicit enable_idempotence, acks=1 turns it off.
     assert ProducerConfig.from_options(bootstrap_servers="h:1", acks=1).enable_idempotence is False
+
+
+def test_listener_names_and_ipv6_brackets_in_bootstrap_servers() -> None:
+    config = ProducerConfig.from_options(bootstrap_servers="SASL_SSL://h:9092, PLAINTEXT://[::1]:9093")
+    assert config.bootstrap_servers == (("h", 9092), ("::1", 9093))
+
+
+@pytest.mark.parametrize("options", ["localhost:9092", ["localhost:9092"]])
+def test_a_positional_argument_that_is_not_a_mapping_is_a_config_error(options: object) -> None:
+    with pytest.raises(ConfigError, match=r"a mapping of options.*\(bootstrap_servers=\.\.\.\?\)"):
+        ProducerConfig.from_options(options)  # type: ignore[arg-type]
