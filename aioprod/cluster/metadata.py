@@ -280,7 +280,9 @@ class Metadata:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        max_age = self._config.metadata_max_age_ms / 1000
+        # At least retry_backoff_ms apart, as Java paces them: metadata_max_age_ms=0 ("always
+        # fresh") sent thousands of requests a second.
+        max_age = max(self._config.metadata_max_age_ms, self._config.retry_backoff_ms) / 1000
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max_age):

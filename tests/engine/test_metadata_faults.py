@@ -266,3 +266,14 @@ async def test_a_cluster_replaced_under_the_bootstrap_name_is_found(scripted: Sc
         network.listen("kafka.example", 9092, cluster.nodes[3])
         await asyncio.wait_for(await p.send("t", b"after"), 1800)  # virtual seconds; the trigger is 300
     assert cluster.partition("t").values == [b"before", b"after"]
+
+
+async def test_metadata_max_age_0_refreshes_no_more_often_than_the_retry_backoff(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, metadata_max_age_ms=0, retry_backoff_ms=100) as p:
+        await (await p.send("t", b"v"))
+        before = len(cluster.requests_of(MetadataRequest))
+        await asyncio.sleep(10)  # virtual time
+        refreshes = len(cluster.requests_of(MetadataRequest)) - before
+    assert 50 <= refreshes <= 101
