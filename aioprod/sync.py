@@ -334,7 +334,7 @@ class SyncProducer:
                 self._closing = _start_close(self._portal, self._producer, limit)
             closing = self._closing
         try:
-            closing.result(limit + _GRACE)
+            closing.result(_thread_timeout(limit + _GRACE))
         except TimeoutError:
             if not closing.done():
                 raise KafkaTimeoutError(f"the producer did not close within {limit + _GRACE:.1f}s") from None
@@ -370,7 +370,7 @@ class SyncProducer:
     @staticmethod
     def _wait(future: concurrent.futures.Future[T], timeout: float | None, what: str) -> T:
         try:
-            return future.result(timeout)
+            return future.result(_thread_timeout(timeout))
         except concurrent.futures.CancelledError:  # the portal cancelled it: the producer closed meanwhile
             raise ProducerClosedError("the producer closed before the call completed") from None
         except TimeoutError:
@@ -416,6 +416,12 @@ def _start_portal(use_uvloop: bool | None, name: str) -> tuple[BlockingPortal, t
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     return ready.result(), thread
+
+
+def _thread_timeout(seconds: float | None) -> float | None:
+    """``seconds`` as a thread's wait takes it: beyond ``threading.TIMEOUT_MAX`` (a
+    ``max_block_ms`` of Java's Long.MAX_VALUE, an infinite timeout) it raised OverflowError."""
+    return None if seconds is None or seconds >= threading.TIMEOUT_MAX else seconds
 
 
 def _start_close(portal: BlockingPortal, producer: Producer, timeout: float) -> concurrent.futures.Future[None]:

@@ -369,3 +369,17 @@ def test_a_transaction_prepared_in_one_thread_is_committed_from_another_producer
         q.abort_prepared_transaction(dropped)
     visible = asyncio.run(read_committed_from_markers(bootstrap, topic, 1))
     assert visible[0] == [b"kept"]
+
+
+def test_waits_without_end_are_accepted_as_the_async_producer_accepts_them(
+    tansu_broker: TansuBroker, topic: str
+) -> None:
+    # Java's "block forever" (max.block.ms = Long.MAX_VALUE) and infinite timeouts were passed
+    # to a thread's wait as they were, past threading.TIMEOUT_MAX: OverflowError on every call.
+    producer = SyncProducer(bootstrap_servers=tansu_broker.bootstrap, max_block_ms=2**63 - 1)
+    first = producer.send(topic, b"one").result(30)
+    second = producer.send_and_wait(topic, b"two", timeout=float("inf"))
+    producer.flush(float("inf"))
+    producer.close(float("inf"))
+    assert (first.offset, second.offset) == (0, 1)
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"one", b"two"]
