@@ -247,18 +247,20 @@ class Producer:
             raise
 
     async def _shutdown(self, timeout: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout  # one bound for every step
         try:
             txn = self._txn
             if txn is not None and not txn.failed:
                 try:
-                    async with asyncio.timeout(timeout):
+                    async with asyncio.timeout_at(deadline):
                         await txn.end_on_close(self._fail_unsent, self._settle_transaction)
                 except (TimeoutError, KafkaError) as exc:
                     log.warning("could not abort transaction %r while closing: %r", txn.transactional_id, exc)
             if timeout is None or timeout > 0:  # close(0): nothing more is sent, even what lingers
                 self._accumulator.closing = True
                 self._sender.stop()
-                await self._sender.wait_stopped(timeout)
+                await self._sender.wait_stopped(None if deadline is None else max(0.0, deadline - loop.time()))
             tasks = self._release_now(timeout)
             if tasks:
                 await asyncio.wait(tasks)

@@ -238,6 +238,25 @@ async def test_close_aborts_an_open_transaction(cluster: ScriptedCluster) -> Non
     assert end.committed is False  # type: ignore[attr-defined]
 
 
+async def test_close_with_a_timeout_ends_within_it_when_the_broker_is_silent(
+    scripted: Scripted, cluster: ScriptedCluster
+) -> None:
+    # The abort on close had the whole timeout, and then the sender as much again: close(2)
+    # took 4 s with a silent broker.
+    p = producer(cluster)
+    await p.start()
+    p.begin_transaction()
+    cluster.nodes[1].holding = True  # written, never answered
+    in_flight = await p.send("t", b"unanswered", partition=0)
+    while not cluster.requests_of(m.ProduceRequest):
+        await asyncio.sleep(0)
+    started = scripted.clock.now
+    await p.close(2)
+    assert scripted.clock.now - started <= 2.001
+    with pytest.raises(ProducerClosedError):
+        await in_flight
+
+
 async def test_a_sequence_in_doubt_aborts_the_transaction_and_bumps_the_epoch(cluster: ScriptedCluster) -> None:
     async with producer(cluster, request_timeout_ms=200, delivery_timeout_ms=500) as p:
         async with p.transaction():
