@@ -233,6 +233,7 @@ class Producer:
         if self._state == _NEW:
             self._state = _CLOSED
             return
+        self._check_loop()
         closing = self._closing
         if closing is None:
             self._state = _CLOSING
@@ -361,6 +362,7 @@ class Producer:
         deadline: float | None = None
         info = self._metadata.snapshot.topics.get(topic)
         if info is None or not info.partitions:
+            self._check_loop()
             deadline = self._loop.time() + self._max_block
             info = await self._metadata.topic(topic, self._max_block)
         if tps is None or len(tps) < len(info.all_partitions):
@@ -487,6 +489,7 @@ class Producer:
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
+        self._check_loop()
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
         _check_topic(topic)
@@ -592,6 +595,7 @@ class Producer:
         """Send everything queued now, without waiting for linger, and wait for the acks."""
         if self._state not in (_STARTED, _CLOSING):
             return
+        self._check_loop()
         acc = self._accumulator
         pending = [batch.settlement.future for batch in acc.incomplete]
         if not pending:
@@ -611,6 +615,7 @@ class Producer:
         """The topic's partition ids, fetching metadata if needed (up to max_block_ms)."""
         if self._state != _STARTED:
             self._raise_not_open()
+        self._check_loop()
         _check_topic(topic)
         info = await self._metadata.topic(topic, self._max_block)
         return list(info.all_partitions)
@@ -622,6 +627,7 @@ class Producer:
         """
         if self._state != _STARTED:
             self._raise_not_open()
+        self._check_loop()
         _check_topic(topic)
         info = await self._metadata.topic(topic, self._max_block)
         by_leader: dict[int, list[int]] = {}
@@ -803,6 +809,8 @@ class Producer:
             await self.abort_transaction()
 
     def _transactions(self, name: str) -> TransactionManager:
+        if self._state is _STARTED:
+            self._check_loop()
         txn = self._txn if self._state is _STARTED else None
         if txn is None:
             if self._state is not _STARTED:
@@ -860,6 +868,16 @@ class Producer:
                 if size > self._size_limit:
                     acc.check_size(size)
         return values, keys, header_lists
+
+    def _check_loop(self) -> None:
+        """Only on the loop it was started on: its tasks, connections and timers live there, and
+        on another one a call waited out its timeout and failed for a reason it did not give.
+        (Checked where a call may wait, not per record.)"""
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "this producer was started on another event loop: a Producer belongs to the loop it was "
+                "started on (one producer per loop; from threads or several asyncio.run() calls, use SyncProducer)"
+            )
 
     def _raise_not_open(self) -> NoReturn:
         if self._fatal is not None and self._state is _STARTED:

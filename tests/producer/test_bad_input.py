@@ -112,3 +112,21 @@ async def test_close_from_a_delivery_callback(tansu_broker: TansuBroker, topic: 
     with pytest.raises(ProducerClosedError, match="is closed"):  # close() ran to its end
         await p.send(topic, b"later")
     assert p.metrics()["connection-count"] == 0
+
+
+def test_a_producer_used_on_another_event_loop_says_so() -> None:
+    # Its tasks and connections live on the loop that started it: on another, a send waited
+    # out max_block_ms and failed with "topic not present in metadata", and close() with
+    # "Event loop is closed".
+    producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}", max_block_ms=60_000)
+    asyncio.run(producer.start())
+    calls = [
+        lambda: producer.send("t", b"v"),
+        lambda: producer.send_many("t", [b"v"]),
+        lambda: producer.partitions_for("t"),
+        producer.flush,
+        producer.close,
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="started on another event loop"):
+            asyncio.run(call())
