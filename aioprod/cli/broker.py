@@ -8,40 +8,13 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import signal
 import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 
 import click
 
-from aioprod.cli.common import CliError, debug_option
+from aioprod.cli.common import CliError, debug_option, stop_signals_interrupt
 from aioprod.embedded import BrokerSecurity, EmbeddedBroker, EmbeddedBrokerError
-
-
-@contextmanager
-def stop_signals_interrupt() -> Iterator[None]:
-    """SIGINT and SIGTERM both raise KeyboardInterrupt while the broker runs.
-
-    SIGTERM, so that ``kill`` stops the broker cleanly instead of orphaning it; SIGINT
-    explicitly, because a shell starts background jobs with SIGINT ignored.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @click.command()

@@ -22,9 +22,11 @@ import logging
 import os
 import re
 import signal
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, TypeVar
 
 import click
@@ -476,19 +478,43 @@ def table(out: Console, *columns: str, title: str | None = None, right: tuple[st
 
 
 @contextlib.contextmanager
+def stop_signals_interrupt(signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """``signals`` raise KeyboardInterrupt meanwhile, so that an embedded broker is stopped.
+
+    SIGTERM, so that ``kill`` (a CI job cancelled, ``timeout``, ``docker stop``) stops the
+    broker cleanly instead of orphaning it; SIGINT explicitly, because a shell starts
+    background jobs with SIGINT ignored.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
 def cluster_or_embedded(bootstrap: str | None) -> Iterator[tuple[str, EmbeddedBroker | None]]:
     """The given cluster, or an embedded broker for the command's lifetime when none is given."""
     if bootstrap:
         yield bootstrap, None
         return
-    try:
-        broker = EmbeddedBroker().start()
-    except EmbeddedBrokerError as exc:
-        raise CliError(str(exc)) from exc
-    try:
-        yield broker.bootstrap, broker
-    finally:
-        broker.stop()
+    with stop_signals_interrupt((signal.SIGTERM,)):  # Ctrl-C is the command's own (see below)
+        try:
+            broker = EmbeddedBroker().start()
+        except EmbeddedBrokerError as exc:
+            raise CliError(str(exc)) from exc
+        try:
+            yield broker.bootstrap, broker
+        finally:
+            broker.stop()
 
 
 def embedded_hint(broker: EmbeddedBroker | None) -> str:

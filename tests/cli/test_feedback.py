@@ -8,6 +8,7 @@ read, then the test acts (stops the broker, sends SIGINT) and reads on.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -156,3 +157,50 @@ def test_a_second_ctrl_c_abandons_them_as_unsent(topic: str) -> None:
     match = re.fullmatch(r"aioprod: interrupted: 0 records delivered, 0 failed, ([\d,]+) unsent", last)
     assert match is not None, last
     assert number(match[1]) >= queued
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_terminated_command_stops_its_embedded_broker() -> None:
+    """SIGTERM (a CI job cancelled, ``timeout``, ``docker stop``) left the broker running, orphaned."""
+    proc = spawn("perf", "-t", "t1", "-n", "1000000", "-s", "10", "--throughput", "100")  # the embedded broker
+    while not (brokers := _children(proc.pid)):
+        assert proc.poll() is None, finish(proc)
+    while not _listening(brokers[0]):
+        assert proc.poll() is None, finish(proc)  # the broker is up: the command is running
+    proc.send_signal(signal.SIGTERM)
+    finish(proc)
+    assert proc.returncode != 0
+    assert not _alive(brokers[0])
+
+
+def _listening(pid: int) -> bool:
+    """The process has a listening TCP socket (the broker is ready)."""
+    try:
+        sockets = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return False
+    inodes = {link[8:-1] for link in sockets if link.startswith("socket:[")}
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return any(row[3] == "0A" and row[9] in inodes for row in rows)
