@@ -39,7 +39,7 @@ from aioprod.cli.stats import AckTracker
 from aioprod.config import ProducerConfig, check_option
 from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError
 from aioprod.errors import ConfigError
-from aioprod.producer.producer import Producer
+from aioprod.producer.producer import Producer, check_topic_name
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -203,6 +203,8 @@ class ClientOptions:
                 raise CliUsageError(f"bad producer option ({where}): {exc}") from exc
             options[name] = value
             log.info("option %s=%s (%s)", name, _shown(name, value), where)
+        if options.get("transactional_id") is not None:
+            raise CliUsageError("transactional.id is not supported here: the commands do not run transactions")
         merged = dict(options)
         merged["bootstrap_servers"] = bootstrap
         try:
@@ -475,6 +477,17 @@ def table(out: Console, *columns: str, title: str | None = None, right: tuple[st
     for name in columns:
         result.add_column(name, justify="right" if name in right else "left")
     return result
+
+
+def topic_names(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+    """A click callback: an illegal topic name is a usage error, before anything connects."""
+    for name in value if isinstance(value, tuple) else (value,):
+        if name is not None:
+            try:
+                check_topic_name(name)
+            except (TypeError, ValueError) as exc:
+                raise click.BadParameter(str(exc)) from None
+    return value
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from aioprod.cli.common import (
     describe,
     run,
     table,
+    topic_names,
 )
 from aioprod.cluster.metadata import ClusterSnapshot
 from aioprod.config import ProducerConfig
@@ -108,7 +109,15 @@ def explain(topic: str, exc: KafkaError) -> str:
 
 @click.command()
 @client_options
-@click.option("-t", "--topic", "topics", metavar="TOPIC", multiple=True, help="Show only this topic. Repeatable.")
+@click.option(
+    "-t",
+    "--topic",
+    "topics",
+    metavar="TOPIC",
+    multiple=True,
+    callback=topic_names,
+    help="Show only this topic. Repeatable.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @debug_option
 def metadata(client: ClientOptions, topics: tuple[str, ...], as_json: bool) -> None:

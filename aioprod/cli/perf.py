@@ -51,6 +51,7 @@ from aioprod.cli.common import (
     record_outcomes,
     run,
     table,
+    topic_names,
     warn,
 )
 from aioprod.cli.metrics_table import java_style_lines
@@ -277,7 +278,7 @@ def render(result: PerfResult, out: Console) -> None:
 
 
 @click.command(short_help="Measure throughput and ack latency, like kafka-producer-perf-test.")
-@click.option("-t", "--topic", required=True, help="Topic to produce to.")
+@click.option("-t", "--topic", required=True, callback=topic_names, help="Topic to produce to.")
 @click.option("-n", "--num-records", type=click.IntRange(min=1), required=True, help="How many records to send.")
 @click.option("-s", "--record-size", type=click.IntRange(min=0), help="Value size in bytes (or --payload-file).")
 @click.option(

@@ -33,6 +33,7 @@ from aioprod.cli.common import (
     parse_pairs,
     record_outcomes,
     run,
+    topic_names,
 )
 from aioprod.cli.stats import AckTracker
 from aioprod.errors import KafkaError
@@ -203,7 +204,7 @@ async def produce_lines(
 
 
 @click.command(short_help="Produce one record per input line, like kcat -P.")
-@click.argument("topic")
+@click.argument("topic", callback=topic_names)
 @click.argument("input_file", metavar="[FILE|-]", type=click.File("rb"), default="-")
 @client_options
 @click.option("-K", "--key-separator", metavar="SEP", help="Split each line into KEY SEP VALUE (first SEP).")

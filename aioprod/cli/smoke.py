@@ -33,6 +33,7 @@ from aioprod.cli.common import (
     open_producer,
     record_outcomes,
     run,
+    topic_names,
 )
 from aioprod.cli.stats import AckTracker, LatencySummary
 from aioprod.config import ProducerConfig
@@ -163,7 +164,14 @@ def report(result: SmokeResult, cluster: str, problems: list[str]) -> list[tuple
 @click.option(
     "-n", "--records", default=1000, show_default=True, type=click.IntRange(min=1), help="How many records to produce."
 )
-@click.option("-t", "--topic", default="aioprod-smoke", show_default=True, help="Topic (auto-created if allowed).")
+@click.option(
+    "-t",
+    "--topic",
+    default="aioprod-smoke",
+    show_default=True,
+    callback=topic_names,
+    help="Topic (auto-created if allowed).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @debug_option
 def smoke(client: ClientOptions, records: int, topic: str, as_json: bool) -> None:

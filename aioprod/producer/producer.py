@@ -327,7 +327,7 @@ class Producer:
                     return queued
         tps = self._tps.get(topic)
         if tps is None:
-            _check_topic(topic)
+            check_topic_name(topic)
         # Serialize and type-check; the common case (bytes, no serializer) costs two checks.
         if self._serializers:
             if self._key_serializer is not None and key is not None:
@@ -492,7 +492,7 @@ class Producer:
         self._check_loop()
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
-        _check_topic(topic)
+        check_topic_name(topic)
         count = len(values)
         if keys is not None and len(keys) != count:
             raise ValueError(f"keys has {len(keys)} items but values has {count}")
@@ -616,7 +616,7 @@ class Producer:
         if self._state != _STARTED:
             self._raise_not_open()
         self._check_loop()
-        _check_topic(topic)
+        check_topic_name(topic)
         info = await self._metadata.topic(topic, self._max_block)
         return list(info.all_partitions)
 
@@ -628,7 +628,7 @@ class Producer:
         if self._state != _STARTED:
             self._raise_not_open()
         self._check_loop()
-        _check_topic(topic)
+        check_topic_name(topic)
         info = await self._metadata.topic(topic, self._max_block)
         by_leader: dict[int, list[int]] = {}
         for partition in info.all_partitions:
@@ -903,7 +903,9 @@ def _serialized(field: str, data: Any) -> bytes | None:
     raise TypeError(f"{field}_serializer returned {type(data).__name__}, expected bytes or None")
 
 
-def _check_topic(topic: Any) -> None:
+def check_topic_name(topic: Any) -> None:
+    """Kafka's rules for a topic name (TypeError or ValueError saying which one it breaks):
+    checked before anything waits for metadata of a topic no broker can have."""
     if type(topic) is not str:
         raise TypeError(f"topic must be a str, got {type(topic).__name__}")
     if not topic:

@@ -6,7 +6,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
-from aioprod.producer.producer import _check_topic
+from aioprod.producer.producer import check_topic_name
 from aioprod.spark.driver import write_from_driver
 from aioprod.spark.executors import write_from_executors
 from aioprod.spark.plan import Plan, producer_options
@@ -84,7 +84,7 @@ def write_dataframe(
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable(rows_written, rows_failed) or None, got {progress!r}")
     if topic is not None:
-        _check_topic(topic)
+        check_topic_name(topic)
     if exactly_once:
         if errors != "raise":
             raise ValueError("exactly_once=True writes every row or none: errors='report' does not apply")

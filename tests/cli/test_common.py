@@ -20,6 +20,16 @@ def test_bad_x_option_is_a_one_line_usage_error(option: str, named: str) -> None
     assert named in result.stderr
 
 
+@pytest.mark.parametrize("command", [["produce", "t"], ["smoke"], ["perf", "-t", "t", "-n", "1", "-s", "1"]])
+def test_a_transactional_id_is_refused_before_anything_starts(command: list[str]) -> None:
+    # The commands run no transactions: the producer initialised one, then every line failed.
+    result = aioprod(*command, "-b", "127.0.0.1:9", "-X", "transactional.id=x", input="x\n")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "aioprod: error: transactional.id is not supported here: the commands do not run transactions\n"
+    )
+
+
 def test_bootstrap_given_twice_is_a_usage_error() -> None:
     result = aioprod("metadata", "-b", "a:1", "-X", "bootstrap.servers=b:2")
     assert result.exit_code == 2
@@ -73,8 +83,20 @@ def test_top_level_help_documents_exit_codes_and_environment() -> None:
         (["perf", "-n", "10", "-s", "1"], "Missing option '-t' / '--topic'."),
         (["perf", "-t", "t", "-n", "many", "-s", "1"], "Invalid value for '-n' / '--num-records': 'many'"),
         (["produce"], "Missing argument 'TOPIC'."),
+        (["produce", "a b"], "Invalid value for 'TOPIC': illegal topic name 'a b'"),
+        (["perf", "-t", "", "-n", "1", "-s", "1"], "Invalid value for '-t' / '--topic': topic name is empty"),
+        (["smoke", "-t", "x" * 250], "Invalid value for '-t' / '--topic': topic name is 250 characters long"),
     ],
-    ids=["unknown-flag", "unknown-command", "missing-option", "bad-value", "missing-argument"],
+    ids=[
+        "unknown-flag",
+        "unknown-command",
+        "missing-option",
+        "bad-value",
+        "missing-argument",
+        "illegal-topic",
+        "empty-topic",
+        "long-topic",
+    ],
 )
 def test_usage_errors_are_one_line_with_did_you_mean(bootstrap: str, args: list[str], expected: str) -> None:
     """Point 3: click's usage errors in the documented form: one ``aioprod: error:`` line, exit 2."""
