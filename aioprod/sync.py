@@ -198,8 +198,8 @@ class SyncProducer:
 
         The future fails with :class:`~aioprod.errors.SendManyError` (whose ``results``
         hold each record's metadata or exception) when any record fails. Like
-        :meth:`Producer.send_many <aioprod.Producer.send_many>`, a record that fails
-        validation raises here, after the records before it were queued.
+        :meth:`Producer.send_many <aioprod.Producer.send_many>`, every record is checked
+        before any is queued: one that fails validation raises here, with nothing sent.
         """
         delivery: concurrent.futures.Future[list[RecordMetadata]] = _Delivery()
         delivery.set_running_or_notify_cancel()

@@ -493,6 +493,10 @@ class Producer:
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
         check_topic_name(topic)
+        if not isinstance(values, Sequence) or isinstance(values, str | bytes | bytearray):
+            if isinstance(values, str | bytes | bytearray | Mapping) or not isinstance(values, Iterable):
+                raise TypeError(f"values must be a sequence of values (a list, say), got {type(values).__name__}")
+            values = list(values)  # a generator, as SyncProducer.send_many takes
         count = len(values)
         if keys is not None and len(keys) != count:
             raise ValueError(f"keys has {len(keys)} items but values has {count}")
@@ -592,7 +596,13 @@ class Producer:
         return await asyncio.shield(future)
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Send everything queued now, without waiting for linger, and wait for the acks."""
+        """Send everything queued now, without waiting for linger, and wait for every record's
+        outcome (an acknowledgement or a failure: flush itself does not raise for them).
+
+        ``timeout`` (seconds; None: as long as the records' ``delivery_timeout_ms``) bounds
+        the wait; :class:`~aioprod.errors.KafkaTimeoutError` when it runs out, with the
+        records still on their way.
+        """
         if self._state not in (_STARTED, _CLOSING):
             return
         self._check_loop()

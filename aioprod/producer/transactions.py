@@ -383,6 +383,12 @@ class TransactionManager:
             async with asyncio.timeout(self._config.max_block_ms / 1000):
                 await asyncio.shield(task)
         except TimeoutError:
+            if name == "start":  # start() closes the producer when it fails: nothing goes on
+                raise KafkaTimeoutError(
+                    f"the transactional producer could not initialise within max_block_ms "
+                    f"({self._config.max_block_ms} ms): the coordinator did not answer InitProducerId; "
+                    "the producer is closed"
+                ) from None
             raise KafkaTimeoutError(
                 f"{name}() did not complete within max_block_ms ({self._config.max_block_ms} ms); it goes on: "
                 f"call {name}() again to keep waiting"

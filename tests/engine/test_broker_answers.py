@@ -236,3 +236,14 @@ async def test_send_many_records_that_could_not_be_queued_fail_in_its_future(clu
     assert queued and refused and len(queued) + len(refused) == 10
     assert all(o.possibly_persisted for o in queued)
     assert "buffer_memory" in str(refused[0])
+
+
+async def test_send_many_takes_a_generator_and_refuses_a_string(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        with pytest.raises(TypeError, match="values must be a sequence of values"):
+            await p.send_many("t", "abc")  # type: ignore[arg-type]
+        metadata = await (await p.send_many("t", (b"%d" % i for i in range(3))))  # type: ignore[arg-type]
+    assert [m.offset for m in metadata] == [0, 1, 2]
+    assert cluster.partition("t").values == [b"0", b"1", b"2"]
