@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
@@ -13,6 +14,8 @@ from aioprod.spark.plan import Plan, producer_options
 from aioprod.spark.reports import WriteError, WriteReport
 from aioprod.spark.schema import check_schema, prepare
 from aioprod.spark.writer import ProgressCallback
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -81,6 +84,12 @@ def write_dataframe(
         raise ValueError(f"transport must be 'auto', 'arrow' or 'rows', got {transport!r}")
     if max_errors < 0 or max_in_flight_rows < 1:
         raise ValueError("max_errors must be >= 0 and max_in_flight_rows >= 1")
+    if type(exactly_once) is not bool:
+        raise TypeError(f"exactly_once must be True or False, got {exactly_once!r}")
+    if close_timeout is not None and (
+        isinstance(close_timeout, bool) or not isinstance(close_timeout, int | float) or not close_timeout >= 0
+    ):
+        raise ValueError(f"close_timeout must be a number of seconds >= 0 or None, got {close_timeout!r}")
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable(rows_written, rows_failed) or None, got {progress!r}")
     if topic is not None:
@@ -88,7 +97,13 @@ def write_dataframe(
     if exactly_once:
         if errors != "raise":
             raise ValueError("exactly_once=True writes every row or none: errors='report' does not apply")
-        write_id = _check_write_id(write_id) if write_id is not None else f"aioprod-{uuid.uuid4().hex}"
+        if write_id is None:
+            write_id = f"aioprod-{uuid.uuid4().hex}"
+            # The one record of it if the write ends in an exception (after a commit, say): a
+            # rerun under it finishes the write without repeating what committed.
+            log.info("exactly-once write %s started (run again with write_id=%r to finish it)", write_id, write_id)
+        else:
+            write_id = _check_write_id(write_id)
     elif write_id is not None:
         raise ValueError("write_id names the transactions of an exactly-once write: pass exactly_once=True")
     options = producer_options(bootstrap_servers, producer_config, exactly_once=exactly_once)

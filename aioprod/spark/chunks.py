@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 #: Row transport: rows handed to the event loop at once (an Arrow chunk is one record batch).
 ROWS_PER_CHUNK = 10_000
+#: A null element of a headers array, read as the Arrow transport reads it: a pair of nulls,
+#: which the producer refuses (a row error), where indexing it raised out of the task.
+_NO_HEADER = (None, None)
 
 
 @dataclass
@@ -83,7 +86,9 @@ def row_chunks(rows: Iterable[Any], plan: Plan) -> Iterator[Chunk]:
             chunk.partitions = list(columns[index["partition"]])
         if plan.has_headers:
             chunk.headers = [
-                None if hs is None else [(h[0], None if h[1] is None else bytes(h[1])) for h in hs]
+                None
+                if hs is None
+                else [_NO_HEADER if h is None else (h[0], None if h[1] is None else bytes(h[1])) for h in hs]
                 for hs in columns[index["headers"]]
             ]
         return chunk

@@ -110,7 +110,12 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
             report.retried_partitions,
         )
     if progress is not None:
-        progress(report.rows_written, report.rows_failed)
+        try:
+            progress(report.rows_written, report.rows_failed)
+        except Exception as exc:
+            # The write is done (committed, if exactly-once): say so, or it looks undone.
+            exc.add_note(f"raised by progress() after the write completed: {report}")
+            raise
     return report
 
 

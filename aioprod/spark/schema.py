@@ -69,7 +69,7 @@ def check_schema(schema: StructType, topic: str | None) -> dict[str, DataType]:
 def prepare(df: DataFrame, plan: Plan, columns: Mapping[str, DataType]) -> DataFrame:
     """Select only the sink's columns, in the plan's order, normalised to binary/string/int."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType, IntegerType, StringType
+    from pyspark.sql.types import BinaryType, LongType
 
     selected = [F.col("value").cast("binary").alias("value")]
     if plan.has_key:
@@ -77,12 +77,16 @@ def prepare(df: DataFrame, plan: Plan, columns: Mapping[str, DataType]) -> DataF
     if plan.has_topic:
         selected.append(F.col("topic"))
     if plan.has_partition:
+        # As a long: a long column cast to int wrapped silently (4294967297 went to partition 1
+        # when Spark's ANSI mode is off); kept whole, a partition that does not exist is a row error.
         dtype = columns["partition"]
-        selected.append(F.col("partition") if isinstance(dtype, IntegerType) else F.col("partition").cast("int"))
+        selected.append(F.col("partition") if isinstance(dtype, LongType) else F.col("partition").cast("long"))
     if plan.has_headers:
         element = columns["headers"].elementType  # type: ignore[attr-defined]
         value_type = {f.name: f.dataType for f in element.fields}["value"]
-        if isinstance(value_type, StringType) or not isinstance(value_type, BinaryType):
+        in_order = [f.name for f in element.fields] == ["key", "value"]
+        if not in_order or not isinstance(value_type, BinaryType):
+            # Rebuilt by name: the transports read a header's key and value by position.
             selected.append(
                 F.transform(
                     "headers",
@@ -106,7 +110,7 @@ def arrow_schema(plan: Plan, large: bool) -> pa.Schema:
     if plan.has_topic:
         fields.append(pa.field("topic", string))
     if plan.has_partition:
-        fields.append(pa.field("partition", pa.int32()))
+        fields.append(pa.field("partition", pa.int64()))
     if plan.has_headers:
         element = pa.struct([pa.field("key", string), pa.field("value", binary)])
         fields.append(pa.field("headers", pa.large_list(element) if large else pa.list_(element)))

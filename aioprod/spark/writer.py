@@ -150,6 +150,8 @@ class PartitionWrite:
         self._state = _LoopState(plan)
         self._pending: deque[tuple[Chunk, concurrent.futures.Future[_ChunkResult]]] = deque()
         self._pending_rows = 0
+        #: A row failed because another producer took the transactional id (see ``fenced``).
+        self._row_fenced = False
         # A chunk's coroutine finishes within one buffer wait (a second one stops the write)
         # plus the delivery timeout of its last record.
         self._chunk_timeout = (self._config.max_block_ms + self._config.delivery_timeout_ms) / 1000 + _GRACE
@@ -246,6 +248,8 @@ class PartitionWrite:
         tally.written += result.written
         tally.topics.update(result.topics)
         for index, topic, key, exc in result.failures:
+            if not self._row_fenced and _fenced(exc):
+                self._row_fenced = True  # kept apart from tally.errors, which max_errors may cap at none
             tally.add_error(
                 RowError(
                     row=chunk.first_row + index,
@@ -294,8 +298,7 @@ class TransactionalPartitionWrite(PartitionWrite):
     def fenced(self) -> bool:
         """Did another producer take the transactional id while this one wrote? Its rows are
         then aborted, and the write can succeed only in another attempt."""
-        errors = [self._state.fatal, self._end_error, *(e.exception for e in self.tally.errors)]
-        return any(_fenced(error) for error in errors)
+        return self._row_fenced or _fenced(self._state.fatal) or _fenced(self._end_error)
 
     def _start(self) -> bool:
         try:

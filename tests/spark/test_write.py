@@ -143,6 +143,43 @@ def test_string_and_binary_columns_nulls_and_headers(
     assert consumed(tansu_broker.bootstrap, topic) == expected
 
 
+@pytest.mark.parametrize("transport", ["arrow", "rows"])
+@pytest.mark.parametrize("mode", MODES)
+def test_headers_are_read_by_field_name_and_a_null_header_is_a_row_error(
+    spark: Any, tansu_broker: TansuBroker, mode: Mode, transport: Transport
+) -> None:
+    # A struct<value, key> was read by position (key and value swapped, or a TypeError), and a
+    # null element of the array raised out of the task in the rows transport.
+    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
+
+    header = StructType([StructField("value", BinaryType()), StructField("key", StringType())])
+    schema = StructType([StructField("value", StringType()), StructField("headers", ArrayType(header))])
+    df = spark.createDataFrame([("good", [(b"hval", "hkey")]), ("null header", [None])], schema).coalesce(1)
+    topic = new_topic("hdr")
+    report = write_dataframe(
+        df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, mode=mode, transport=transport, errors="report"
+    )
+    assert (report.rows_written, report.rows_failed) == (1, 1)
+    assert [(r.value, r.headers) for r in read_topic(tansu_broker.bootstrap, topic)] == [
+        (b"good", (("hkey", b"hval"),))
+    ]
+
+
+def test_a_partition_beyond_int32_is_a_row_error_not_another_partition(spark: Any, tansu_broker: TansuBroker) -> None:
+    # Cast to int, 4294967297 wrapped to partition 1 (Spark's ANSI mode off, pyspark 3.5's default).
+    topic = new_topic("part")
+    create_topic(tansu_broker.bootstrap, topic, 2)
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        df = spark.createDataFrame([("ok", 1), ("too far", 4294967297)], "value string, partition long").coalesce(1)
+        report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, errors="report")
+    finally:
+        spark.conf.unset("spark.sql.ansi.enabled")
+    assert (report.rows_written, report.rows_failed) == (1, 1)
+    assert "partition 4294967297 does not exist" in report.errors[0].error
+    assert [(r.value, r.partition) for r in read_topic(tansu_broker.bootstrap, topic)] == [(b"ok", 1)]
+
+
 def test_string_header_values_are_encoded(spark: Any, tansu_broker: TansuBroker) -> None:
     from pyspark.sql import functions as F
 
@@ -258,6 +295,11 @@ def test_bad_options_fail_on_the_driver_before_any_job(spark: Any) -> None:
         write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", mode="cluster")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="errors must be"):
         write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", errors="ignore")  # type: ignore[arg-type]
+    # Found only by close(), after an exactly-once write had committed; "no" turned it on.
+    with pytest.raises(ValueError, match="close_timeout must be a number of seconds"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", close_timeout="5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="exactly_once must be True or False"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", exactly_once="no")  # type: ignore[arg-type]
 
 
 # -- rows that cannot be sent ---------------------------------------------------------------------
