@@ -126,6 +126,8 @@ class Metadata:
         #: Demanded refreshes in a row that found nothing new (their backoff grows).
         self._fruitless = 0
         self._last_refresh = float("-inf")
+        #: Loop time of the first failed refresh since the last one that worked (None: working).
+        self._failing_since: float | None = None
         # Set while the last refresh failed to authenticate: waiting cannot fix credentials,
         # so callers fail at once instead of after max_block_ms (as the Java client does).
         self._auth_error: AuthenticationError | None = None
@@ -230,7 +232,8 @@ class Metadata:
         now = asyncio.get_running_loop().time()
         pool = self._pool
         candidates = list(self.snapshot.brokers) or list(self._bootstrap_ids)
-        if self._failures and now - self._last_refresh > self._config.metadata_recovery_rebootstrap_trigger_ms / 1000:
+        failing = self._failing_since
+        if failing is not None and now - failing > self._config.metadata_recovery_rebootstrap_trigger_ms / 1000:
             # No metadata for that long, refreshes failing: the cluster may have moved under the
             # bootstrap names (KIP-1102). Known brokers that swallow connection attempts are
             # never all backing off at once (an attempt outlasts a backoff), so the rule below
@@ -297,9 +300,12 @@ class Metadata:
             try:
                 changed = await self._refresh()
                 self._failures = 0
+                self._failing_since = None
                 self._auth_error = None
             except KafkaError as exc:
                 self._failures += 1
+                if self._failing_since is None:
+                    self._failing_since = loop.time()
                 if isinstance(exc, AuthenticationError):
                     self._auth_error = exc
                 log.debug("metadata refresh failed: %s", exc)

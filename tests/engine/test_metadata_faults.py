@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from typing import Any
 
 import pytest
 
@@ -277,3 +278,40 @@ async def test_metadata_max_age_0_refreshes_no_more_often_than_the_retry_backoff
         await asyncio.sleep(10)  # virtual time
         refreshes = len(cluster.requests_of(MetadataRequest)) - before
     assert 50 <= refreshes <= 101
+
+
+async def test_one_failed_refresh_long_after_the_last_does_not_abandon_a_healthy_broker(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trigger counts how long refreshes have been failing, not how old the last good one
+    # is: idle for longer than it, one lost answer sent the producer to the bootstrap name
+    # alone (here a dead broker) for good, with the leader healthy and connected.
+    from tests.fakes.cluster import ScriptedCluster
+
+    cluster, network = scripted.cluster, scripted.network
+    cluster.add_node(2)
+    cluster.create_topic("t", [2])
+    network.listen("kafka.example", 9092, cluster.nodes[1])
+    handle = ScriptedCluster.handle
+    lose = [False]
+
+    async def losing_one_metadata_answer(self: ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        answer = await handle(self, conn, frame)
+        if lose[0] and conn.node.node_id == 2 and self.requests[-1].body.__class__ is MetadataRequest:
+            lose[0] = False
+            await conn.closed_or(asyncio.Event())  # never answered
+            return None
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "handle", losing_one_metadata_answer)
+    async with Producer(
+        bootstrap_servers="kafka.example:9092", linger_ms=0, metadata_max_age_ms=3_600_000, request_timeout_ms=5_000
+    ) as p:
+        await (await p.send("t", b"before"))
+        cluster.stop(1)
+        network.stop_listening("kafka.example", 9092)  # the bootstrap name's broker is gone
+        await asyncio.sleep(400)  # virtual: longer than metadata_recovery_rebootstrap_trigger_ms
+        cluster.create_topic("t2", [2])
+        lose[0] = True
+        await asyncio.wait_for(await p.send("t2", b"after"), 600)
+    assert cluster.partition("t2").values == [b"after"]
