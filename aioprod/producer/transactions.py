@@ -216,6 +216,8 @@ class TransactionManager:
         self._operation: tuple[str, asyncio.Task[None]] | None = None
         #: Why an operation's task was cancelled from outside, for its waiting caller.
         self._cut_short: KafkaError | None = None
+        #: The producer failed (see producer_failed): no transaction may commit or begin.
+        self._producer_error: KafkaError | None = None
         #: Counts transactions begun: a send() must queue into the one it started in.
         self.generation = 0
         #: The handle of the prepared transaction, once PREPARED.
@@ -292,14 +294,30 @@ class TransactionManager:
     def producer_failed(self, error: BaseException) -> None:
         """The producer failed outside the transaction's own requests (its sender died, or a
         broker broke the protocol): records of the transaction may have failed with it, so no
-        transaction of this producer may commit, or begin."""
-        if not self.failed:
+        transaction of this producer may commit, or begin. An open one may still be aborted
+        (explicitly, or by close()), which frees its partitions for read_committed readers."""
+        if self.failed or self._producer_error is not None:
+            return
+        if not isinstance(error, KafkaError):
+            wrapped = ProducerFatalError(f"the producer failed: {error!r}")
+            wrapped.__cause__ = error
+            error = wrapped
+        assert isinstance(error, KafkaError)
+        self._producer_error = error
+        if self.state in (TxnState.IN_TRANSACTION, *_DELIVERING, TxnState.ABORTABLE_ERROR):
+            self.abortable(error)
+        elif self.state is not TxnState.ABORTING:  # an abort under way ends in FATAL_ERROR (see _ended)
             self.state = TxnState.FATAL_ERROR
-            if isinstance(error, KafkaError):
-                self.error = error
-            else:
-                self.error = ProducerFatalError(f"the producer failed: {error!r}")
-                self.error.__cause__ = error
+            self.error = error
+
+    def _ended(self) -> None:
+        """The transaction was committed or aborted: the next may begin, unless the producer failed."""
+        if self._producer_error is not None:
+            self.state = TxnState.FATAL_ERROR
+            self.error = self._producer_error
+        elif not self.failed:
+            self.error = None
+            self.state = TxnState.READY
 
     def record_failed(self, error: KafkaError) -> None:
         """A record of the transaction failed (the sender tells us)."""
@@ -432,8 +450,7 @@ class TransactionManager:
                 await self._end(commit=True)
         except KafkaError as exc:
             self._cannot_end(exc)
-        if not self.failed:  # the producer may have failed meanwhile (see producer_failed)
-            self.state = TxnState.READY
+        self._ended()
 
     async def prepare(self, flush: Callable[[], Awaitable[None]]) -> None:
         """Deliver the transaction and leave it open: every record acknowledged, every partition
@@ -489,12 +506,10 @@ class TransactionManager:
         if self._started or self._maybe_started:
             # Only maybe opened: the coordinator may answer that there is nothing to end.
             renewed = await self._end(commit=False, nothing_open_is_fine=not self._started)
-        if (self._bump_epoch or self._ident.in_doubt) and not renewed:
+        if (self._bump_epoch or self._ident.in_doubt) and not renewed and self._producer_error is None:
             await self._bump()
         self._bump_epoch = False
-        if not self.failed:
-            self.error = None
-            self.state = TxnState.READY
+        self._ended()
 
     async def send_offsets(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata
@@ -699,12 +714,21 @@ class TransactionManager:
         ident = self._ident
         return PreparedTransaction(self.transactional_id, ident.producer_id, ident.producer_epoch, 2 if self.v2 else 1)
 
-    def _must_abort(self) -> TransactionAbortableError:
+    def _must_abort(self) -> KafkaError:
+        if self._producer_error is not None:
+            failed = ProducerFatalError(
+                f"the transactional producer failed: {self._producer_error} (abort_transaction() or close() "
+                "ends the open transaction; no other can begin)"
+            )
+            failed.__cause__ = self._producer_error
+            return failed
         error = TransactionAbortableError(f"the transaction cannot commit ({self.error}): call abort_transaction()")
         error.__cause__ = self.error
         return error
 
     def _wrong_state(self, name: str) -> KafkaError:
+        if self._producer_error is not None and self.state is not TxnState.FATAL_ERROR:
+            return self._must_abort()  # the producer failed: only the open transaction's abort is left
         if self.state is TxnState.FATAL_ERROR:
             error = ProducerFatalError(f"the transactional producer failed: {self.error}")
             error.__cause__ = self.error
