@@ -233,6 +233,8 @@ class Producer:
         if self._state == _NEW:
             self._state = _CLOSED
             return
+        if self._state is _CLOSED:
+            return  # from any loop: nothing is left to do (a fixture's teardown, an atexit hook)
         self._check_loop()
         closing = self._closing
         if closing is None:
@@ -883,7 +885,11 @@ class Producer:
         """Only on the loop it was started on: its tasks, connections and timers live there, and
         on another one a call waited out its timeout and failed for a reason it did not give.
         (Checked where a call may wait, not per record.)"""
-        if asyncio.get_running_loop() is not self._loop:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # begin_transaction() is synchronous: callable between a loop's runs
+        if running is not self._loop:
             raise RuntimeError(
                 "this producer was started on another event loop: a Producer belongs to the loop it was "
                 "started on (one producer per loop; from threads or several asyncio.run() calls, use SyncProducer)"

@@ -130,3 +130,14 @@ def test_a_producer_used_on_another_event_loop_says_so() -> None:
     for call in calls:
         with pytest.raises(RuntimeError, match="started on another event loop"):
             asyncio.run(call())
+
+
+def test_closing_a_closed_producer_is_a_no_op_from_any_loop() -> None:
+    producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
+
+    async def start_and_close() -> None:
+        await producer.start()
+        await producer.close()
+
+    asyncio.run(start_and_close())
+    asyncio.run(producer.close())  # a fixture's teardown, say, on a loop of its own
