@@ -408,8 +408,13 @@ async def _interruptible(main: Coroutine[Any, Any, T]) -> T:
         interrupted = True
         task.cancel()
 
+    # SIGTERM (a CI job cancelled, ``timeout``, ``docker stop``) as Ctrl-C: the command stops
+    # and delivers what it queued, and an embedded broker is stopped, not orphaned.
+    signals = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.getsignal(sig) for sig in signals}
     try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        for sig in signals:
+            loop.add_signal_handler(sig, on_sigint)
     except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
         return await main
     try:
@@ -419,7 +424,10 @@ async def _interruptible(main: Coroutine[Any, Any, T]) -> T:
             raise KeyboardInterrupt from None
         raise
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+            if before[sig] is not None:
+                signal.signal(sig, before[sig])  # the handler around it, e.g. the embedded broker's
 
 
 @contextlib.asynccontextmanager
@@ -519,7 +527,9 @@ def cluster_or_embedded(bootstrap: str | None) -> Iterator[tuple[str, EmbeddedBr
     if bootstrap:
         yield bootstrap, None
         return
-    with stop_signals_interrupt((signal.SIGTERM,)):  # Ctrl-C is the command's own (see below)
+    # Outside the command's loop (starting and stopping the broker), where _interruptible's
+    # handler is not: a SIGTERM there stops the broker too.
+    with stop_signals_interrupt((signal.SIGTERM,)):
         try:
             broker = EmbeddedBroker().start()
         except EmbeddedBrokerError as exc:
