@@ -24,6 +24,7 @@ from aioprod.errors import (
     MessageTooLargeError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
+    ProtocolError,
     RecordListTooLargeError,
     UnknownProducerIdError,
     error_for_code,
@@ -31,6 +32,7 @@ from aioprod.errors import (
 from aioprod.net.pool import exponential_backoff
 from aioprod.producer.batch import ProducerBatch
 from aioprod.protocol.messages import ProduceResponse, ProduceResponsePartition
+from aioprod.protocol.primitives import INT64_MAX
 
 #: Answers a broker gives before it appends the batch: this attempt is certainly not in the
 #: log. Any other error may come after the leader appended it (NOT_LEADER_OR_FOLLOWER, for
@@ -150,6 +152,14 @@ def _partition(
 ) -> Decision:
     code = part.error_code
     if code == 0 or code == DuplicateSequenceNumberError.code:
+        if part.base_offset > INT64_MAX - (batch.record_count - 1):
+            # Its records' offsets would pass the largest there is: a broken answer. Written,
+            # say the broker; so failed as possibly written, not retried.
+            impossible = ProtocolError(
+                f"{batch.tp.topic}-{batch.tp.partition}: the broker acknowledged {batch.record_count} record(s) "
+                f"at base offset {part.base_offset}, past the largest offset for the last of them"
+            )
+            return Decision(batch, Action.FAIL, impossible, maybe_written=True)
         return Decision(batch, Action.ACK, base_offset=part.base_offset, log_append_time=part.log_append_time_ms)
     error = error_for_code(code, part.error_message)
     if code in _TOO_LARGE and batch.record_count > 1:

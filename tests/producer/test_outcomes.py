@@ -55,6 +55,17 @@ async def test_success_and_duplicate_acknowledge() -> None:
     assert dup.action is Action.ACK
 
 
+async def test_an_acknowledgement_whose_offsets_pass_int64_fails_the_batch_as_written() -> None:
+    # The records' offsets would overflow int64: the compiled RecordMetadata raised from within
+    # the answer's handling, which made the producer fatal over one broken answer.
+    last = 2**63 - 1
+    fits, passes = batch(records=3, partition=0), batch(records=3, partition=1)
+    ok, broken = decide([fits, passes], answer(part(0, 0, offset=last - 2), part(0, 1, offset=last - 1)), 1.0, POLICY)
+    assert (ok.action, ok.base_offset) == (Action.ACK, last - 2)
+    assert (broken.action, broken.maybe_written) == (Action.FAIL, True)
+    assert "past the largest offset" in str(broken.error)
+
+
 async def test_a_lost_connection_retries_and_the_outcome_is_unknown() -> None:
     (d,) = decide([batch()], KafkaConnectionError("reset"), 1.0, POLICY)
     assert d.action is Action.RETRY and d.maybe_written
