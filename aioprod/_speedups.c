@@ -904,7 +904,7 @@ RecordFuture_add_done_callback(RecordFutureObject *self, PyObject *const *args, 
     done = future_done(self);
     if (done < 0)
         goto fail;
-    if (done) {
+    if (done || self->cancel_message != NULL) { /* reading the outcome may have cancelled it */
         if (call_soon(self, fn, context) < 0)
             goto fail;
         Py_DECREF(context);

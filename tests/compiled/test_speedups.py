@@ -468,3 +468,15 @@ def test_metadata_range_refuses_offsets_past_int64() -> None:
         INT64_MAX - 1,
         INT64_MAX,
     ]
+
+
+async def test_a_callback_added_while_reading_the_outcome_cancels_the_future_still_runs(
+    compiled_record_future: type[Any],
+) -> None:
+    settlement = _ReentrantSettlement(asyncio.get_running_loop())
+    held = [compiled_record_future(settlement, 0, 1000)]
+    settlement.action = lambda: held[0].cancel()
+    called: list[Any] = []
+    held[0].add_done_callback(called.append)
+    await asyncio.sleep(0)
+    assert called == held
