@@ -388,7 +388,8 @@ class ProducerMetrics:
             count = batch.record_count
             size = batch.size
             uncompressed = batch.builder.size_in_bytes
-            ratio = size / uncompressed
+            # Java's ratio (MemoryRecordsBuilder): the records section, without the batch header.
+            ratio = (size - BATCH_HEADER_SIZE) / (uncompressed - BATCH_HEADER_SIZE)
             queued = now - batch.created
             records += count
             size_sum += size

@@ -131,8 +131,12 @@ class SendTelemetry:
             except BaseException as exc:
                 self._end(span, started, topic, [(None, exc, len(values))])
                 raise
+            # The caller gets a copy: cancelling it (asyncio.wait_for, say) must not lose the
+            # outcome of records that still go, as send()'s twin future does not.
             future.add_done_callback(lambda done: self._send_many_done(span, started, topic, len(values), done))
-            return future
+            caller: asyncio.Future[list[RecordMetadata]] = asyncio.get_running_loop().create_future()
+            future.add_done_callback(lambda done: _copy_outcome(done, caller))
+            return caller
 
         return cast(SendMany, traced)
 
@@ -178,9 +182,6 @@ class SendTelemetry:
     def _send_many_done(
         self, span: Span, started: float, topic: str, count: int, done: asyncio.Future[list[RecordMetadata]]
     ) -> None:
-        if done.cancelled():
-            span.end()  # the caller gave up on the outcome; the records still go
-            return
         error = done.exception()
         results: Sequence[Any] = done.result() if error is None else getattr(error, "results", [error] * count)
         outcomes: Counter[tuple[RecordMetadata | None, BaseException | None]] = Counter()
@@ -240,3 +241,14 @@ class SendTelemetry:
 def _error_type(error: BaseException) -> str:
     cls = type(error)
     return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _copy_outcome(done: asyncio.Future[list[RecordMetadata]], caller: asyncio.Future[list[RecordMetadata]]) -> None:
+    if caller.done():  # the caller cancelled theirs
+        return
+    error = done.exception()
+    if error is None:
+        caller.set_result(done.result())
+    else:
+        caller.set_exception(error)
+        caller.exception()  # retrieved, as the producer's own future is: the caller sees it on await

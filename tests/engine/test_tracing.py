@@ -112,3 +112,19 @@ async def test_telemetry_option_is_checked(scripted: Scripted, monkeypatch: pyte
     monkeypatch.setattr(aioprod.tracing, "opentelemetry_missing", lambda: "the opentelemetry-api package")
     with pytest.raises(ConfigError, match="telemetry needs the opentelemetry-api package"):
         Producer(bootstrap_servers=scripted.cluster.bootstrap, telemetry=True)
+
+
+async def test_a_cancelled_send_many_future_still_ends_its_span_with_the_outcome(scripted: Scripted, otel: Otel) -> None:
+    # The caller's future was the one watched: cancelled (asyncio.wait_for timing out, say), the
+    # span ended with no outcome and the records, which still went and failed, were not counted.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, telemetry=otel.telemetry) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].script = deque([InvalidRecordError.code])
+        future = await p.send_many("t", [b"a", b"b"], partition=0)
+        future.cancel()
+        await p.flush()
+    (span,) = otel.finished()
+    assert span.attributes is not None and span.attributes.get("error.type") == "aioprod.errors.InvalidRecordError"
+    assert sum(point.value for point in otel.points("messaging.client.sent.messages")) == 2
