@@ -114,7 +114,9 @@ async def test_telemetry_option_is_checked(scripted: Scripted, monkeypatch: pyte
         Producer(bootstrap_servers=scripted.cluster.bootstrap, telemetry=True)
 
 
-async def test_a_cancelled_send_many_future_still_ends_its_span_with_the_outcome(scripted: Scripted, otel: Otel) -> None:
+async def test_a_cancelled_send_many_future_still_ends_its_span_with_the_outcome(
+    scripted: Scripted, otel: Otel
+) -> None:
     # The caller's future was the one watched: cancelled (asyncio.wait_for timing out, say), the
     # span ended with no outcome and the records, which still went and failed, were not counted.
     cluster = scripted.cluster
