@@ -3,8 +3,8 @@
 A problem (a broker refusing connections, a failed handshake, a partition without a
 leader, a storm of retries, a new producer identity) is logged at WARNING the moment it
 starts, naming the broker and the reason; while it lasts it is logged again at most once
-per ``interval`` (saying how often it happened meanwhile), or at once if its reason
-changes. Its end is logged at INFO — only for a problem that was logged. Messages carry
+per ``interval`` and reason (saying how often it happened meanwhile), so a new reason is
+logged at once. Its end is logged at INFO — only for a problem that was logged. Messages carry
 the producer's ``client_id``; they are built from errors and addresses, never from
 credentials (which the configuration keeps as :class:`~aioprod.config.Secret`).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Hashable
 
@@ -21,11 +22,12 @@ DEFAULT_INTERVAL = 30.0
 
 
 class _Seen:
-    __slots__ = ("logged_at", "reason", "suppressed")
+    __slots__ = ("logged", "suppressed")
 
-    def __init__(self, logged_at: float, reason: str) -> None:
-        self.logged_at = logged_at
-        self.reason = reason
+    def __init__(self) -> None:
+        #: When each reason was last logged: a reason that flips back and forth (a broker that
+        #: refuses, then accepts and drops) is not a new one each time.
+        self.logged: dict[str, float] = {}
         self.suppressed = 0
 
 
@@ -43,21 +45,34 @@ class EventLog:
         than ``interval`` ago for the same ``reason``."""
         now = _now()
         seen = self._problems.get(key)
-        if seen is not None and seen.reason == reason and now - seen.logged_at < self.interval:
+        if seen is None:
+            seen = self._problems[key] = _Seen()
+        elif now - seen.logged.get(reason, -math.inf) < self.interval:
             seen.suppressed += 1
             return
         text = self._prefix + message
-        if seen is not None and seen.suppressed:
+        if seen.suppressed:
             text += f" ({seen.suppressed} more since the last warning)"
         logger.warning(text, *args)
-        self._problems[key] = _Seen(now, reason)
+        seen.logged[reason] = now
+        seen.suppressed = 0
 
     def resolved(self, logger: logging.Logger, key: Hashable, message: str, *args: object) -> bool:
-        """The problem ``key`` is over: log ``message`` at INFO if the problem was logged."""
-        if self._problems.pop(key, None) is None:
+        """The problem ``key`` is over: log ``message`` at INFO if the problem was logged
+        (with how often it happened after its last warning, which would otherwise go unsaid)."""
+        seen = self._problems.pop(key, None)
+        if seen is None:
             return False
-        logger.info(self._prefix + message, *args)
+        text = self._prefix + message
+        if seen.suppressed:
+            text += f" ({seen.suppressed} more after the last warning)"
+        logger.info(text, *args)
         return True
+
+    def active_keys(self, prefix: tuple[Hashable, ...]) -> list[Hashable]:
+        """The problems logged whose key is a tuple starting with ``prefix``."""
+        size = len(prefix)
+        return [key for key in self._problems if isinstance(key, tuple) and key[:size] == prefix]
 
     def active(self, key: Hashable) -> bool:
         return key in self._problems

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import deque
 
 import pytest
@@ -129,6 +130,29 @@ async def test_a_retry_storm_is_one_warning_per_interval(scripted: Scripted, log
     assert "to broker 1: NOT_LEADER_OR_FOLLOWER" in warnings[0]
     assert "more since the last warning" in warnings[1]
     assert clock.now > 30
+    # Its end is said, with the retries since the last warning (they were reported an hour late,
+    # on the next unrelated warning).
+    (ended,) = lines(logs, logging.INFO, "acknowledged again")
+    assert "records retried from broker 1 are acknowledged again" in ended
+    between, after = (int(re.search(r"\((\d+) more", line).group(1)) for line in (warnings[1], ended))  # type: ignore[union-attr]
+    assert 1 + between + 1 + after == retries  # every retry told, none late
+
+
+async def test_a_reason_that_flips_back_and_forth_is_still_one_warning_per_interval_each(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    # A broker in a crash loop refuses, then accepts and drops: every change of reason was a
+    # new warning, one per attempt.
+    from aioprod.event_log import EventLog
+
+    events, log = EventLog("c"), logging.getLogger("aioprod.test")
+    for attempt in range(60):  # one attempt a second for a minute
+        reason = "refused" if attempt % 2 else "dropped"
+        events.problem(log, ("connect", 1), reason, "broker 1: %s", reason)
+        await scripted.clock.advance(1)
+    warnings = lines(logs, logging.WARNING, "broker 1")
+    assert warnings[:2] == ["[c] broker 1: dropped", "[c] broker 1: refused"]
+    assert len(warnings) == 4  # each reason again after 30 s
 
 
 async def test_a_new_producer_identity_is_a_warning_with_its_reason(
