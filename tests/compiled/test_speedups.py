@@ -151,6 +151,7 @@ def test_append_values_stops_at_what_is_not_bytes_and_after_closing() -> None:
     [
         (-1, b"k", b"v", ()),
         (2**63, b"k", b"v", ()),
+        (1.5, b"k", b"v", ()),
         (0, "text", b"v", ()),
         (0, b"k", 12, ()),
         (0, b"k", b"v", [(b"bytes-name", b"v")]),

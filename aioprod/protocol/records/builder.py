@@ -103,6 +103,8 @@ class _PyRecordsCore:
         ``timestamp_ms`` is milliseconds since the epoch, 0 <= ts < 2**63 as Kafka requires.
         Invalid arguments raise TypeError/ValueError and leave the batch unchanged.
         """
+        if not isinstance(timestamp_ms, int):  # as the compiled builder: a float went in, to fail at build()
+            raise TypeError(f"timestamp must be an int, not {type(timestamp_ms).__name__}")
         if not 0 <= timestamp_ms <= INT64_MAX:
             raise ValueError(f"timestamp must be in [0, 2**63), got {timestamp_ms}")
         count = self._count
@@ -218,6 +220,8 @@ class _PyRecordsCore:
         would take the records' cost — ``overhead`` plus key and value lengths each — past
         ``budget``. Returns (records appended, their cost).
         """
+        if not isinstance(timestamp_ms, int):
+            raise TypeError(f"timestamp must be an int, not {type(timestamp_ms).__name__}")
         if not 0 <= timestamp_ms <= INT64_MAX:
             raise ValueError(f"timestamp must be in [0, 2**63), got {timestamp_ms}")
         if self._section is not None:

@@ -64,6 +64,13 @@ _XERIAL_BLOCK: Final = 32 * 1024  # xerial's default block size, as the Java cli
 _I32: Final = struct.Struct(">i")
 
 _ZSTD_MIN_STEP: Final = 64  # input bytes per zstd feed near the ceiling (<= 2 MiB output)
+# Input fed to a decompressor at a time, and lz4 output asked for at a time: what a decompressor
+# copies of the rest of its input (its unused_data), or allocates up front, stays this small.
+# (Fed the whole rest, a batch of many tiny concatenated frames took quadratic time; asked for
+# up to the size ceiling, lz4 allocated 64 MiB for every frame.)
+_INPUT_STEP: Final = 64 * 1024
+_FIRST_STEP: Final = 256  # a frame's first piece (doubling up to _INPUT_STEP): tiny frames copy little
+_OUTPUT_STEP: Final = 256 * 1024
 
 
 def resolve_codec(codec: str | int) -> Codec:
@@ -173,37 +180,55 @@ def _too_big(codec: int, max_size: int) -> NoReturn:
 def _gunzip(data: BytesLike, max_size: int) -> bytes:
     out: list[bytes] = []
     total = 0
-    rest = bytes(data)
+    view = memoryview(data)
+    pos, end = 0, len(view)
     while True:
         # wbits=47 accepts gzip or zlib headers; Java's GZIPInputStream also reads concatenated members.
         d = zlib.decompressobj(47)
-        chunk = d.decompress(rest, max_size - total + 1)
-        total += len(chunk)
-        if total > max_size:
-            _too_big(Codec.GZIP, max_size)
-        out.append(chunk)
-        if not d.eof:
-            raise CorruptRecordError("gzip data is truncated")
-        rest = d.unused_data
-        if not rest:
+        step = _FIRST_STEP
+        while not d.eof:
+            if pos >= end:
+                raise CorruptRecordError("gzip data is truncated")
+            piece = view[pos : pos + step]
+            step = min(2 * step, _INPUT_STEP)
+            chunk = d.decompress(piece, max_size - total + 1)
+            total += len(chunk)
+            if total > max_size:
+                _too_big(Codec.GZIP, max_size)
+            out.append(chunk)
+            pos += len(piece) - len(d.unused_data)
+        if pos >= end:
             return b"".join(out)
 
 
 def _unlz4(data: BytesLike, max_size: int) -> bytes:
     out: list[bytes] = []
     total = 0
-    rest: BytesLike = data
+    view = memoryview(data)
+    pos, end = 0, len(view)
     while True:
         d = lz4.frame.LZ4FrameDecompressor()
-        chunk = d.decompress(rest, max_length=max_size - total + 1)
-        total += len(chunk)
-        if total > max_size:
-            _too_big(Codec.LZ4, max_size)
-        out.append(chunk)
-        if not d.eof:
-            raise CorruptRecordError("lz4 frame is truncated")
-        rest = d.unused_data
-        if not rest:
+        fed = 0
+        step = _FIRST_STEP
+        while not d.eof:
+            # At most _OUTPUT_STEP at a time: the library allocates max_length before decoding.
+            room = min(max_size - total + 1, _OUTPUT_STEP)
+            if d.needs_input:
+                if pos >= end:
+                    raise CorruptRecordError("lz4 frame is truncated")
+                piece = view[pos : pos + step]
+                step = min(2 * step, _INPUT_STEP)
+                pos += len(piece)
+                fed = len(piece)
+                chunk = d.decompress(piece, max_length=room)
+            else:
+                chunk = d.decompress(b"", max_length=room)
+            total += len(chunk)
+            if total > max_size:
+                _too_big(Codec.LZ4, max_size)
+            out.append(chunk)
+        pos -= min(len(d.unused_data or b""), fed)
+        if pos >= end:
             return b"".join(out)
 
 
@@ -213,23 +238,26 @@ def _unzstd(data: BytesLike, max_size: int) -> bytes:
     out: list[bytes] = []
     total = 0
     dctx = zstandard.ZstdDecompressor()
-    rest = bytes(data)
-    if not rest:
+    view = memoryview(data)
+    pos, end = 0, len(view)
+    if not end:
         raise CorruptRecordError("zstd data is empty")
-    while rest:
+    while pos < end:
         dobj = dctx.decompressobj()
-        pos = 0
+        grown = _FIRST_STEP
         while not dobj.eof:
-            if pos >= len(rest):
+            if pos >= end:
                 raise CorruptRecordError("zstd frame is truncated")
-            step = max(_ZSTD_MIN_STEP, (max_size - total) >> 15)
-            chunk = dobj.decompress(rest[pos : pos + step])
-            pos += step
+            step = max(_ZSTD_MIN_STEP, min(grown, (max_size - total) >> 15))
+            grown *= 2
+            piece = view[pos : pos + step]
+            chunk = dobj.decompress(piece)
+            pos += len(piece)
             total += len(chunk)
             if total > max_size:
                 _too_big(Codec.ZSTD, max_size)
             out.append(chunk)
-        rest = dobj.unused_data + rest[pos:]
+        pos -= len(dobj.unused_data)  # the next frame's first bytes, fed with this one's last
     return b"".join(out)
 
 
