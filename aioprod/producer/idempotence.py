@@ -2,9 +2,10 @@
 
 A batch is *stamped* (producer id, epoch, base sequence) when it is first sent, and keeps
 its stamp on every retry, whatever identity the producer has meanwhile: that is what lets
-the broker recognise a batch it already wrote. A stamp is dropped only for a batch the
-broker refused for a sequence gap nothing of ours explains (OUT_OF_ORDER_SEQUENCE_NUMBER,
-UNKNOWN_PRODUCER_ID): a broker holding any attempt of it would not answer so, and the
+the broker recognise a batch it already wrote (among the last five it holds; a batch whose
+later sequences were acknowledged is known to be written, whatever it answers: see
+``known_written``). A stamp is dropped only for a batch the broker refused for a sequence
+gap nothing of ours explains (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID), and the
 stamp cannot work any more. Batches behind it in the partition cannot be in the log either
 (the broker writes a partition's sequences without gaps), so they are renumbered with it.
 
@@ -138,6 +139,17 @@ class IdempotenceState:
         on_wire = self.partition(batch.tp).on_wire
         if batch in on_wire:
             on_wire.remove(batch)
+
+    def known_written(self, batch: ProducerBatch) -> bool:
+        """The broker acknowledged later sequences of ``batch``'s identity: it is in the log,
+        whatever it answers now. A broker writes a producer's sequences without gaps, but
+        recognises a repeat only among the last five batches it holds: a written batch retried
+        after more went past it is answered OUT_OF_ORDER_SEQUENCE_NUMBER, not as a duplicate."""
+        entry = self._partitions.get(batch.tp)
+        if entry is None or not batch.stamped or (batch.producer_id, batch.producer_epoch) != entry.identity[:2]:
+            return False
+        end = (batch.base_sequence + batch.record_count) % SEQUENCE_MODULUS
+        return not sequence_before(entry.acked_next, end)
 
     def acked(self, batch: ProducerBatch) -> None:
         entry = self.partition(batch.tp)

@@ -373,7 +373,12 @@ class Sender:
                 continue
             if self.fatal is not None:
                 self._finish(batch, self.fatal)
-            elif action is Action.ACK:
+            elif action is Action.ACK or (
+                decision.sequence_refused and ident is not None and ident.known_written(batch)
+            ):
+                # (A refusal of a batch the broker is known to hold: out of its duplicate window,
+                # a written batch retried is refused, and was written again.) Its offset is then
+                # unknown (-1), as for a duplicate the broker does not place.
                 if ident is not None:
                     ident.acked(batch)
                 batch.succeed(decision.base_offset, decision.log_append_time)

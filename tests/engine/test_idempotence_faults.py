@@ -110,3 +110,38 @@ async def test_a_batch_written_before_its_leader_answered_not_leader_is_not_writ
         await p.send_and_wait("t", b"D", partition=1)
         await a
     assert cluster.partition("t", 0).values == [b"A"]
+
+
+@pytest.mark.parametrize("first_batch", [False, True])
+async def test_a_written_batch_retried_after_it_left_the_brokers_duplicate_window_is_not_written_again(
+    scripted: Scripted, first_batch: bool
+) -> None:
+    # The broker recognises a repeat only among the last five batches it holds per producer and
+    # partition. A batch written, its answer lost, and retried after six more went past it, is
+    # answered OUT_OF_ORDER_SEQUENCE_NUMBER: taken for a gap, it was renumbered and written
+    # again (or, at sequence 0, stopped the producer), though later sequences of its identity
+    # had been acknowledged, which the broker takes only after it.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2, 1])
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10, metadata_max_age_ms=500
+    ) as p:
+        await (await p.send("t", b"x", partition=1))  # both brokers connected
+        await (await p.send("t", b"x", partition=2))
+        if not first_batch:
+            await (await p.send("t", b"before", partition=0))
+        cluster.nodes[1].script = deque([Hold])  # written; its answer held
+        held = await p.send("t", b"held", partition=0)
+        while b"held" not in cluster.partition("t", 0).values:
+            await asyncio.sleep(0.01)  # virtual time
+        cluster.move_leader("t", 0, 2)
+        await asyncio.sleep(1.0)  # virtual: a periodic refresh finds the new leader
+        flushing = asyncio.ensure_future(p.flush())  # later batches go while "held" is unanswered
+        for i in range(6):
+            await (await p.send("t", b"later-%d" % i, partition=0))
+        cluster.disconnect(1)  # the held answer is lost: "held" is retried with its stamp
+        metadata = await held
+        await flushing
+    assert cluster.partition("t", 0).values.count(b"held") == 1
+    assert metadata.offset == -1  # in the log, at an offset the refusal does not say
