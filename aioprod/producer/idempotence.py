@@ -2,11 +2,11 @@
 
 A batch is *stamped* (producer id, epoch, base sequence) when it is first sent, and keeps
 its stamp on every retry, whatever identity the producer has meanwhile: that is what lets
-the broker recognise a batch it already wrote (among the last five it holds; a batch whose
-later sequences were acknowledged is known to be written, whatever it answers: see
-``known_written``). A stamp is dropped only for a batch the broker refused for a sequence
-gap nothing of ours explains (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID), and the
-stamp cannot work any more. Batches behind it in the partition cannot be in the log either
+the broker recognise a batch it already wrote (among the last five it holds: a batch
+refused after later sequences were acknowledged fails as possibly written, see
+``overtaken``). A stamp is dropped only for a batch the broker refused for a sequence gap
+nothing of ours explains (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID), and the stamp
+cannot work any more. Batches behind it in the partition cannot be in the log either
 (the broker writes a partition's sequences without gaps), so they are renumbered with it.
 
 Each partition numbers its batches under its own identity: the producer's identity when
@@ -140,11 +140,13 @@ class IdempotenceState:
         if batch in on_wire:
             on_wire.remove(batch)
 
-    def known_written(self, batch: ProducerBatch) -> bool:
-        """The broker acknowledged later sequences of ``batch``'s identity: it is in the log,
-        whatever it answers now. A broker writes a producer's sequences without gaps, but
-        recognises a repeat only among the last five batches it holds: a written batch retried
-        after more went past it is answered OUT_OF_ORDER_SEQUENCE_NUMBER, not as a duplicate."""
+    def overtaken(self, batch: ProducerBatch) -> bool:
+        """The broker acknowledged later sequences of ``batch``'s identity than its own. A
+        broker recognises a repeat only among the last five batches it holds: past them, a
+        written batch retried is answered OUT_OF_ORDER_SEQUENCE_NUMBER, as one never written
+        is. Whether it is in the log its answer cannot tell (a broker without state for the
+        producer may have taken the later ones without it), so it is neither renumbered,
+        which would write it twice, nor taken as acknowledged."""
         entry = self._partitions.get(batch.tp)
         if entry is None or not batch.stamped or (batch.producer_id, batch.producer_epoch) != entry.identity[:2]:
             return False

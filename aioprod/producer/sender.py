@@ -24,6 +24,7 @@ from aioprod.config import ProducerConfig
 from aioprod.errors import (
     KafkaConnectionError,
     KafkaError,
+    OutOfOrderSequenceNumberError,
     ProducerFatalError,
     TransactionAbortedError,
     error_for_code,
@@ -373,12 +374,17 @@ class Sender:
                 continue
             if self.fatal is not None:
                 self._finish(batch, self.fatal)
-            elif action is Action.ACK or (
-                decision.sequence_refused and ident is not None and ident.known_written(batch)
-            ):
-                # (A refusal of a batch the broker is known to hold: out of its duplicate window,
-                # a written batch retried is refused, and was written again.) Its offset is then
-                # unknown (-1), as for a duplicate the broker does not place.
+            elif decision.sequence_refused and ident is not None and ident.overtaken(batch):
+                # Refused after later sequences of its identity were acknowledged: it may be in the
+                # log, out of the broker's duplicate window (renumbered, it was written twice).
+                batch.maybe_written = True
+                overtaken = OutOfOrderSequenceNumberError(
+                    f"{batch.tp.topic}-{batch.tp.partition}: the broker acknowledged later records of the partition "
+                    f"and no longer recognises this batch (beyond its duplicate window of five): it may be in the "
+                    f"log, and is not sent again ({decision.error})"
+                )
+                self._finish(batch, overtaken)
+            elif action is Action.ACK:
                 if ident is not None:
                     ident.acked(batch)
                 batch.succeed(decision.base_offset, decision.log_append_time)
