@@ -54,6 +54,8 @@ class EventLog:
         if seen.suppressed:
             text += f" ({seen.suppressed} more since the last warning)"
         logger.warning(text, *args)
+        # Reasons not logged for an interval are forgotten: some carry changing detail.
+        seen.logged = {old: at for old, at in seen.logged.items() if now - at < self.interval}
         seen.logged[reason] = now
         seen.suppressed = 0
 
@@ -69,10 +71,18 @@ class EventLog:
         logger.info(text, *args)
         return True
 
-    def active_keys(self, prefix: tuple[Hashable, ...]) -> list[Hashable]:
-        """The problems logged whose key is a tuple starting with ``prefix``."""
+    def resolved_all(self, logger: logging.Logger, prefix: tuple[Hashable, ...], message: str, *args: object) -> None:
+        """The problems whose key is a tuple starting with ``prefix`` are over: one INFO line
+        for them all (if any was logged), with how often they happened after their warnings."""
         size = len(prefix)
-        return [key for key in self._problems if isinstance(key, tuple) and key[:size] == prefix]
+        keys = [key for key in self._problems if isinstance(key, tuple) and key[:size] == prefix]
+        if not keys:
+            return
+        suppressed = sum(self._problems.pop(key).suppressed for key in keys)
+        text = self._prefix + message
+        if suppressed:
+            text += f" ({suppressed} more after the last warning)"
+        logger.info(text, *args)
 
     def active(self, key: Hashable) -> bool:
         return key in self._problems

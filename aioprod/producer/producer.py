@@ -885,10 +885,15 @@ class Producer:
         """Only on the loop it was started on: its tasks, connections and timers live there, and
         on another one a call waited out its timeout and failed for a reason it did not give.
         (Checked where a call may wait, not per record.)"""
+        running: asyncio.AbstractEventLoop | None
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
-            return  # begin_transaction() is synchronous: callable between a loop's runs
+            # begin_transaction() is synchronous: callable between the loop's runs, but not
+            # from another thread while the loop runs there.
+            if not self._loop.is_running():
+                return
+            running = None
         if running is not self._loop:
             raise RuntimeError(
                 "this producer was started on another event loop: a Producer belongs to the loop it was "

@@ -87,9 +87,10 @@ class Sender:
         self._in_flight: set[ProducerBatch] = set()
         #: Produce requests written to each node whose answer (or failure) has not come.
         self._unanswered: dict[int, int] = {}
-        #: The partitions whose records a broker's answers had retried (and warned of): once
-        #: each is acknowledged again (by that broker or a new leader), the warning ends (INFO).
-        self._retry_warned: dict[int, set[TopicPartition]] = {}
+        #: The partitions whose records a broker's answers had retried (and warned of), and
+        #: when it last did: once each is acknowledged again (by that broker or a new leader)
+        #: and no retry came from it for the event log's interval, the warning ends (INFO).
+        self._retry_warned: dict[int, tuple[set[TopicPartition], list[float]]] = {}
         self._quiet = asyncio.Event()
         self._quiet.set()
         #: The error that stopped this producer for good, if any.
@@ -390,7 +391,7 @@ class Sender:
                 batch.succeed(decision.base_offset, decision.log_append_time)
                 acc.complete(batch)
                 if self._retry_warned:
-                    self._retries_ending(batch.tp)
+                    self._retries_ending(batch.tp, now)
             elif action is Action.RETRY:
                 if decision.sequence_refused and not self._sequence_refused(batch, decision, node):
                     continue
@@ -411,7 +412,9 @@ class Sender:
         of them is one line per interval, saying how many there were)."""
         self._metrics.record_retry(batch, now)
         error = decision.error
-        self._retry_warned.setdefault(node, set()).add(batch.tp)
+        partitions, last = self._retry_warned.setdefault(node, (set(), [now]))
+        partitions.add(batch.tp)
+        last[0] = now
         self._metrics.events.problem(
             log,
             ("retry", node, type(error).__name__),  # each kind of error on its own: no alternating flood
@@ -425,16 +428,18 @@ class Sender:
             batch.attempts,
         )
 
-    def _retries_ending(self, tp: TopicPartition) -> None:
-        """A batch of ``tp`` was acknowledged: a broker whose retried partitions all are again
-        has its retry warnings end."""
+    def _retries_ending(self, tp: TopicPartition, now: float) -> None:
+        """A batch of ``tp`` was acknowledged: a broker whose retried partitions all are again,
+        and that caused no retry for an interval, has its retry warnings end (one INFO line).
+        (At once, a broker refusing each record once would have been a warning per record.)"""
         events = self._metrics.events
-        for node, partitions in list(self._retry_warned.items()):
+        for node, (partitions, last) in list(self._retry_warned.items()):
             partitions.discard(tp)
-            if not partitions:
+            if not partitions and now - last[0] >= events.interval:
                 del self._retry_warned[node]
-                for key in events.active_keys(("retry", node)):
-                    events.resolved(log, key, "records retried from %s are acknowledged again", describe_node(node))
+                events.resolved_all(
+                    log, ("retry", node), "records retried from %s are acknowledged again", describe_node(node)
+                )
 
     def _sequence_refused(self, batch: ProducerBatch, decision: Decision, node: int) -> bool:
         """The broker checked the batch's sequence and did not write it; see

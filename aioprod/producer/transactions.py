@@ -594,7 +594,7 @@ class TransactionManager:
                 else:
                     op[1].cancel()
                     await asyncio.wait([op[1]])
-            if self.in_transaction:
+            if self.in_transaction or self.state is TxnState.ABORTING:  # (an abort that failed part-way)
                 log.info("aborting transaction %r: the producer is closing", self.transactional_id)
                 await self.abort(fail_unsent, flush)
             elif self.state is TxnState.PREPARED and not self._handed_over:

@@ -124,6 +124,9 @@ async def test_a_retry_storm_is_one_warning_per_interval(scripted: Scripted, log
         cluster.nodes[1].script = deque([NOT_LEADER] * 400)  # ~40 s of refusals, 10 a second
         await p.send_and_wait("t", b"v")
         retries = p.metrics()["record-retry-total"]
+        assert not lines(logs, logging.INFO, "acknowledged again")  # not over until quiet for 30 s
+        await clock.advance(30)
+        await p.send_and_wait("t", b"w")
     assert retries == 400
     warnings = lines(logs, logging.WARNING, "retrying")
     assert len(warnings) == 2  # at once, then 30 s later saying how many there were meanwhile
@@ -136,6 +139,21 @@ async def test_a_retry_storm_is_one_warning_per_interval(scripted: Scripted, log
     assert "records retried from broker 1 are acknowledged again" in ended
     between, after = (int(re.search(r"\((\d+) more", line).group(1)) for line in (warnings[1], ended))  # type: ignore[union-attr]
     assert 1 + between + 1 + after == retries  # every retry told, none late
+
+
+async def test_a_broker_refusing_each_record_once_is_not_a_warning_per_record(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    # Each acknowledgement ended the warning at once, so the next retry warned again: a WARNING
+    # and an INFO line per record.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10) as p:
+        for i in range(20):
+            cluster.nodes[1].script = deque([NOT_LEADER])
+            await p.send_and_wait("t", b"%d" % i)
+    assert len(lines(logs, logging.WARNING, "retrying")) == 1
+    assert lines(logs, logging.INFO, "acknowledged again") == []
 
 
 async def test_a_reason_that_flips_back_and_forth_is_still_one_warning_per_interval_each(

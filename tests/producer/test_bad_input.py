@@ -141,3 +141,21 @@ def test_closing_a_closed_producer_is_a_no_op_from_any_loop() -> None:
 
     asyncio.run(start_and_close())
     asyncio.run(producer.close())  # a fixture's teardown, say, on a loop of its own
+
+
+def test_a_transactional_call_from_another_thread_while_the_loop_runs_says_so() -> None:
+    import threading
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
+    try:
+        asyncio.run_coroutine_threadsafe(producer.start(), loop).result(30)
+        with pytest.raises(RuntimeError, match="started on another event loop"):
+            producer.begin_transaction()  # synchronous, from a thread the loop is not running in
+    finally:
+        asyncio.run_coroutine_threadsafe(producer.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
