@@ -148,3 +148,32 @@ async def test_a_written_batch_retried_after_it_left_the_brokers_duplicate_windo
         await flushing
         await (await p.send("t", b"after", partition=0))  # the producer goes on
     assert cluster.partition("t", 0).values.count(b"held") == 1
+
+
+async def test_a_batch_a_stateless_broker_skipped_is_not_reported_as_delivered(scripted: Scripted) -> None:
+    # A Kafka 2.5+ broker holding no state for the producer takes a later sequence without the
+    # earlier ones. Here the first batch is refused before it is written, the second taken,
+    # and the first's retry refused OUT_OF_ORDER: later sequences were acknowledged, yet it is
+    # not in the log. It must not count as delivered (nor be written twice); it fails, saying
+    # it may be in the log.
+    cluster = scripted.cluster
+    cluster.accepts_unknown_producers = True
+    cluster.create_topic("t", 1)
+    node = cluster.nodes[1]
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10) as p:
+        await p.partitions_for("t")
+        node.stalling = True  # both requests on the wire before the broker looks at either
+        first = await p.send("t", b"first", partition=0)
+        while not cluster.requests_of(m.ProduceRequest):
+            await asyncio.sleep(0)
+        flushing = asyncio.ensure_future(p.flush())  # sends the second without waiting for the first
+        second = await p.send("t", b"second", partition=0)
+        while p.metrics()["requests-in-flight"] < 2:  # (the broker handles a connection's requests in turn)
+            await asyncio.sleep(0)
+        node.script = deque([19, 0])  # NOT_ENOUGH_REPLICAS (not written), then taken
+        node.release()
+        with pytest.raises(OutOfOrderSequenceNumberError, match="may be in the log"):
+            await first
+        await second
+        await flushing
+    assert cluster.partition("t").values == [b"second"]

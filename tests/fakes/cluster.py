@@ -240,6 +240,9 @@ class ScriptedCluster:
         #: Answer a repeated batch as Tansu does (DUPLICATE_SEQUENCE_NUMBER) instead of
         #: as Apache Kafka does (success with the original offset).
         self.duplicate_error = False
+        #: Kafka 2.5+: a producer the partition holds no state for is taken at any sequence
+        #: (it answered UNKNOWN_PRODUCER_ID before, as this fake does by default).
+        self.accepts_unknown_producers = False
         #: Put CurrentLeader/NodeEndpoints in NOT_LEADER answers (KIP-951, Produce v10+).
         self.kip951 = True
         self._producer_ids = itertools.count(1000)
@@ -453,7 +456,7 @@ class ScriptedCluster:
             last = first + batch.record_count - 1
             state = part.producers.get(pid)
             if state is None:
-                if first != 0:
+                if first != 0 and not self.accepts_unknown_producers:
                     return UNKNOWN_PRODUCER_ID, -1
                 state = part.producers[pid] = _ProducerState(epoch)
             elif epoch < state.epoch:
