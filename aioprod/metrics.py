@@ -76,7 +76,7 @@ PRODUCER_METRICS: dict[str, str] = {
     "connection-creation-rate": "Broker connections established per second",
     "connection-close-total": "Broker connections closed",
     "connection-close-rate": "Broker connections closed per second",
-    "successful-authentication-total": "Connections that authenticated (SASL or mutual TLS)",
+    "successful-authentication-total": "Connections that authenticated with SASL",
     "successful-authentication-rate": "Successful authentications per second",
     "failed-authentication-total": "Connections refused in authentication",
     "failed-authentication-rate": "Failed authentications per second",

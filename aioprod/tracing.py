@@ -119,6 +119,8 @@ class SendTelemetry:
             partition: int | None = None,
             timestamp_ms: int | None = None,
         ) -> asyncio.Future[list[RecordMetadata]]:
+            if not isinstance(values, Sequence):
+                values = list(values)  # a generator, which send_many takes: counted here first
             span = self._start(topic, partition, tombstone=False, count=len(values))
             started = time.monotonic()
             try:

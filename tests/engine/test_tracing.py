@@ -130,3 +130,13 @@ async def test_a_cancelled_send_many_future_still_ends_its_span_with_the_outcome
     (span,) = otel.finished()
     assert span.attributes is not None and span.attributes.get("error.type") == "aioprod.errors.InvalidRecordError"
     assert sum(point.value for point in otel.points("messaging.client.sent.messages")) == 2
+
+
+async def test_send_many_takes_a_generator_with_telemetry_on(scripted: Scripted, otel: Otel) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, telemetry=otel.telemetry) as p:
+        metadata = await (await p.send_many("t", (b"%d" % i for i in range(3))))  # type: ignore[arg-type]
+    assert len(metadata) == 3
+    (span,) = otel.finished()
+    assert span.attributes is not None and span.attributes["messaging.batch.message_count"] == 3
