@@ -42,10 +42,10 @@ def check_schema(schema: StructType, topic: str | None) -> dict[str, DataType]:
     expect("value", isinstance(fields["value"], (BinaryType, StringType)), "binary or string")
     if "key" in fields:
         expect("key", isinstance(fields["key"], (BinaryType, StringType)), "binary or string")
-    if "topic" in fields:
+    if topic is None:  # topic= wins: a topic column is then not read, whatever its type (as Spark's sink)
+        if "topic" not in fields:
+            raise DataFrameSchemaError("the DataFrame has no 'topic' column and no topic= argument was given")
         expect("topic", isinstance(fields["topic"], StringType), "string")
-    elif topic is None:
-        raise DataFrameSchemaError("the DataFrame has no 'topic' column and no topic= argument was given")
     if "partition" in fields:
         expect(
             "partition",
