@@ -17,6 +17,7 @@ from aioprod.errors import (
     DeliveryTimeoutError,
     GroupAuthorizationFailedError,
     InvalidRecordError,
+    KafkaError,
     KafkaTimeoutError,
     ProducerClosedError,
     ProducerFatalError,
@@ -236,6 +237,22 @@ async def test_close_aborts_an_open_transaction(cluster: ScriptedCluster) -> Non
     assert cluster.partition("t", 0).committed == []
     (end,) = requests(cluster, m.EndTxnRequest)
     assert end.committed is False  # type: ignore[attr-defined]
+
+
+async def test_close_finishes_an_abort_that_failed_part_way(cluster: ScriptedCluster) -> None:
+    # The abort's EndTxn was refused (a non-retriable answer), leaving the producer ABORTING:
+    # not "in a transaction", so close() left the transaction open at the coordinator, and
+    # read_committed readers waited for its timeout.
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        await p.send("t", b"to abort", partition=0)
+        await p.flush()
+        cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([42])  # INVALID_REQUEST
+        with pytest.raises(KafkaError):
+            await p.abort_transaction()
+    assert [end.committed for end in requests(cluster, m.EndTxnRequest)] == [False, False]  # type: ignore[attr-defined]
+    assert not cluster.coordinator.transactions["txn-1"].ongoing
+    assert cluster.partition("t", 0).committed == []
 
 
 async def test_close_with_a_timeout_ends_within_it_when_the_broker_is_silent(
