@@ -143,11 +143,8 @@ class Sender:
         Returns the tasks that were cancelled, for the caller to wait on."""
         self._stopping = True
         self._acc.fail_all(lambda batch: error(batch.possibly_persisted))
-        for batch in list(self._in_flight):
-            if not batch.done:
-                batch.fail(error(True))
-                self._acc.complete(batch)
-        # Neither queued nor on the wire: drained in a round that raised before writing them.
+        # The rest: on the wire (possibly persisted), or drained in a round that raised before
+        # writing them (not).
         for batch in list(self._acc.incomplete):
             if not batch.done:
                 batch.fail(error(batch.possibly_persisted))
