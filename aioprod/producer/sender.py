@@ -90,7 +90,8 @@ class Sender:
         #: The partitions whose records a broker's answers had retried (and warned of), and
         #: when it last did: once each is acknowledged again (by that broker or a new leader)
         #: and no retry came from it for the event log's interval, the warning ends (INFO).
-        self._retry_warned: dict[int, tuple[set[TopicPartition], list[float]]] = {}
+        self._retry_warned: dict[int, set[TopicPartition]] = {}
+        self._last_retry: dict[int, float] = {}
         self._quiet = asyncio.Event()
         self._quiet.set()
         #: The error that stopped this producer for good, if any.
@@ -409,9 +410,8 @@ class Sender:
         of them is one line per interval, saying how many there were)."""
         self._metrics.record_retry(batch, now)
         error = decision.error
-        partitions, last = self._retry_warned.setdefault(node, (set(), [now]))
-        partitions.add(batch.tp)
-        last[0] = now
+        self._retry_warned.setdefault(node, set()).add(batch.tp)
+        self._last_retry[node] = now
         self._metrics.events.problem(
             log,
             ("retry", node, type(error).__name__),  # each kind of error on its own: no alternating flood
@@ -430,10 +430,10 @@ class Sender:
         and that caused no retry for an interval, has its retry warnings end (one INFO line).
         (At once, a broker refusing each record once would have been a warning per record.)"""
         events = self._metrics.events
-        for node, (partitions, last) in list(self._retry_warned.items()):
+        for node, partitions in list(self._retry_warned.items()):
             partitions.discard(tp)
-            if not partitions and now - last[0] >= events.interval:
-                del self._retry_warned[node]
+            if not partitions and now - self._last_retry[node] >= events.interval:
+                del self._retry_warned[node], self._last_retry[node]
                 events.resolved_all(
                     log, ("retry", node), "records retried from %s are acknowledged again", describe_node(node)
                 )
