@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from aioprod.producer.producer import send_many_values
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
@@ -119,8 +121,7 @@ class SendTelemetry:
             partition: int | None = None,
             timestamp_ms: int | None = None,
         ) -> asyncio.Future[list[RecordMetadata]]:
-            if not isinstance(values, Sequence):
-                values = list(values)  # a generator, which send_many takes: counted here first
+            values = send_many_values(values)  # a generator listed, to be counted here first
             span = self._start(topic, partition, tombstone=False, count=len(values))
             started = time.monotonic()
             try:

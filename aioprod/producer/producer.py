@@ -495,10 +495,9 @@ class Producer:
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
         check_topic_name(topic)
+        values = send_many_values(values)
         if not isinstance(values, Sequence) or isinstance(values, str | bytes | bytearray):
-            if isinstance(values, str | bytes | bytearray | Mapping) or not isinstance(values, Iterable):
-                raise TypeError(f"values must be a sequence of values (a list, say), got {type(values).__name__}")
-            values = list(values)  # a generator, as SyncProducer.send_many takes
+            raise TypeError(f"values must be a sequence of values (a list, say), got {type(values).__name__}")
         count = len(values)
         if keys is not None and len(keys) != count:
             raise ValueError(f"keys has {len(keys)} items but values has {count}")
@@ -922,6 +921,15 @@ def _serialized(field: str, data: Any) -> bytes | None:
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
     raise TypeError(f"{field}_serializer returned {type(data).__name__}, expected bytes or None")
+
+
+def send_many_values(values: Any) -> Any:
+    """``send_many``'s values, a generator (any iterable but a sequence, a mapping, str or
+    bytes) made a list, as SyncProducer.send_many takes it; anything else as it is, for
+    send_many to take or refuse. (The telemetry wrapper counts them first, through this.)"""
+    if isinstance(values, Sequence | Mapping | str | bytes | bytearray) or not isinstance(values, Iterable):
+        return values
+    return list(values)
 
 
 def check_topic_name(topic: Any) -> None:
