@@ -65,10 +65,7 @@ class EventLog:
         seen = self._problems.pop(key, None)
         if seen is None:
             return False
-        text = self._prefix + message
-        if seen.suppressed:
-            text += f" ({seen.suppressed} more after the last warning)"
-        logger.info(text, *args)
+        self._log_end(logger, seen.suppressed, message, args)
         return True
 
     def resolved_all(self, logger: logging.Logger, prefix: tuple[Hashable, ...], message: str, *args: object) -> None:
@@ -78,7 +75,9 @@ class EventLog:
         keys = [key for key in self._problems if isinstance(key, tuple) and key[:size] == prefix]
         if not keys:
             return
-        suppressed = sum(self._problems.pop(key).suppressed for key in keys)
+        self._log_end(logger, sum(self._problems.pop(key).suppressed for key in keys), message, args)
+
+    def _log_end(self, logger: logging.Logger, suppressed: int, message: str, args: tuple[object, ...]) -> None:
         text = self._prefix + message
         if suppressed:
             text += f" ({suppressed} more after the last warning)"
