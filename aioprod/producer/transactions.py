@@ -298,17 +298,17 @@ class TransactionManager:
         (explicitly, or by close()), which frees its partitions for read_committed readers."""
         if self.failed or self._producer_error is not None:
             return
-        if not isinstance(error, KafkaError):
-            wrapped = ProducerFatalError(f"the producer failed: {error!r}")
-            wrapped.__cause__ = error
-            error = wrapped
-        assert isinstance(error, KafkaError)
-        self._producer_error = error
+        if isinstance(error, KafkaError):
+            failed = error
+        else:
+            failed = ProducerFatalError(f"the producer failed: {error!r}")
+            failed.__cause__ = error
+        self._producer_error = failed
         if self.state in (TxnState.IN_TRANSACTION, *_DELIVERING, TxnState.ABORTABLE_ERROR):
-            self.abortable(error)
+            self.abortable(failed)
         elif self.state is not TxnState.ABORTING:  # an abort under way ends in FATAL_ERROR (see _ended)
             self.state = TxnState.FATAL_ERROR
-            self.error = error
+            self.error = failed
 
     def _ended(self) -> None:
         """The transaction was committed or aborted: the next may begin, unless the producer failed."""
