@@ -148,17 +148,16 @@ class IdempotenceState:
         producer may have taken the later ones without it), so it is neither renumbered,
         which would write it twice, nor taken as acknowledged."""
         entry = self._partitions.get(batch.tp)
-        if entry is None or not batch.stamped or (batch.producer_id, batch.producer_epoch) != entry.identity[:2]:
+        if entry is None:
             return False
-        end = (batch.base_sequence + batch.record_count) % SEQUENCE_MODULUS
-        return not sequence_before(entry.acked_next, end)
+        end = _end_under(entry, batch)
+        return end is not None and not sequence_before(entry.acked_next, end)
 
     def acked(self, batch: ProducerBatch) -> None:
         entry = self.partition(batch.tp)
-        if batch.stamped and (batch.producer_id, batch.producer_epoch) == entry.identity[:2]:
-            end = (batch.base_sequence + batch.record_count) % SEQUENCE_MODULUS
-            if not sequence_before(end, entry.acked_next):
-                entry.acked_next = end
+        end = _end_under(entry, batch)
+        if end is not None and not sequence_before(end, entry.acked_next):
+            entry.acked_next = end
 
     def failed(self, batch: ProducerBatch) -> None:
         """A stamped batch's records failed for good: the broker may or may not hold that
@@ -188,6 +187,13 @@ class IdempotenceState:
             and sequence_before(other.base_sequence, batch.base_sequence)
             for other in self.partition(batch.tp).on_wire
         )
+
+
+def _end_under(entry: PartitionSequences, batch: ProducerBatch) -> int | None:
+    """The sequence after ``batch``'s last, if it is stamped under the partition's identity."""
+    if not batch.stamped or (batch.producer_id, batch.producer_epoch) != entry.identity[:2]:
+        return None
+    return (batch.base_sequence + batch.record_count) % SEQUENCE_MODULUS
 
 
 def sequence_before(a: int, b: int) -> bool:
