@@ -23,7 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +46,32 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """Linux: a preexec_fn that has the child killed when the process that started it dies
+    (a SIGTERM or SIGKILL skips every ``finally``); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def _kill(*procs: subprocess.Popen[bytes] | None) -> None:
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
 
 
 def _accepts(port: int, timeout: float = 0.5) -> bool:
@@ -155,6 +182,7 @@ class EmbeddedBroker:
         self._gateway: subprocess.Popen[bytes] | None = None
         self._gateway_dir: str | None = None
         self._log: IO[bytes] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
@@ -203,7 +231,10 @@ class EmbeddedBroker:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "NO_COLOR": "1"},
+            preexec_fn=_die_with_parent(),  # killed with this process, even by SIGKILL (Linux)
         )
+        # A program that exits without stop() does not leave the broker running.
+        self._finalizer = weakref.finalize(self, _kill, self._proc)
         try:
             self._wait_ready(self._proc, tansu_port)
             if self.security is not None:
@@ -225,7 +256,11 @@ class EmbeddedBroker:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent(),
         )
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _kill, self._gateway, self._proc)
         self._wait_ready(self._gateway, self.port)
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], port: int) -> None:
@@ -284,6 +319,9 @@ class EmbeddedBroker:
                     proc.kill()
                 proc.wait(10)
         self._proc = self._gateway = None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
         if self._gateway_dir is not None:
             shutil.rmtree(self._gateway_dir, ignore_errors=True)
             self._gateway_dir = None

@@ -42,6 +42,15 @@ def broker(port: int, tls: bool, sasl: bool) -> None:
     directory that is removed when the broker stops.
     """
     workdir = Path(tempfile.mkdtemp(prefix="aioprod-broker-")) if tls or sasl else None
+    try:
+        _run(port, tls, sasl, workdir)
+    finally:
+        # The server key and the password: removed on every way out (a failed start included).
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(port: int, tls: bool, sasl: bool, workdir: Path | None) -> None:
     security = None
     if workdir is not None:
         workdir.chmod(0o700)
@@ -79,9 +88,6 @@ def broker(port: int, tls: bool, sasl: bool) -> None:
             embedded.stop()
             click.echo("Broker stopped.")
             return
-        finally:
-            if workdir is not None:
-                shutil.rmtree(workdir, ignore_errors=True)
         failure = embedded.failure()
         embedded.stop()
     raise CliError(failure)

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 #: Kafka's SASL_AUTHENTICATION_FAILED and UNSUPPORTED_SASL_MECHANISM error codes.
 _AUTHENTICATION_FAILED = 58
 _UNSUPPORTED_MECHANISM = 33
+_ILLEGAL_SASL_STATE = 34
 _MAX_ROUNDS = 8
 #: Re-authenticate within this fraction of the session lifetime (KIP-368, as the Java client).
 REAUTH_WINDOW = (0.85, 0.95)
@@ -113,26 +114,45 @@ class TokenCache:
             if self._token is not None and now < self._refresh_at:
                 return self._token
             try:
-                result = self._provider()
-                if inspect.isawaitable(result):
-                    result = await result
-                token = _as_token(result)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                message = f"sasl_oauth_token_provider failed: {type(exc).__name__}: {exc}"
-                raise AuthenticationError(message, mechanism="OAUTHBEARER", broker="-") from exc
-            if token.expires_at <= now:
-                raise AuthenticationError(
-                    f"sasl_oauth_token_provider returned a token that expired {now - token.expires_at:.0f}s ago "
-                    "(expires_at must be seconds since the epoch, not milliseconds or a duration)",
-                    mechanism="OAUTHBEARER",
-                    broker="-",
+                token = await self._fetch(now)
+            except AuthenticationError as exc:
+                current = self._token
+                if current is None or current.expires_at <= now:
+                    raise
+                # A refresh that fails while the current token is still valid is not a reason to
+                # fail anything (Java's refresh thread retries while the old credential is used).
+                log.warning(
+                    "%s; using the current token (valid %.0fs more) and retrying later", exc, current.expires_at - now
                 )
+                self._refresh_at = now + min(30.0, max(1.0, (current.expires_at - now) / 4))
+                return current
             self.fetches += 1
             self._token = token
             self._refresh_at = now + TOKEN_REFRESH_FACTOR * (token.expires_at - now)
             return token
+
+    async def _fetch(self, now: float) -> OAuthBearerToken:
+        """One call of the provider, its answer checked (extensions included: refused here, by
+        name, not later as a failed handshake)."""
+        try:
+            result = self._provider()
+            if inspect.isawaitable(result):
+                result = await result
+            token = _as_token(result)
+            OAuthBearerExchange(token.value, token.extensions)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            message = f"sasl_oauth_token_provider failed: {type(exc).__name__}: {exc}"
+            raise AuthenticationError(message, mechanism="OAUTHBEARER", broker="-") from exc
+        if token.expires_at <= now:
+            raise AuthenticationError(
+                f"sasl_oauth_token_provider returned a token that expired {now - token.expires_at:.0f}s ago "
+                "(expires_at must be seconds since the epoch, not milliseconds or a duration)",
+                mechanism="OAUTHBEARER",
+                broker="-",
+            )
+        return token
 
 
 class SaslAuthenticator:
@@ -160,7 +180,7 @@ class SaslAuthenticator:
         if self.mechanism == "OAUTHBEARER":
             assert self._tokens is not None
             token = await self._tokens.get()
-            return OAuthBearerExchange(token.value, token.extensions)
+            return OAuthBearerExchange(token.value, token.extensions)  # extensions checked by the cache
         assert self._username is not None and self._password is not None
         if self.mechanism in SCRAM_MECHANISMS:
             return ScramExchange(self.mechanism, self._username, self._password)
@@ -172,15 +192,26 @@ class SaslAuthenticator:
         lifetime_ms = await self._authenticate(conn, broker)
         if lifetime_ms > 0:
             delay = lifetime_ms / 1000 * self._rng.uniform(*REAUTH_WINDOW)
-            timer = asyncio.get_running_loop().call_later(delay, self._start_reauthentication, conn)
-            conn.on_close(lambda _conn, _error: timer.cancel())
+
+            def cancel(_conn: Any, _error: Any) -> None:
+                timer.cancel()
+
+            def fire() -> None:
+                conn.off_close(cancel)  # one callback per pending timer, not one per re-authentication
+                self._start_reauthentication(conn)
+
+            timer = asyncio.get_running_loop().call_later(delay, fire)
+            conn.on_close(cancel)
 
     async def _authenticate(self, conn: BrokerConnection, broker: str) -> int:
         if SaslAuthenticateRequest.API_KEY not in conn.api_versions:
             raise UnsupportedVersionError(
                 f"broker {broker} does not support SaslAuthenticate (Kafka 1.0+ is needed for SASL)"
             )
+        if self.mechanism == "OAUTHBEARER":
+            conn.phase = "SASL OAUTHBEARER authentication (waiting for sasl_oauth_token_provider)"
         exchange = await self._exchange()
+        conn.phase = f"SASL {self.mechanism} authentication"
         try:
             handshake: SaslHandshakeResponse = await conn.send(
                 SaslHandshakeRequest(mechanism=self.mechanism), bypass_hold=True
@@ -189,16 +220,24 @@ class SaslAuthenticator:
             raise KafkaConnectionError(f"SASL {self.mechanism} handshake with broker {broker} failed: {exc}") from exc
         if handshake.error_code == _UNSUPPORTED_MECHANISM:
             enabled = tuple(handshake.mechanisms)
+            listed = ", ".join(enabled) or "(none listed)"
+            detail = f"it enables: {listed}"
+            if self.mechanism in enabled:  # e.g. Tansu without --authentication echoes the request
+                detail = f"it lists {listed} but refused it: is this listener SASL at all? (check security_protocol)"
             raise SaslMechanismNotEnabledError(
-                f"broker {broker} does not enable SASL mechanism {self.mechanism}; "
-                f"it enables: {', '.join(enabled) or '(none listed)'}",
+                f"broker {broker} does not enable SASL mechanism {self.mechanism}; {detail}",
                 mechanism=self.mechanism,
                 broker=broker,
                 enabled=enabled,
             )
         if handshake.error_code:
             raise AuthenticationError(
-                f"SASL {self.mechanism} handshake with broker {broker} failed (error code {handshake.error_code})",
+                f"SASL {self.mechanism} handshake with broker {broker} failed (error code {handshake.error_code})"
+                + (
+                    ": the listener does not expect SASL (check security_protocol)"
+                    if handshake.error_code == _ILLEGAL_SASL_STATE
+                    else ""
+                ),
                 mechanism=self.mechanism,
                 broker=broker,
             )
@@ -245,7 +284,12 @@ class SaslAuthenticator:
         if conn.closed:
             return
         task = asyncio.get_running_loop().create_task(self._reauthenticate(conn), name=f"aioprod-reauth-{conn.node_id}")
-        conn.on_close(lambda _conn, _error: task.cancel())
+
+        def cancel(_conn: Any, _error: Any) -> None:
+            task.cancel()
+
+        conn.on_close(cancel)
+        task.add_done_callback(lambda _task: conn.off_close(cancel))
 
     async def _reauthenticate(self, conn: BrokerConnection) -> None:
         # Bounded as the first authentication is (by the request timeout): the connection holds
@@ -263,7 +307,11 @@ class SaslAuthenticator:
             conn.close(error)
         except KafkaError as exc:
             log.warning("re-authentication with broker %s:%s failed: %s", conn.host, conn.port, exc)
-            conn.close(exc)
+            # Requests in flight were sent in a valid session: for them this is a lost connection
+            # (retriable); a reconnection reports the authentication error itself if it persists.
+            lost = KafkaConnectionError(f"re-authentication with broker {conn.host}:{conn.port} failed: {exc}")
+            lost.__cause__ = exc
+            conn.close(lost)
         finally:
             conn.release()
 

@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import logging
 import math
+import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -151,6 +152,8 @@ class BrokerConnection:
         self._security = security
         #: Counts requests and bytes (per request, never per record).
         self._metrics = metrics
+        #: What open() is doing, for its timeout message.
+        self.phase = "ApiVersions handshake"
         # Requests written while re-authenticating wait here (see hold()).
         self._held: list[tuple[Request, int, bool, _Outcome]] | None = None
 
@@ -205,6 +208,11 @@ class BrokerConnection:
         """Call ``callback(connection, error)`` once when the connection closes."""
         self._close_callbacks.append(callback)
 
+    def off_close(self, callback: Any) -> None:
+        """Forget a callback given to :meth:`on_close`."""
+        with contextlib.suppress(ValueError):
+            self._close_callbacks.remove(callback)
+
     async def open(self, setup_timeout: float, request_timeout: float | None = None) -> None:
         """Connect (TLS-wrapped when configured) within ``setup_timeout``, then negotiate API
         versions and authenticate within ``request_timeout`` (default: the connection's)."""
@@ -220,7 +228,18 @@ class BrokerConnection:
                 f"no connection within {setup_timeout:.3g}s (socket_connection_setup_timeout_ms)"
             ) from exc
         except OSError as exc:
-            raise connection_error(exc, self.host, self.port, f"connecting to broker {self.node_id} at") from exc
+            failure = connection_error(exc, self.host, self.port, f"connecting to broker {self.node_id} at")
+            if (
+                tls is not None
+                and type(failure) is KafkaConnectionError
+                and isinstance(exc, ssl.SSLEOFError | ConnectionResetError | ConnectionAbortedError)
+            ):
+                # Not chained: the pool logs a cause's text alone, and the hint is the point.
+                raise KafkaConnectionError(
+                    f"{failure} during the TLS handshake (a plaintext listener closes like this: "
+                    "check security_protocol)"
+                ) from None
+            raise failure from exc
         except UnicodeError as exc:  # a name IDNA cannot encode ("kafka..example.com"): no OSError
             raise KafkaConnectionError(
                 f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: not a valid host name ({exc})"
@@ -231,22 +250,31 @@ class BrokerConnection:
         self._reader_task = asyncio.get_running_loop().create_task(
             self._read_loop(), name=f"aioprod-reader-{self.node_id}"
         )
+        timeout = self.request_timeout if request_timeout is None else request_timeout
         try:
-            async with asyncio.timeout(self.request_timeout if request_timeout is None else request_timeout):
+            async with asyncio.timeout(timeout):
                 await self._negotiate()
                 if self._security is not None and self._security.authenticator is not None:
                     await self._security.authenticator.authenticate(self)
         except BaseException as exc:
-            error = (
-                exc
-                if isinstance(exc, KafkaError)
-                else KafkaConnectionError(f"ApiVersions handshake with {self.host}:{self.port} failed: {exc!r}")
-            )
-            if tls is not None and not self.api_versions and type(error) is KafkaConnectionError:
-                error = KafkaConnectionError(
-                    f"{error} right after the TLS handshake (a broker that requires client certificates "
-                    "closes like this when it rejects ours: check ssl_certificate_location)"
+            if isinstance(exc, KafkaError):
+                error: KafkaError = exc
+            elif isinstance(exc, TimeoutError):
+                error = KafkaTimeoutError(
+                    f"{self.phase} with {self.host}:{self.port} did not complete within {timeout:.3g}s "
+                    "(request_timeout_ms)"
                 )
+            else:
+                error = KafkaConnectionError(f"{self.phase} with {self.host}:{self.port} failed: {exc!r}")
+            if not self.api_versions and type(error) is KafkaConnectionError:
+                hint = (
+                    "right after the TLS handshake (a broker that requires client certificates closes like this "
+                    "when it rejects ours: check ssl_certificate_location)"
+                    if tls is not None
+                    else "before answering ApiVersions (a TLS listener closes like this on a plaintext client: "
+                    "check security_protocol)"
+                )
+                error = KafkaConnectionError(f"{error} {hint}")
             self.close(error)
             if not isinstance(exc, Exception):
                 raise  # a cancellation, KeyboardInterrupt or SystemExit is not a connection failure

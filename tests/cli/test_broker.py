@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +99,19 @@ def test_help_examples_name_the_port_they_start() -> None:
     for line in examples:
         port = line.split("--port")[1].split()[0] if "--port" in line else "9092"
         assert f"aioprod smoke -b 127.0.0.1:{port}" in line, line
+
+
+def test_a_secured_broker_that_fails_to_start_leaves_no_key_or_password(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run(
+            [sys.executable, "-m", "aioprod.cli", "broker", "--port", str(port), "--tls", "--sasl"],
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert run.returncode != 0 and "already in use" in run.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == []

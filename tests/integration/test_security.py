@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,6 +40,7 @@ from aioprod.errors import (
     AuthenticationError,
     ConfigError,
     KafkaConnectionError,
+    KafkaError,
     SaslMechanismNotEnabledError,
     SslAuthenticationError,
 )
@@ -446,3 +449,53 @@ async def test_tansu_closing_on_an_unknown_mechanism_is_a_connection_error(
 ) -> None:
     with pytest.raises(KafkaConnectionError, match=r"SASL PLAIN handshake with broker 127\.0\.0\.1"):
         await _open(tansu_authentication, sasl_mechanism="PLAIN", sasl_username="alice", sasl_password=PASSWORD)
+
+
+async def _mismatch_error(bootstrap: str, **options: Any) -> KafkaError:
+    """The error a send gets from a listener whose security does not match the client's."""
+    async with Producer(bootstrap_servers=bootstrap, max_block_ms=1000, **options) as p:
+        with pytest.raises(KafkaError) as info:
+            await (await p.send("t", b"x"))
+    return info.value
+
+
+async def test_a_plaintext_client_on_a_tls_listener_is_told_to_check_security_protocol(
+    tls_only: EmbeddedBroker,
+) -> None:
+    assert "check security_protocol" in str(await _mismatch_error(tls_only.bootstrap))
+
+
+async def test_a_tls_client_on_a_plaintext_listener_is_told_to_check_security_protocol() -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve() -> None:  # as Apache Kafka: the ClientHello's size prefix is too large, it closes
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.recv(4)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        error = await _mismatch_error(f"127.0.0.1:{server.getsockname()[1]}", security_protocol="SSL")
+    finally:
+        server.close()
+    assert "check security_protocol" in str(error)
+
+
+async def test_a_sasl_client_on_a_listener_without_sasl_is_not_told_a_contradiction(
+    tansu_broker: EmbeddedBroker,
+) -> None:
+    error = await _mismatch_error(
+        tansu_broker.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="alice",
+        sasl_password="pw",
+    )
+    assert isinstance(error, SaslMechanismNotEnabledError)
+    assert "is this listener SASL at all? (check security_protocol)" in str(error)

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from aioprod.errors import KafkaTimeoutError
+from aioprod import Producer
+from aioprod.errors import AuthenticationError, KafkaError, KafkaTimeoutError
+from aioprod.net import auth
 from aioprod.net.auth import ConnectionSecurity, OAuthBearerToken, SaslAuthenticator, TokenCache
 from aioprod.net.connection import BrokerConnection
 from aioprod.protocol import messages as m
@@ -77,3 +79,99 @@ async def test_a_reauthentication_whose_token_never_comes_ends_at_the_request_ti
     assert calls == 2 and conn.closed
     assert [type(answer) for answer in answers] == [KafkaTimeoutError]
     assert "re-authentication" in str(answers[0])
+
+
+async def test_a_failed_token_refresh_does_not_fail_records_in_flight(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    cluster.create_topic("t", 1)
+    wall = [1_000_000.0]
+    monkeypatch.setattr(auth.TokenCache.__init__, "__defaults__", (lambda: wall[0],))
+    calls = 0
+    outage = [False]
+
+    def provider() -> OAuthBearerToken:
+        nonlocal calls
+        calls += 1
+        if outage[0]:
+            raise RuntimeError("identity provider briefly unreachable")
+        return OAuthBearerToken("token", wall[0] + 60)
+
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=provider,
+        linger_ms=0,
+    ) as p:
+        await (await p.send("t", b"first"))
+        node = cluster.nodes[1]
+        node.holding = True  # the broker writes the next batch; its response is slow
+        second = await p.send("t", b"second")
+        await asyncio.sleep(0.1)
+        wall[0] += 50  # the token (60 s) is due for refresh, and still valid for 10 s
+        outage[0] = True  # ... and the identity provider is unreachable for a few seconds
+        await asyncio.sleep(SESSION_MS / 1000)  # re-authentication happens meanwhile
+        outage[0] = False
+        node.release()
+        result = await asyncio.gather(second, return_exceptions=True)
+        assert not isinstance(result[0], BaseException), f"in-flight record failed: {result[0]!r}"
+    assert cluster.partition("t").values.count(b"second") == 1
+
+
+async def test_close_callbacks_do_not_grow_with_each_reauthentication(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    tokens = TokenCache(lambda: OAuthBearerToken("token", time.time() + 10**9))
+    security = ConnectionSecurity(tls_context=None, authenticator=SaslAuthenticator("OAUTHBEARER", tokens=tokens))
+    node = cluster.nodes[1]
+    conn = BrokerConnection(
+        1, node.host, node.port, client_id="t", request_timeout=5.0, max_in_flight=5, security=security
+    )
+    await conn.open(setup_timeout=5.0)
+    after_first = len(conn._close_callbacks)
+    await asyncio.sleep(SESSION_MS / 1000 * 200)  # ~200 re-authentications, virtual time
+    grown = len(conn._close_callbacks)
+    conn.close()
+    assert grown <= after_first + 2
+
+
+async def _send_one(scripted: Scripted, provider) -> KafkaError:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=provider,
+        max_block_ms=5000,
+        request_timeout_ms=2000,
+        delivery_timeout_ms=10_000,
+    ) as p:
+        with pytest.raises(KafkaError) as info:
+            await (await p.send("t", b"x"))
+    return info.value
+
+
+async def test_invalid_extensions_from_the_provider_are_an_authentication_error(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    accept_every_sasl_client(monkeypatch, scripted.cluster)
+    error = await _send_one(scripted, lambda: OAuthBearerToken("tok", time.time() + 3600, {"logical_cluster": "lkc-1"}))
+    assert isinstance(error, AuthenticationError), f"{type(error).__name__}: {error}"
+
+
+async def test_a_provider_that_never_answers_is_named(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    accept_every_sasl_client(monkeypatch, scripted.cluster)
+
+    async def provider() -> OAuthBearerToken:
+        await asyncio.get_running_loop().create_future()
+        raise AssertionError
+
+    error = await _send_one(scripted, provider)
+    assert "ApiVersions" not in str(error)
+    assert "sasl_oauth_token_provider" in str(error)
