@@ -1601,6 +1601,7 @@ typedef struct {
     PyObject *available;   /* the topic's available partitions in `snapshot` */
     Py_ssize_t partitions; /* the key hash's modulus; 0: keyed records are declined */
     long long overhead;    /* RECORD_OVERHEAD */
+    long long framing;     /* RECORD_FRAMING: what the sticky partition counts besides key and value */
     long long size_limit;  /* larger records are declined (send() raises for them) */
     long long batch_size;  /* the sticky partition switches after this many bytes */
     long long clock_every; /* _SENDS_PER_CLOCK_CHECK */
@@ -1654,16 +1655,16 @@ SendLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"topic",     "producer",   "sends",    "metadata",   "snapshot",
                             "tps",       "batches",    "pool",     "sticky",     "available",
-                            "partitions", "overhead",  "size_limit", "batch_size", "clock_every",
+                            "partitions", "overhead",  "framing",    "size_limit", "batch_size", "clock_every",
                             NULL};
     PyObject *topic, *producer, *sends, *metadata, *snapshot, *tps, *batches, *pool, *sticky, *available;
     Py_ssize_t partitions;
-    long long overhead, size_limit, batch_size, clock_every;
+    long long overhead, framing, size_limit, batch_size, clock_every;
     SendLane *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$UOO!OOO!O!OOOnLLLL:SendLane", names, &topic, &producer,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$UOO!OOO!O!OOOnLLLLL:SendLane", names, &topic, &producer,
                                      &SendCountType, &sends, &metadata, &snapshot, &PyList_Type, &tps,
                                      &PyDict_Type, &batches, &pool, &sticky, &available, &partitions, &overhead,
-                                     &size_limit, &batch_size, &clock_every))
+                                     &framing, &size_limit, &batch_size, &clock_every))
         return NULL;
     if (sticky != Py_None && !PyDict_CheckExact(sticky)) {
         PyErr_SetString(PyExc_TypeError, "SendLane: sticky must be a dict or None");
@@ -1692,6 +1693,7 @@ SendLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->available = Py_NewRef(available);
     self->partitions = partitions;
     self->overhead = overhead;
+    self->framing = framing;
     self->size_limit = size_limit;
     self->batch_size = batch_size;
     self->clock_every = clock_every;
@@ -1790,7 +1792,7 @@ SendLane_send(SendLane *self, PyObject *const *args, Py_ssize_t nargs)
         if (found > 0)
             found = int_attr(state, str_produced, &produced);
         if (found > 0) {
-            produced += size;
+            produced += size - self->overhead + self->framing;
             found = produced < self->batch_size; /* else the sticky partition switches */
         }
         if (found > 0)

@@ -65,6 +65,7 @@ class SendLane:
         available: Sequence[int],
         partitions: int,
         overhead: int,
+        framing: int,
         size_limit: int,
         batch_size: int,
         clock_every: int,

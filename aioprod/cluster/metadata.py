@@ -175,20 +175,25 @@ class Metadata:
         ``metadata_max_idle_ms``)."""
         self._topics[topic] = asyncio.get_running_loop().time() if now is None else now
 
-    async def topic(self, topic: str, timeout: float) -> TopicInfo:
-        """The topic's metadata, fetching it first if needed (up to ``timeout`` seconds)."""
+    async def topic(self, topic: str, timeout: float, partition: int | None = None) -> TopicInfo:
+        """The topic's metadata, fetching it first if needed (up to ``timeout`` seconds); with
+        ``partition``, until it has that partition (one added since the last refresh), as
+        Java's waitOnMetadata."""
         info = self.snapshot.topics.get(topic)
-        if info is not None and info.partitions:
+        if info is not None and info.partitions and (partition is None or partition in info.partitions):
             return info
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            return await self._wait_for_topic(topic, started + timeout, timeout)
+            return await self._wait_for_topic(topic, started + timeout, timeout, partition)
         finally:
             self._metrics.record_metadata_wait(loop.time() - started)
 
-    async def _wait_for_topic(self, topic: str, deadline: float, timeout: float) -> TopicInfo:
+    async def _wait_for_topic(
+        self, topic: str, deadline: float, timeout: float, partition: int | None = None
+    ) -> TopicInfo:
         loop = asyncio.get_running_loop()
+        refreshed = False
         while True:
             if self._closed:
                 raise ProducerClosedError(f"the producer closed while waiting for metadata of topic {topic!r}")
@@ -197,7 +202,18 @@ class Metadata:
                 raise error
             info = self.snapshot.topics.get(topic)
             if info is not None and info.partitions:
-                return info
+                if partition is None or partition in info.partitions:
+                    return info
+                if refreshed or deadline - loop.time() <= 0:
+                    # One refresh found no such partition: bad input, refused now (not after
+                    # max_block_ms); a partition added since the last refresh is found by it.
+                    count = len(info.partitions)
+                    raise ValueError(
+                        f"partition {partition} does not exist: topic {topic!r} has {count} partition"
+                        + ("" if count == 1 else "s")
+                        + f" (0-{count - 1})"
+                    )
+                refreshed = True
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise KafkaTimeoutError(

@@ -26,7 +26,7 @@ from aioprod.metrics import ProducerMetrics
 from aioprod.producer.batch import Headers, ProducerBatch, SendGroup, TopicPartition
 from aioprod.producer.idempotence import sequence_before
 from aioprod.producer.record_future import RecordFuture
-from aioprod.protocol.records import RecordBatchBuilder, resolve_codec
+from aioprod.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder, resolve_codec
 
 
 class Readiness(NamedTuple):
@@ -272,9 +272,10 @@ class RecordAccumulator:
         return sum(10 + len(name) * 4 + (len(value) if value is not None else 0) for name, value in headers)
 
     def check_size(self, size: int) -> None:
-        if size > self._config.max_request_size:
+        if size + BATCH_HEADER_SIZE > self._config.max_request_size:
             raise RecordTooLargeError(
-                f"record of about {size} bytes is larger than max_request_size ({self._config.max_request_size})"
+                f"record of about {size} bytes (a batch of {size + BATCH_HEADER_SIZE}) is larger than "
+                f"max_request_size ({self._config.max_request_size})"
             )
         if size > self._config.buffer_memory:
             raise RecordTooLargeError(

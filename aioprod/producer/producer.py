@@ -31,7 +31,7 @@ from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import Headers, SendGroup, TopicPartition
 from aioprod.producer.coordinators import Coordinators, committed_offsets
-from aioprod.producer.partitioner import Partitioner, partition_for_key
+from aioprod.producer.partitioner import RECORD_FRAMING, Partitioner, partition_for_key
 from aioprod.producer.record_future import RecordFuture, RecordMetadata
 from aioprod.producer.sender import Sender
 from aioprod.producer.transactions import (
@@ -50,6 +50,7 @@ from aioprod.protocol.messages import (
     ListOffsetsResponse,
 )
 from aioprod.protocol.primitives import INT64_MAX
+from aioprod.protocol.records import BATCH_HEADER_SIZE as _BATCH_HEADER_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,9 @@ class Producer:
         self._hash_keys = self._partitioner.hashes_keys
         self._max_block = self.config.max_block_ms / 1000
         # Records up to this size need no size check against max_request_size/buffer_memory.
-        self._size_limit = min(self.config.max_request_size, self.config.buffer_memory)
+        # max_request_size counts the batch the record makes: its 61-byte header too (Java's
+        # estimateSizeInBytesUpperBound); RECORD_OVERHEAD covers the record's own framing.
+        self._size_limit = min(self.config.max_request_size - _BATCH_HEADER_SIZE, self.config.buffer_memory)
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
         self._txn: TransactionManager | None = None
@@ -363,15 +366,17 @@ class Producer:
 
         deadline: float | None = None
         info = self._metadata.snapshot.topics.get(topic)
-        if info is None or not info.partitions:
+        if info is None or not info.partitions or (partition is not None and partition not in info.partitions):
             self._check_loop()
             deadline = self._loop.time() + self._max_block
-            info = await self._metadata.topic(topic, self._max_block)
+            info = await self._metadata.topic(topic, self._max_block, partition)
         if tps is None or len(tps) < len(info.all_partitions):
             tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(max(info.all_partitions) + 1)]
         if partition is None:
             if key is None:
-                partition = self._partitioner.keyless(topic, size, info.all_partitions, info.available_partitions)
+                partition = self._partitioner.keyless(
+                    topic, size - _RECORD_OVERHEAD + RECORD_FRAMING, info.all_partitions, info.available_partitions
+                )
             elif self._hash_keys:
                 partition = partition_for_key(key, len(info.all_partitions))  # Partitioner.partition's rule
             else:
@@ -459,6 +464,7 @@ class Producer:
             available=info.available_partitions,
             partitions=len(info.all_partitions) if self._hash_keys else 0,
             overhead=_RECORD_OVERHEAD,
+            framing=RECORD_FRAMING,
             size_limit=self._size_limit,
             batch_size=self.config.batch_size,
             clock_every=_SENDS_PER_CLOCK_CHECK,
@@ -513,20 +519,18 @@ class Producer:
             raise (TypeError if type(partition) is not int else ValueError)(
                 f"partition must be an int >= 0 or None, got {partition!r}"
             )
+        values, keys, header_lists = self._check_many(values, keys, headers)  # before any wait
         loop = self._loop
         deadline = loop.time() + self._max_block
         info = self._metadata.snapshot.topics.get(topic)
-        if info is None or not info.partitions:
-            info = await self._metadata.topic(topic, self._max_block)
-        if partition is not None and partition not in info.partitions:
-            raise ValueError(f"partition {partition} does not exist: topic {topic!r} has {len(info.partitions)}")
+        if info is None or not info.partitions or (partition is not None and partition not in info.partitions):
+            info = await self._metadata.topic(topic, self._max_block, partition)
         self._metadata.touch(topic)
         tps = self._tps.get(topic)
         if tps is None or len(tps) < len(info.all_partitions):
             tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(max(info.all_partitions) + 1)]
 
         acc, pool, partitioner = self._accumulator, self._accumulator.pool, self._partitioner
-        values, keys, header_lists = self._check_many(values, keys, headers)
         group = SendGroup(topic, count, timestamp_ms)
         all_partitions, available = info.all_partitions, info.available_partitions
         # Without headers, runs of records go to one partition (explicit, or the sticky
@@ -546,7 +550,9 @@ class Producer:
                     run, reserved = acc.append_run(tps[chosen], values, keys, index, count, group)
                     if run:
                         if partition is None:  # then keys is None: what the values take
-                            partitioner.count_sticky(topic, reserved - run * _RECORD_OVERHEAD, available)
+                            partitioner.count_sticky(
+                                topic, reserved - run * (_RECORD_OVERHEAD - RECORD_FRAMING), available
+                            )
                         index += run
                         await asyncio.sleep(0)  # a batch was filled: let the sender drain it
                         continue
@@ -555,6 +561,15 @@ class Producer:
                 key = None if keys is None else keys[index]
                 header_list = () if header_lists is None else header_lists[index]
                 size = acc.record_size(key, value, header_list)
+                # The partition first, as send() does: a partitioner that raises then holds no memory.
+                if partition is not None:
+                    chosen = partition
+                elif key is None:
+                    chosen = partitioner.keyless(
+                        topic, size - _RECORD_OVERHEAD + RECORD_FRAMING, all_partitions, available
+                    )
+                else:
+                    chosen = partitioner.partition(topic, key, all_partitions, available)
                 if not pool.try_reserve(size):
                     await pool.reserve(size, max(0.0, deadline - loop.time()))
                     if self._state is not _STARTED or self._fatal is not None:
@@ -563,12 +578,6 @@ class Producer:
                     if txn is not None and not txn.accepts(txn_generation):
                         pool.release(size)
                         txn.check_send(txn_generation)
-                if partition is not None:
-                    chosen = partition
-                elif key is None:
-                    chosen = partitioner.keyless(topic, size, all_partitions, available)
-                else:
-                    chosen = partitioner.partition(topic, key, all_partitions, available)
                 acc.append_to_group(tps[chosen], key, value, header_list, size, group, index)
                 index += 1
         except KafkaError as exc:

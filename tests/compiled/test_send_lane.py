@@ -25,7 +25,7 @@ from aioprod.config import ProducerConfig
 from aioprod.errors import KafkaError
 from aioprod.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator
 from aioprod.producer.batch import TopicPartition
-from aioprod.producer.partitioner import Partitioner, partition_for_key
+from aioprod.producer.partitioner import RECORD_FRAMING, Partitioner, partition_for_key
 from tests.brokers import TansuBroker
 from tests.readback import read_topic
 
@@ -94,6 +94,7 @@ class Setup:
             available=info.available_partitions,
             partitions=len(info.all_partitions),
             overhead=RECORD_OVERHEAD,
+            framing=RECORD_FRAMING,
             size_limit=min(self.config.max_request_size, self.config.buffer_memory),
             batch_size=batch_size,
             clock_every=self.clock_every,
@@ -105,7 +106,8 @@ class Setup:
         info = self.snapshot.topics["t"]
         size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
         if key is None:
-            partition = self.partitioner.keyless("t", size, info.all_partitions, info.available_partitions)
+            counted = size - RECORD_OVERHEAD + RECORD_FRAMING
+            partition = self.partitioner.keyless("t", counted, info.all_partitions, info.available_partitions)
         else:
             partition = partition_for_key(key, PARTITIONS)
         if not self.acc.pool.try_reserve(size):
@@ -170,9 +172,9 @@ async def test_a_keyed_record_joins_its_partitions_open_batch_as_sends_own_path_
 
 async def test_keyless_records_count_towards_the_sticky_partition_alike() -> None:
     laned, reference = Setup(batch_size=1024), Setup(batch_size=1024)
-    # First records of 128 bytes (with RECORD_OVERHEAD), eight to the sticky partition's 1,024:
+    # First records of 128 bytes in their batch (with RECORD_FRAMING), eight to the sticky partition's 1,024:
     # the eighth reaches it exactly, and the partition switches after it.
-    values = [bytes(128 - RECORD_OVERHEAD)] * 40 + [bytes(random.Random(i).randrange(0, 200)) for i in range(200)]
+    values = [bytes(128 - RECORD_FRAMING)] * 40 + [bytes(random.Random(i).randrange(0, 200)) for i in range(200)]
     declined = sum(not send_both(laned, reference, None, value) for value in values)
     assert laned.state() == reference.state()
     # The lane took the records between switches; each switch (and each new batch) was send()'s own.

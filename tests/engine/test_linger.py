@@ -404,3 +404,30 @@ async def test_a_lingered_batch_is_not_left_out_of_requests_cut_at_the_size_limi
         await cold
         assert sum(future.done() for future in hot) < 100
         await asyncio.gather(*hot)
+
+
+@pytest.mark.parametrize("many", [False, True])
+async def test_keyless_records_move_to_another_partition_after_a_batch_of_bytes(scripted: Scripted, many: bool) -> None:
+    """KIP-794: the sticky partition changes after about batch_size bytes as encoded (records
+    of 10-byte values take 17-18 bytes), not after a fraction of a batch nor after two."""
+    scripted.cluster.create_topic("t", 2)
+    async with Producer(bootstrap_servers=scripted.cluster.bootstrap, linger_ms=10_000, batch_size=16_384) as p:
+        await p.partitions_for("t")
+        sticky = p._partitioner.sticky_states
+        runs: list[int] = []  # records sent to each partition before it changed
+        current, sent, since = None, 0, 0
+        step = 10 if many else 1
+        while len(runs) < 5:
+            if many:
+                await p.send_many("t", [b"0123456789"] * step)
+            else:
+                await p.send("t", b"0123456789")
+            sent += step
+            now = sticky["t"].partition
+            if current is not None and now != current:
+                runs.append(sent - since)
+                since = sent
+            current = now
+        # The first run ends at its first switch; the others are whole runs.
+        assert all(14_000 // 18 <= run <= 16_384 // 17 + step for run in runs[1:]), runs
+        await p.close(timeout=0)

@@ -315,3 +315,15 @@ async def test_one_failed_refresh_long_after_the_last_does_not_abandon_a_healthy
         lose[0] = True
         await asyncio.wait_for(await p.send("t2", b"after"), 600)
     assert cluster.partition("t2").values == [b"after"]
+
+
+async def test_a_partition_added_since_the_last_refresh_is_waited_for_by_send(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=5_000) as p:
+        assert await p.partitions_for("t") == [0]
+        cluster.topics["t"].extend(cluster.create_topic("grown", 1))  # t now has partitions 0 and 1
+        assert (await p.send_and_wait("t", b"v", partition=1)).partition == 1
+        assert (await (await p.send_many("t", [b"w"], partition=1)))[0].partition == 1
+        with pytest.raises(ValueError, match=r"partition 2 does not exist: topic 't' has 2 partitions \(0-1\)"):
+            await p.send("t", b"v", partition=2)

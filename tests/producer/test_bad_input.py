@@ -10,6 +10,7 @@ import pytest
 from aioprod import Producer
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, RecordTooLargeError
 from tests.brokers import TansuBroker, refused_port
+from tests.conftest import Scripted
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +160,68 @@ def test_a_transactional_call_from_another_thread_while_the_loop_runs_says_so() 
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
+
+
+def _picky(topic: str, key: bytes | None, partitions: object) -> int:
+    if key == b"bad":
+        raise LookupError("no partition for this key")
+    return 0
+
+
+async def test_a_raising_partitioner_in_send_many_gives_back_the_buffer_memory(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, partitioner=_picky, buffer_memory=10_000, max_block_ms=1_000
+    ) as p:
+        await p.partitions_for("t")
+        for _ in range(200):
+            with pytest.raises(LookupError):
+                await p.send_many("t", [b"v"], keys=[b"bad"])
+        meta = await p.send_and_wait("t", b"still fine", key=b"good")
+        assert meta.offset == 0
+
+
+@pytest.mark.parametrize("answer", [-1, 7, "1", True])
+@pytest.mark.parametrize("many", [False, True])
+async def test_a_user_partitioners_answer_outside_the_topic_is_a_clear_error(
+    scripted: Scripted, answer: object, many: bool
+) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", [1, 1, 1])
+    async with Producer(bootstrap_servers=cluster.bootstrap, partitioner=lambda t, k, parts: answer) as p:
+        await p.partitions_for("t")
+        with pytest.raises(
+            ValueError, match=f"the partitioner returned {answer!r} for topic 't', which has partitions 0-2"
+        ):
+            if many:
+                await p.send_many("t", [b"v"], keys=[b"k"])
+            else:
+                await p.send("t", b"v", key=b"k")
+    assert cluster.partition("t", 0).values + cluster.partition("t", 1).values + cluster.partition("t", 2).values == []
+
+
+@pytest.mark.parametrize(("values", "error"), [([bytes(20_000)], RecordTooLargeError), (["text"], TypeError)])
+async def test_send_many_refuses_bad_records_before_waiting_for_the_topic(
+    scripted: Scripted, values: list[object], error: type[Exception]
+) -> None:
+    scripted.cluster.create_topic("other", 1)
+    loop = asyncio.get_running_loop()  # virtual time
+    async with Producer(
+        bootstrap_servers=scripted.cluster.bootstrap, max_request_size=10_000, max_block_ms=30_000
+    ) as p:
+        await p.partitions_for("other")
+        started = loop.time()
+        with pytest.raises(error):
+            await p.send_many("missing", values)
+        assert loop.time() == started
+
+
+async def test_a_record_whose_batch_would_pass_max_request_size_is_refused_by_send(scripted: Scripted) -> None:
+    scripted.cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=scripted.cluster.bootstrap, max_request_size=10_000) as p:
+        await p.partitions_for("t")
+        with pytest.raises(RecordTooLargeError, match="is larger than max_request_size"):
+            await p.send("t", bytes(10_000 - 64))
+        with pytest.raises(RecordTooLargeError, match="is larger than max_request_size"):
+            await p.send_many("t", [bytes(10_000 - 64)])
