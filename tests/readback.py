@@ -123,26 +123,38 @@ async def read_transactional_log(bootstrap: str, topic: str, partitions: int) ->
         logs: dict[int, TransactionalLog] = {}
         for partition in range(partitions):
             leader = client.cluster.leader_for_partition(AioTopicPartition(topic, partition))
-            request = FetchRequest(1000, 0, 64 << 20, 0, [(topic, [(partition, 0, 64 << 20)])])  # min_bytes 0: no wait
-            response = await client.send(leader, request)
             log = TransactionalLog([], [], [])
             pending: dict[int, list[bytes | None]] = {}
-            for _name, parts in response.topics:
-                for part in parts:
-                    records = MemoryRecords(part[-1])
-                    while records.has_next():
-                        batch = records.next_batch()
-                        if batch.is_control_batch:
-                            (marker,) = list(batch)
-                            values = pending.pop(batch.producer_id, [])
-                            if marker.key[2:4] == b"\x00\x01":  # control type 1: COMMIT (0: ABORT)
-                                log.committed.extend(values)
+            offset, high = 0, None
+            # A broker answers one fetch with part of a large log: fetch on from the next offset
+            # until the high watermark, so nothing past the first answer goes unread.
+            while high is None or offset < high:
+                request = FetchRequest(1000, 0, 64 << 20, 0, [(topic, [(partition, offset, 64 << 20)])])  # no wait
+                response = await client.send(leader, request)
+                progressed = False
+                for _name, parts in response.topics:
+                    for part in parts:
+                        high = part[2]
+                        records = MemoryRecords(part[-1])
+                        while records.has_next():
+                            batch = records.next_batch()
+                            next_offset = batch.base_offset + batch.last_offset_delta + 1
+                            if next_offset <= offset:
+                                continue  # a batch before the fetch offset, sent again
+                            offset, progressed = next_offset, True
+                            if batch.is_control_batch:
+                                (marker,) = list(batch)
+                                values = pending.pop(batch.producer_id, [])
+                                if marker.key[2:4] == b"\x00\x01":  # control type 1: COMMIT (0: ABORT)
+                                    log.committed.extend(values)
+                                else:
+                                    log.aborted.extend(values)
+                            elif batch.is_transactional:
+                                pending.setdefault(batch.producer_id, []).extend(r.value for r in batch)
                             else:
-                                log.aborted.extend(values)
-                        elif batch.is_transactional:
-                            pending.setdefault(batch.producer_id, []).extend(r.value for r in batch)
-                        else:
-                            log.committed.extend(r.value for r in batch)
+                                log.committed.extend(r.value for r in batch)
+                if not progressed and (high is None or offset < high):
+                    raise AssertionError(f"read-back of {topic}-{partition} stopped at offset {offset} of {high}")
             log.open = [value for values in pending.values() for value in values]
             logs[partition] = log
         return logs

@@ -68,11 +68,11 @@ def test_send_returns_a_concurrent_future(tansu_broker: TansuBroker, topic: str)
 
 def test_send_many_and_flush(tansu_broker: TansuBroker, topic: str) -> None:
     values = [b"m%d" % i for i in range(1000)]
-    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=1000) as producer:
+    with SyncProducer(
+        bootstrap_servers=tansu_broker.bootstrap, linger_ms=600_000, delivery_timeout_ms=700_000
+    ) as producer:
         future = producer.send_many(topic, values, keys=[b"k%d" % (i % 7) for i in range(1000)])
-        started = time.monotonic()
-        producer.flush(30)  # does not wait for the 1 s linger
-        assert time.monotonic() - started < 0.9
+        producer.flush(5)  # had it waited for the 10-minute linger: KafkaTimeoutError
         assert future.done()
         results = future.result()
         assert len(results) == 1000 and all(isinstance(r, RecordMetadata) for r in results)
@@ -147,25 +147,21 @@ def test_delivery_failures_arrive_through_the_future(topic: str) -> None:
 
 def test_waits_are_bounded(topic: str) -> None:
     unreachable = f"127.0.0.1:{refused_port()}"
-    with SyncProducer(bootstrap_servers=unreachable, max_block_ms=300) as producer:
-        started = time.monotonic()
-        with pytest.raises(KafkaTimeoutError):
-            producer.send(topic, b"x")
-        assert time.monotonic() - started < 5
+    with SyncProducer(bootstrap_servers=unreachable, max_block_ms=300) as producer, pytest.raises(KafkaTimeoutError):
+        producer.send(topic, b"x")
     with tansu() as broker:
         producer = SyncProducer(bootstrap_servers=broker.bootstrap, request_timeout_ms=30_000, linger_ms=0)
         producer.send_and_wait(topic, b"warm-up")
         broker.stop()
         pending = producer.send(topic, b"never acknowledged")
-        started = time.monotonic()
         with pytest.raises(KafkaTimeoutError):
             producer.flush(0.3)
         with pytest.raises(KafkaTimeoutError, match="gave up waiting"):
             producer.send_and_wait(topic, b"neither", timeout=0.3)
         producer.close(0.3)  # pending records fail instead of holding close up
-        assert time.monotonic() - started < 10
+        assert pending.done()
         with pytest.raises(ProducerClosedError):
-            pending.result(5)
+            pending.result(0)
 
 
 def test_close_is_idempotent_and_thread_safe(tansu_broker: TansuBroker, topic: str) -> None:
@@ -284,16 +280,12 @@ def test_an_interrupted_caller_withdraws_the_unqueued_record(topic: str) -> None
         with SyncProducer(bootstrap_servers=unreachable, max_block_ms=20_000) as producer:
             timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGUSR1))
             timer.start()
-            started = time.monotonic()
-            with pytest.raises(Interrupted):
+            with pytest.raises(Interrupted):  # not KafkaTimeoutError after max_block_ms
                 producer.send(topic, b"x")  # waits for metadata that never comes
-            assert time.monotonic() - started < 5
             timer.join()
             # The withdrawn send was cancelled on the loop, which still answers at once.
             with pytest.raises(TimeoutError):
                 producer.submit(_slow_partitions, topic).result(10)
-            started = time.monotonic()
-        assert time.monotonic() - started < 5  # and nothing holds close() up
     finally:
         signal.signal(signal.SIGUSR1, previous)
 

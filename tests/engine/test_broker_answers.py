@@ -247,3 +247,25 @@ async def test_send_many_takes_a_generator_and_refuses_a_string(scripted: Script
         metadata = await (await p.send_many("t", (b"%d" % i for i in range(3))))  # type: ignore[arg-type]
     assert [m.offset for m in metadata] == [0, 1, 2]
     assert cluster.partition("t").values == [b"0", b"1", b"2"]
+
+
+async def test_a_timed_out_batch_that_expires_waiting_to_retry_is_possibly_persisted(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=0,
+        request_timeout_ms=200,
+        delivery_timeout_ms=700,
+        retry_backoff_ms=1000,  # the retry would come after the deadline: the batch expires queued
+        retry_backoff_max_ms=1000,
+    ) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].stalling = True  # the request is written and never answered
+        fut = await p.send("t", b"v")
+        with pytest.raises(DeliveryTimeoutError) as info:
+            await fut
+        cluster.nodes[1].release()
+
+    assert info.value.possibly_persisted is True, str(info.value)
+    assert "possibly persisted" in str(info.value)

@@ -205,7 +205,19 @@ async def test_metadata_age_and_waits(scripted: Scripted) -> None:
         await clock.advance(12.5)
         m = p.metrics()
     assert m["metadata-age"] == pytest.approx(12.5, abs=0.01)
-    assert m["metadata-wait-time-ns-total"] >= 0
+    assert m["metadata-wait-time-ns-total"] == 0  # partitions_for() is not a send() waiting
+
+
+async def test_metadata_wait_time_counts_the_wait(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    async with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=60_000) as p:
+        waiting = asyncio.ensure_future(p.send("t", b"v"))  # "t" does not exist yet
+        await clock.advance(2.0)
+        assert not waiting.done()
+        cluster.create_topic("t", 1)
+        await (await waiting)
+        m = p.metrics()
+    assert 2.0e9 <= m["metadata-wait-time-ns-total"] < 3.0e9  # virtual time: the wait and a refresh's backoff
 
 
 async def test_statistics_callback_gets_a_snapshot_every_interval(scripted: Scripted) -> None:

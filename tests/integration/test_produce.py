@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import confluent_kafka
 import pytest
@@ -168,3 +169,26 @@ def test_runs_on_uvloop(tansu_broker: TansuBroker, topic: str) -> None:
     results = uvloop.run(main())
     consumed = {(c.partition, c.offset): c.value for c in read_topic(tansu_broker.bootstrap, topic)}
     assert {(md.partition, md.offset): b"u%d" % i for i, md in enumerate(results)} == consumed
+
+
+async def test_send_writes_the_serialized_key_and_value(tansu_broker: TansuBroker, topic: str) -> None:
+    async with Producer(
+        bootstrap_servers=tansu_broker.bootstrap,
+        key_serializer=str.encode,
+        value_serializer=lambda v: json.dumps(v).encode(),
+    ) as p:
+        md = await p.send_and_wait(topic, {"n": 1}, key="key-1")
+        await p.send_and_wait(topic, None, key="tombstone")  # None is not passed to a serializer
+    records = read_topic(tansu_broker.bootstrap, topic)
+    assert [(r.key, r.value) for r in records] == [(b"key-1", b'{"n": 1}'), (b"tombstone", None)]
+    assert (records[0].partition, records[0].offset) == (md.partition, md.offset)
+
+
+async def test_send_many_writes_each_serialized_value_in_order(tansu_broker: TansuBroker, topic: str) -> None:
+    create_topic(tansu_broker.bootstrap, topic, 2)
+    async with Producer(
+        bootstrap_servers=tansu_broker.bootstrap, key_serializer=str.encode, value_serializer=str.encode
+    ) as p:
+        mds = await (await p.send_many(topic, ["a", "b", "c"], keys=["ka", "kb", "kc"], partition=1))
+    got = {(r.partition, r.offset): (r.key, r.value) for r in read_topic(tansu_broker.bootstrap, topic)}
+    assert [got[(md.partition, md.offset)] for md in mds] == [(b"ka", b"a"), (b"kb", b"b"), (b"kc", b"c")]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import socket
 import threading
 import time
@@ -499,3 +500,20 @@ async def test_a_sasl_client_on_a_listener_without_sasl_is_not_told_a_contradict
     )
     assert isinstance(error, SaslMechanismNotEnabledError)
     assert "is this listener SASL at all? (check security_protocol)" in str(error)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+async def test_no_log_record_carries_the_password_through_a_real_sasl_exchange(
+    sasl_ssl: EmbeddedBroker, pki: Pki, mechanism: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="aioprod")
+    good = client(sasl_ssl, pki, mechanism)
+    async with Producer(bootstrap_servers=sasl_ssl.bootstrap, **good) as producer:
+        await producer.send_and_wait(f"creds-{uuid.uuid4().hex[:8]}", b"x")
+    wrong = good | {"sasl_password": "not-" + PASSWORD, "max_block_ms": 10_000}
+    async with Producer(bootstrap_servers=sasl_ssl.bootstrap, **wrong) as producer:
+        with pytest.raises(AuthenticationError):
+            await producer.send(f"creds-{uuid.uuid4().hex[:8]}", b"x")
+    assert any("authenticat" in r.getMessage() for r in caplog.records), "the exchange was not logged at all"
+    leaked = [r.getMessage() for r in caplog.records if PASSWORD in r.getMessage()]
+    assert leaked == []

@@ -70,16 +70,11 @@ async def test_partition_beyond_the_topic_says_the_count(producer: Producer, top
     assert f"has {count} partitions" in str(info.value)
 
 
-async def test_serializers_turn_other_types_into_bytes(tansu_broker: TansuBroker, topic: str) -> None:
-    async with Producer(
-        bootstrap_servers=tansu_broker.bootstrap, key_serializer=str.encode, value_serializer=str.encode
-    ) as p:
-        md = await p.send_and_wait(topic, "value", key="key")
-        assert md.offset >= 0
+async def test_a_serializer_returning_other_than_bytes_is_named(tansu_broker: TansuBroker, topic: str) -> None:
+    bad = Producer(bootstrap_servers=tansu_broker.bootstrap, value_serializer=len)
+    async with bad:
         with pytest.raises(TypeError, match="value_serializer returned int"):
-            bad = Producer(bootstrap_servers=tansu_broker.bootstrap, value_serializer=len)
-            async with bad:
-                await bad.send(topic, "abc")
+            await bad.send(topic, "abc")
 
 
 async def test_send_before_start_and_after_close(tansu_broker: TansuBroker, topic: str) -> None:
