@@ -232,6 +232,9 @@ class EmbeddedBroker:
             stderr=subprocess.STDOUT,
             env={**os.environ, "NO_COLOR": "1"},
             preexec_fn=_die_with_parent(),  # killed with this process, even by SIGKILL (Linux)
+            # Not in the terminal's process group: a Ctrl-C is for the command, which then
+            # delivers what it queued to this broker and stops it (stop()), not for the broker.
+            start_new_session=True,
         )
         # A program that exits without stop() does not leave the broker running.
         self._finalizer = weakref.finalize(self, _kill, self._proc)
@@ -257,6 +260,7 @@ class EmbeddedBroker:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent(),
+            start_new_session=True,
         )
         if self._finalizer is not None:
             self._finalizer.detach()

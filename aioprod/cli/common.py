@@ -194,6 +194,7 @@ class ClientOptions:
         override them, in that order. A bad option names where it came from.
         """
         options: dict[str, Any] = {check_option(key, value): value for key, value in defaults.items()}
+        origin: dict[str, str] = {}
         for key, value, where in self.sources():
             if _is_bootstrap_key(key):
                 continue
@@ -202,6 +203,7 @@ class ClientOptions:
             except ConfigError as exc:
                 raise CliUsageError(f"bad producer option ({where}): {exc}") from exc
             options[name] = value
+            origin[name] = where
             log.info("option %s=%s (%s)", name, _shown(name, value), where)
         if options.get("transactional_id") is not None:
             raise CliUsageError("transactional.id is not supported here: the commands do not run transactions")
@@ -210,7 +212,10 @@ class ClientOptions:
         try:
             config = ProducerConfig.from_options(merged)
         except ConfigError as exc:
-            raise CliUsageError(f"bad producer option: {exc}") from exc
+            # A value out of range, or options that conflict: say where the ones named came from.
+            named = [where for name, where in origin.items() if re.search(rf"\b{name}\b", str(exc))]
+            where = f" ({', '.join(named)})" if named else ""
+            raise CliUsageError(f"bad producer option{where}: {exc}") from exc
         if log.isEnabledFor(logging.DEBUG):
             shown = (f"{f.name}={_shown(f.name, getattr(config, f.name))}" for f in dataclasses.fields(config))
             log.debug("producer options: %s", ", ".join(shown))

@@ -203,6 +203,7 @@ class Reporter:
                 f"{tracker.acked:,} acked, {tracker.failed:,} failed, {tracker.outstanding:,} awaiting an ack",
                 markup=False,
                 highlight=False,
+                soft_wrap=True,  # one line per interval, however wide: these go to logs
             )
 
 

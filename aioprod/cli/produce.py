@@ -13,6 +13,7 @@ import asyncio
 import functools
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +35,7 @@ from aioprod.cli.common import (
     record_outcomes,
     run,
     topic_names,
+    warn,
 )
 from aioprod.cli.stats import AckTracker
 from aioprod.errors import KafkaError
@@ -260,7 +262,7 @@ def produce(
     Examples:
       echo hello | aioprod produce greetings -b localhost:9092
       aioprod produce orders -b localhost:9092 -K : orders.txt      # lines "key:value"
-      aioprod produce events -H source=cli -p 0 -X acks=1 --report events.jsonl
+      aioprod produce events -b localhost:9092 -H source=cli -p 0 -X acks=1 --report events.jsonl
       printf 'trace:abc\\tk1:v1\\n' | aioprod produce t -b localhost:9092 --parse-headers -K :
       aioprod produce t -F client.properties -D '\\0' -Z records.bin
     """
@@ -277,14 +279,26 @@ def produce(
     )
     record_delimiter = parse_delimiter(delimiter, "--delimiter")
 
+    reporting = report
+
+    def emit(text: str) -> None:
+        nonlocal reporting
+        try:
+            click.echo(text)
+        except BrokenPipeError:
+            # The reader went away (`... --report | head`): stop reporting, keep producing.
+            reporting = False
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+            warn("standard output closed: no more delivery reports")
+
     def on_ack(metadata: RecordMetadata, line_number: int) -> None:
-        if report:
-            click.echo(report_line(line_number, metadata, None))
+        if reporting:
+            emit(report_line(line_number, metadata, None))
 
     def on_error(exc: BaseException, line_number: int) -> None:
         click.echo(f"line {line_number}: {describe(exc)}", err=True)
-        if report:
-            click.echo(report_line(line_number, None, exc))
+        if reporting:
+            emit(report_line(line_number, None, exc))
 
     tracker = AckTracker(on_ack=on_ack, on_error=on_error)
     record_outcomes(tracker)

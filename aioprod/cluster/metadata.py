@@ -107,6 +107,8 @@ class Metadata:
         self._metrics = metrics if metrics is not None else ProducerMetrics(config)
         #: Topics whose metadata came with a topic-level error, with how many answers in a row.
         self._troubled: dict[str, int] = {}
+        #: The last error a broker answered about a topic still without partitions (for the timeout's message).
+        self._last_topic_error: dict[str, KafkaError] = {}
         self.snapshot = EMPTY_CLUSTER
         #: Topics to describe in refreshes, with when each was last used (loop time).
         self._topics: dict[str, float] = {}
@@ -216,9 +218,11 @@ class Metadata:
                 refreshed = True
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise KafkaTimeoutError(
-                    f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms" + self._reachability_hint()
-                )
+                last = self._last_topic_error.get(topic)
+                hint = self._reachability_hint()
+                if not hint and last is not None:
+                    hint = f" (the cluster's last answer: {last})"
+                raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms" + hint)
             self.touch(topic)
             self.request_update()
             if self._updated is None or self._updated.done():
@@ -350,6 +354,7 @@ class Metadata:
         for topic in [t for t, used in self._topics.items() if used < idle_since]:
             del self._topics[topic]  # unused for metadata_max_idle_ms: stop describing it
             self._troubled.pop(topic, None)
+            self._last_topic_error.pop(topic, None)
         request = MetadataRequest(
             topics=[MetadataRequestTopic(name=t) for t in sorted(self._topics)],
             allow_auto_topic_creation=self._config.allow_auto_create_topics,
@@ -374,6 +379,7 @@ class Metadata:
             if t.error_code:
                 self._topic_trouble(t.name, error_for_code(t.error_code), node, at_once=False)
             elif self._troubled.pop(t.name, None) is not None:
+                self._last_topic_error.pop(t.name, None)
                 self._metrics.events.resolved(log, ("topic", t.name), "topic %r: metadata is back", t.name)
             known = old.topics.get(t.name)
             if t.topic_id.int and self._topic_ids.get(t.name, t.topic_id) != t.topic_id:
@@ -416,6 +422,7 @@ class Metadata:
         (LEADER_NOT_AVAILABLE), so a retriable one is worth a warning from the second
         answer in a row."""
         seen = self._troubled[topic] = self._troubled.get(topic, 0) + 1
+        self._last_topic_error[topic] = error
         if at_once or seen > 1:
             self._metrics.events.problem(
                 log,

@@ -909,6 +909,8 @@ class Producer:
             )
 
     def _raise_not_open(self) -> NoReturn:
+        if self._state != _NEW:
+            self._check_loop()  # a producer whose loop shut down, used from the next one
         if self._fatal is not None and self._state is _STARTED:
             raise ProducerFatalError(f"the producer failed and accepts no more records: {self._fatal}") from self._fatal
         if self._state == _NEW:

@@ -178,6 +178,16 @@ class Sender:
                 now = loop.time()
                 await self._sleep(now + self.run_once(now))
         except asyncio.CancelledError:
+            if not self._stopping:
+                # Cancelled from outside, not by close(): the loop is being shut down (asyncio.run()
+                # ended without close()). Nothing will ever send what is queued: say so, now and
+                # to every later call, instead of leaving futures that never resolve.
+                fatal = ProducerFatalError(
+                    "the producer's sender task was cancelled: its event loop shut down without close() "
+                    "(a Producer belongs to the loop it was started on; use SyncProducer across asyncio.run() calls)"
+                )
+                self._on_fatal(fatal)
+                self.abort_now(lambda _persisted: fatal)
             raise
         except BaseException as exc:
             log.exception("aioprod sender task died")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.brokers import refused_port
@@ -154,3 +156,26 @@ def test_every_option_has_an_environment_variable() -> None:
     for variable in env:
         assert f"(${variable})" in result.stderr, variable
     assert "hunter2" not in result.stderr  # secrets are logged as <hidden>
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "where"),
+    [
+        (["-X", "linger.ms=-1"], None, "(-X linger.ms)"),
+        (["-X", "compression.type=lz5"], None, "(-X compression.type)"),
+        (["-X", "batch.size=-5"], None, "(-X batch.size)"),
+        ([], {"AIOPROD_LINGER_MS": "-1"}, "($AIOPROD_LINGER_MS)"),
+    ],
+)
+def test_a_value_out_of_range_says_where_it_came_from(args: list[str], env: dict[str, str] | None, where: str) -> None:
+    result = aioprod("produce", "t", "-b", "127.0.0.1:9", *args, input="x\n", env=env)
+    assert result.exit_code == 2
+    assert f"aioprod: error: bad producer option {where}: " in result.stderr
+
+
+def test_a_value_out_of_range_in_a_properties_file_names_its_line(tmp_path: Path) -> None:
+    properties = tmp_path / "client.properties"
+    properties.write_text("# producer\ncompression.type=lz5\n")
+    result = aioprod("produce", "t", "-b", "127.0.0.1:9", "-F", str(properties), input="x\n")
+    assert result.exit_code == 2
+    assert f"bad producer option ({properties}:2): " in result.stderr

@@ -118,3 +118,12 @@ def test_a_sigterm_to_a_program_inside_with_leaves_no_broker_running() -> None:
     proc.send_signal(signal.SIGTERM)
     proc.wait(10)
     assert not _outlives_its_parent(pid)
+
+
+def test_the_embedded_broker_is_not_in_the_terminals_process_group() -> None:
+    """Ctrl-C in a terminal signals the whole foreground process group: the broker, outside
+    it, lives on while the command delivers what it queued (it then stops the broker itself).
+    In the group, it died at once and `aioprod smoke` retried a dead broker for 120 s."""
+    with EmbeddedBroker() as broker:
+        assert broker.pid is not None
+        assert os.getpgid(broker.pid) != os.getpgid(0)

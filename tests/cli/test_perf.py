@@ -123,3 +123,26 @@ def test_print_metrics_lists_the_java_metrics(bootstrap: str, topic: str) -> Non
     report = json.loads(aioprod(*args, "--json", "--print-metrics").stdout)
     assert report["metrics"]["producer"]["record-send-total"] == 300
     assert report["metrics"]["topics"][topic]["record-send-total"] == 300
+
+
+def test_interim_lines_stay_one_line_each_when_stderr_is_not_a_terminal(kafka_bootstrap: str, topic: str) -> None:
+    result = aioprod(
+        "perf",
+        "-b",
+        kafka_bootstrap,
+        "-t",
+        topic,
+        "-n",
+        "6000",
+        "-s",
+        "100",
+        "--throughput",
+        "3000",
+        "--reporting-interval",
+        "500",
+        env={"COLUMNS": "80"},
+    )
+    assert result.exit_code == 0, result.stderr
+    interim = [line for line in result.stderr.splitlines() if line.startswith("aioprod perf:")]
+    assert interim
+    assert all(line.endswith("awaiting an ack") for line in interim), interim

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.brokers import TansuBroker
 from tests.cli.conftest import aioprod, create_topic
 from tests.readback import read_topic
 
@@ -200,3 +201,16 @@ def test_input_read_after_the_command_ended_leaves_no_warning() -> None:
     # last line.
     result = subprocess.run([sys.executable, "-c", _INPUT_AFTER_THE_LOOP], capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout, result.stderr) == (0, "done\n", "")
+
+
+def test_report_into_a_closed_pipe_stops_reporting_with_one_warning(tansu_broker: TansuBroker, topic: str) -> None:
+    """`aioprod produce --report | head -2`: no traceback per remaining record."""
+    command = (
+        f"seq 1 5000 | {sys.executable} -m aioprod.cli produce {topic} -b {tansu_broker.bootstrap} --report"
+        " | head -2 >/dev/null"
+    )
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in run.stderr
+    assert "standard output closed: no more delivery reports" in run.stderr
+    assert len(run.stderr.splitlines()) <= 3, run.stderr[-1500:]
+    assert len(read_topic(tansu_broker.bootstrap, topic)) == 5000  # producing went on

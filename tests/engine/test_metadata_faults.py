@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import NotLeaderOrFollowerError
+from aioprod.errors import KafkaTimeoutError, NotLeaderOrFollowerError
 from aioprod.protocol.messages import MetadataRequest, ProduceRequest
 from tests.conftest import Scripted
 
@@ -327,3 +327,14 @@ async def test_a_partition_added_since_the_last_refresh_is_waited_for_by_send(sc
         assert (await (await p.send_many("t", [b"w"], partition=1)))[0].partition == 1
         with pytest.raises(ValueError, match=r"partition 2 does not exist: topic 't' has 2 partitions \(0-1\)"):
             await p.send("t", b"v", partition=2)
+
+
+async def test_the_timeout_for_a_missing_topic_gives_the_clusters_answer(scripted: Scripted) -> None:
+    async with Producer(
+        bootstrap_servers=scripted.cluster.bootstrap, allow_auto_create_topics=False, max_block_ms=2000
+    ) as p:
+        with pytest.raises(KafkaTimeoutError) as info:
+            await p.send("no-such-topic", b"x")
+    assert str(info.value).startswith("topic 'no-such-topic' not present in metadata after 2000 ms")
+    assert "(the cluster's last answer: " in str(info.value)
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in str(info.value)

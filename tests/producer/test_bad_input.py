@@ -220,3 +220,20 @@ async def test_a_record_whose_batch_would_pass_max_request_size_is_refused_by_se
             await p.send("t", bytes(10_000 - 64))
         with pytest.raises(RecordTooLargeError, match="is larger than max_request_size"):
             await p.send_many("t", [bytes(10_000 - 64)])
+
+
+def test_a_producer_whose_loop_ended_says_so_on_the_next_loop(tansu_broker: TansuBroker, topic: str) -> None:
+    """Used again in a second asyncio.run() without close(), for a topic it already knows: the
+    send once waited forever for a sender the first loop had cancelled."""
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
+
+    async def first() -> None:
+        await producer.start()
+        await producer.send_and_wait(topic, b"1")
+
+    async def second() -> None:
+        await asyncio.wait_for(producer.send_and_wait(topic, b"2"), 60)  # a guard against the hang only
+
+    asyncio.run(first())
+    with pytest.raises(RuntimeError, match="started on another event loop"):
+        asyncio.run(second())
