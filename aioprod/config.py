@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aioprod.errors import ConfigError
+from aioprod.errors import ConfigError, UnsupportedOptionError
 
 if TYPE_CHECKING:
     from aioprod.metrics import MetricsSnapshot
@@ -55,6 +55,78 @@ _ALIASES = {
     "ssl_keyfile": "ssl_key_location",
     # confluent-kafka's name for librdkafka's statistics callback.
     "stats_cb": "statistics_callback",
+}
+
+#: Kafka client options aioprod does not implement, by why. A Java client.properties (Confluent
+#: Cloud's carries a consumer's and Schema Registry's) is refused by name, not met with a
+#: "did you mean" for an unrelated option; ``aioprod -F`` skips them with a warning.
+_CONSUMER_OPTION = "a consumer option (aioprod is a producer)"
+_REGISTRY_OPTION = "a Schema Registry option: give aioprod a key_serializer/value_serializer instead"
+_JAVA_OPTION = "a Java client option aioprod does not implement"
+_KEYSTORE_OPTION = (
+    "a Java keystore option: give PEM files in ssl_ca_location, ssl_certificate_location and ssl_key_location"
+)
+UNSUPPORTED_OPTIONS = {
+    **dict.fromkeys(
+        (
+            "group_id",
+            "group_instance_id",
+            "session_timeout_ms",
+            "heartbeat_interval_ms",
+            "auto_offset_reset",
+            "enable_auto_commit",
+            "auto_commit_interval_ms",
+            "max_poll_records",
+            "max_poll_interval_ms",
+            "isolation_level",
+            "fetch_min_bytes",
+            "fetch_max_bytes",
+            "fetch_max_wait_ms",
+            "max_partition_fetch_bytes",
+            "partition_assignment_strategy",
+            "key_deserializer",
+            "value_deserializer",
+        ),
+        _CONSUMER_OPTION,
+    ),
+    **dict.fromkeys(
+        (
+            "schema_registry_url",
+            "basic_auth_credentials_source",
+            "basic_auth_user_info",
+            "schema_registry_basic_auth_user_info",
+        ),
+        _REGISTRY_OPTION,
+    ),
+    **dict.fromkeys(
+        (
+            "client_dns_lookup",
+            "connections_max_idle_ms",
+            "send_buffer_bytes",
+            "receive_buffer_bytes",
+            "interceptor_classes",
+            "metric_reporters",
+            "metrics_recording_level",
+            "security_providers",
+            "ssl_protocol",
+            "ssl_enabled_protocols",
+            "sasl_kerberos_service_name",
+            "sasl_login_callback_handler_class",
+            "sasl_client_callback_handler_class",
+        ),
+        _JAVA_OPTION,
+    ),
+    **dict.fromkeys(
+        (
+            "ssl_keystore_type",
+            "ssl_keystore_location",
+            "ssl_keystore_password",
+            "ssl_truststore_type",
+            "ssl_truststore_location",
+            "ssl_truststore_password",
+        ),
+        _KEYSTORE_OPTION,
+    ),
 }
 
 
@@ -422,7 +494,9 @@ def _canonical_name(raw: str) -> str:
             raise ConfigError(f"option {raw!r} is not supported; use buffer_memory (bytes)")
         name = alias
     if name not in _FIELDS:
-        close = difflib.get_close_matches(name, list(_FIELDS), n=1)
+        if name in UNSUPPORTED_OPTIONS:
+            raise UnsupportedOptionError(f"option {raw!r} is {UNSUPPORTED_OPTIONS[name]}", option=raw)
+        close = difflib.get_close_matches(name, list(_FIELDS), n=1, cutoff=0.7)
         # Answer in the spelling asked: a dotted (Java) name gets a dotted suggestion.
         suggestion = close[0].replace("_", ".") if close and "." in raw else (close[0] if close else "")
         hint = f" (did you mean {suggestion!r}?)" if close else ""

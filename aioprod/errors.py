@@ -22,6 +22,16 @@ class ConfigError(KafkaError, ValueError):
     """A producer option is unknown, malformed or conflicts with another."""
 
 
+class UnsupportedOptionError(ConfigError):
+    """A known Kafka client option that aioprod does not implement (a consumer's, Schema
+    Registry's, or one of the Java client's): refused by name, never taken for a typo.
+    ``option`` is the name as given."""
+
+    def __init__(self, message: str, *, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
 class ProtocolError(KafkaError):
     """Bytes that do not follow the Kafka wire format.
 

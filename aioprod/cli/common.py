@@ -38,7 +38,7 @@ from aioprod.cli.properties import PropertiesError, load_properties
 from aioprod.cli.stats import AckTracker
 from aioprod.config import ProducerConfig, check_option
 from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError
-from aioprod.errors import ConfigError
+from aioprod.errors import ConfigError, UnsupportedOptionError
 from aioprod.producer.producer import Producer, check_topic_name
 
 EXIT_OK = 0
@@ -200,6 +200,11 @@ class ClientOptions:
                 continue
             try:
                 name = check_option(key, value)
+            except UnsupportedOptionError as exc:
+                if where.startswith("-X"):
+                    raise CliUsageError(f"bad producer option ({where}): {exc}") from exc
+                warn(f"{where}: skipped: {exc}")  # a file written for the Java client, say
+                continue
             except ConfigError as exc:
                 raise CliUsageError(f"bad producer option ({where}): {exc}") from exc
             options[name] = value

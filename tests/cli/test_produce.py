@@ -214,3 +214,34 @@ def test_report_into_a_closed_pipe_stops_reporting_with_one_warning(tansu_broker
     assert "standard output closed: no more delivery reports" in run.stderr
     assert len(run.stderr.splitlines()) <= 3, run.stderr[-1500:]
     assert len(read_topic(tansu_broker.bootstrap, topic)) == 5000  # producing went on
+
+
+def test_a_java_client_properties_file_runs_with_its_foreign_options_skipped(
+    tansu_broker: TansuBroker, topic: str, tmp_path: Path
+) -> None:
+    """Confluent Cloud's Java client.properties carries a consumer's option and a Java-only one."""
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        f"bootstrap.servers={tansu_broker.bootstrap}\n"
+        "# Required for correctness in Apache Kafka clients prior to 2.6\n"
+        "client.dns.lookup=use_all_dns_ips\n"
+        "session.timeout.ms=45000\n"
+        "acks=all\n"
+    )
+    result = aioprod("produce", topic, "-F", str(properties), input="hi\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines()[:2] == [
+        f"aioprod: warning: {properties}:3: skipped: option 'client.dns.lookup' is a Java client option aioprod does "
+        "not implement",
+        f"aioprod: warning: {properties}:4: skipped: option 'session.timeout.ms' is a consumer option (aioprod is a "
+        "producer)",
+    ]
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"hi"]
+
+
+def test_a_foreign_option_given_with_x_is_a_usage_error() -> None:
+    result = aioprod("produce", "t", "-b", "127.0.0.1:9", "-X", "session.timeout.ms=45000", input="x\n")
+    assert result.exit_code == 2
+    assert "bad producer option (-X session.timeout.ms): option 'session.timeout.ms' is a consumer option" in (
+        result.stderr
+    )

@@ -6,7 +6,7 @@ import pytest
 
 from aioprod import Producer
 from aioprod.config import ProducerConfig
-from aioprod.errors import ConfigError, KafkaError
+from aioprod.errors import ConfigError, KafkaError, UnsupportedOptionError
 
 
 def test_java_4_defaults() -> None:
@@ -128,3 +128,27 @@ def test_listener_names_and_ipv6_brackets_in_bootstrap_servers() -> None:
 def test_a_positional_argument_that_is_not_a_mapping_is_a_config_error(options: object) -> None:
     with pytest.raises(ConfigError, match=r"a mapping of options.*\(bootstrap_servers=\.\.\.\?\)"):
         ProducerConfig.from_options(options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "what"),
+    [
+        ("session.timeout.ms", "is a consumer option (aioprod is a producer)"),
+        ("client.dns.lookup", "is a Java client option aioprod does not implement"),
+        ("connections_max_idle_ms", "is a Java client option aioprod does not implement"),
+        ("schema.registry.url", "is a Schema Registry option"),
+        ("ssl.truststore.location", "give PEM files in ssl_ca_location"),
+    ],
+)
+def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_typo(name: str, what: str) -> None:
+    with pytest.raises(UnsupportedOptionError) as info:
+        Producer(bootstrap_servers="h:1", **{name: "1"})
+    assert str(info.value).startswith(f"option {name!r} ") and what in str(info.value)
+    assert "did you mean" not in str(info.value)
+    assert info.value.option == name
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("lingr_ms", "linger_ms"), ("linger.mss", "linger.ms")])
+def test_a_typo_still_gets_a_suggestion(typo: str, meant: str) -> None:
+    with pytest.raises(ConfigError, match=f"did you mean {meant!r}"):
+        Producer(bootstrap_servers="h:1", **{typo: "1"})
