@@ -128,7 +128,14 @@ class TransactionAbortableError(TransactionError):
 
 
 class TransactionAbortedError(TransactionError):
-    """The record's transaction was aborted before the record was sent."""
+    """The record's transaction was aborted before the record was acknowledged.
+
+    ``possibly_persisted`` is True when its batch had been sent (a retry was pending): it may
+    be in the log, hidden from ``read_committed`` consumers by the abort marker."""
+
+    def __init__(self, message: str, *, possibly_persisted: bool = False) -> None:
+        super().__init__(message)
+        self.possibly_persisted = possibly_persisted
 
 
 class PreparedTransactionError(TransactionError):

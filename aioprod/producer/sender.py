@@ -133,7 +133,7 @@ class Sender:
     def fail_aborted(self, cause: KafkaError | None) -> None:
         """Fail every queued batch: its transaction was aborted (because of ``cause``) before
         it was sent."""
-        self.fail_queued(lambda _batch: _aborted(cause))
+        self.fail_queued(lambda batch: _aborted(cause, batch.possibly_persisted))
 
     async def quiet(self) -> None:
         """Wait until no request of this producer's is unanswered (expired batches included)."""
@@ -596,7 +596,12 @@ def _also(
 _SWEPT = frozenset({TxnState.ABORTABLE_ERROR, TxnState.ABORTING})
 
 
-def _aborted(cause: KafkaError | None) -> TransactionAbortedError:
-    error = TransactionAbortedError(f"the transaction was aborted before the record was sent ({cause})")
+def _aborted(cause: KafkaError | None, persisted: bool = False) -> TransactionAbortedError:
+    what = (
+        "after the record was sent, before it was acknowledged (it may be in the log, hidden by the abort marker)"
+        if persisted
+        else "before the record was sent"
+    )
+    error = TransactionAbortedError(f"the transaction was aborted {what} ({cause})", possibly_persisted=persisted)
     error.__cause__ = cause
     return error

@@ -414,12 +414,34 @@ async def test_aborting_while_a_batch_waits_to_retry_does_not_spoil_the_next_tra
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.01)  # the answer came: the batch (sequence 0) waits 1 s to retry
         await p.abort_transaction()
-        with pytest.raises(TransactionAbortedError):
+        with pytest.raises(TransactionAbortedError) as info:
             await fut
+        assert info.value.possibly_persisted is False  # refused, not written
         # The next transaction has nothing to do with the aborted one.
         async with p.transaction():
             await p.send("t", b"next", partition=0)
     assert cluster.partition("t", 0).committed == [b"next"]
+
+
+async def test_a_record_sent_before_the_abort_fails_as_possibly_in_the_log(cluster: ScriptedCluster) -> None:
+    """Written, its answer lost to the request timeout, then aborted while it waited to retry:
+    not "aborted before the record was sent"."""
+    async with producer(
+        cluster, request_timeout_ms=1000, retry_backoff_ms=8000, retry_backoff_max_ms=8000, delivery_timeout_ms=60_000
+    ) as p:
+        p.begin_transaction()
+        await (await p.send("t", b"first", partition=0))
+        cluster.nodes[1].holding = True  # the next batch is written; its answer comes too late
+        fut = await p.send("t", b"second", partition=0)
+        await asyncio.sleep(1.5)  # virtual time: the request timed out, the retry is 8 s away
+        cluster.nodes[1].release()
+        await p.abort_transaction()
+        with pytest.raises(TransactionAbortedError) as info:
+            await fut
+    assert info.value.possibly_persisted is True
+    assert "after the record was sent, before it was acknowledged (it may be in the log" in str(info.value)
+    assert cluster.partition("t", 0).values == [b"first", b"second"]
+    assert cluster.partition("t", 0).committed == []
 
 
 async def test_a_transaction_made_abortable_by_a_sequence_gap_fails_its_commit_promptly(
