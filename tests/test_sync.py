@@ -174,7 +174,12 @@ def test_close_is_idempotent_and_thread_safe(tansu_broker: TansuBroker, topic: s
     assert "closed" in repr(producer)
     producer.close()
     producer.flush()  # nothing to do once closed
-    assert all(f.result(0).topic == topic for f in futures)  # close delivered what was queued
+    assert all(f.result(0).topic == topic for f in futures)
+    # Close delivered what was queued: each record is in the log once, where its future says.
+    log = read_topic(tansu_broker.bootstrap, topic)
+    assert sorted((r.partition, r.offset, r.value) for r in log) == sorted(
+        (m.partition, m.offset, b"%d" % i) for i, m in enumerate(f.result(0) for f in futures)
+    )
 
 
 def test_a_thread_that_reuses_the_ended_loop_threads_id_may_still_call_close(tansu_broker: TansuBroker) -> None:
@@ -304,7 +309,13 @@ def test_an_abandoned_producer_is_closed_in_the_background(tansu_broker: TansuBr
         del producer
         gc.collect()
     assert any(issubclass(w.category, ResourceWarning) for w in caught)
-    assert future.result(30).topic == topic  # the background close still delivered it
+    metadata = future.result(30)
+    assert metadata.topic == topic
+    # The background close still delivered it: the log holds it, where its future says.
+    log = read_topic(tansu_broker.bootstrap, topic)
+    assert [(r.partition, r.offset, r.value) for r in log] == [
+        (metadata.partition, metadata.offset, b"queued before the producer was dropped")
+    ]
 
 
 def test_a_shared_failure_does_not_grow_its_traceback_per_result_call() -> None:

@@ -37,6 +37,8 @@ class FaultProxy:
         self._links: set[_Link] = set()
         self.delay = 0.0
         self.black_hole = False
+        #: Abort every new connection at once, as a port with no broker behind it would.
+        self.refuse = False
         #: Cut each new connection after it has forwarded this many bytes (None: never).
         self.cut_after_bytes: int | None = None
         #: Stop cutting by bytes after this many cuts (None: keep cutting).
@@ -85,6 +87,9 @@ class FaultProxy:
         assert task is not None
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
+        if self.refuse:
+            writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:

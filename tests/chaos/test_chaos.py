@@ -11,7 +11,7 @@ import contextlib
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -25,6 +25,12 @@ pytestmark = pytest.mark.integration
 
 RECORDS = 6000
 KEYS = 12
+#: Records are queued in bursts of PACE, with a pause after each.
+PACE = 50
+#: test_broker_restarted_mid_stream restarts the broker as this record is queued (a point in
+#: the stream, not a time): the last of a burst, a third of the way in, so the whole burst is
+#: unacknowledged when the restart begins.
+MIDWAY = RECORDS // 3 // PACE * PACE + PACE - 1
 
 
 @dataclass
@@ -37,10 +43,22 @@ class Run:
     resets: int
 
 
-async def produce_under_faults(proxy: FaultProxy, topic: str, fault: object, seed: int) -> Run:
+@dataclass
+class Stream:
+    """The stream as a fault sees it while it runs: the future of every record queued so far,
+    and an event set as record ``MIDWAY`` is queued."""
+
+    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    midway: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def produce_under_faults(
+    proxy: FaultProxy, topic: str, fault: object, seed: int, stream: Stream | None = None
+) -> Run:
     rng = random.Random(seed)
     sent: list[tuple[bytes, bytes]] = []
-    futures: list[asyncio.Future[RecordMetadata]] = []
+    stream = stream or Stream()
+    futures = stream.futures
     started = time.monotonic()
     async with Producer(
         bootstrap_servers=f"127.0.0.1:{proxy.port}",
@@ -61,7 +79,9 @@ async def produce_under_faults(proxy: FaultProxy, topic: str, fault: object, see
             value = b"%s:%06d" % (key, i)
             futures.append(await producer.send(topic, value, key=key))
             sent.append((key, value))
-            if i % 50 == 49:
+            if i == MIDWAY:
+                stream.midway.set()
+            if i % PACE == PACE - 1:
                 await asyncio.sleep(0.04)  # a steady pace (~5 s in all), so faults land mid-stream
         stop.set()
         await chaos
@@ -71,10 +91,13 @@ async def produce_under_faults(proxy: FaultProxy, topic: str, fault: object, see
     return Run(sent, outcomes, time.monotonic() - started, proxy.connections_cut, retries, resets)
 
 
-def check(run: Run, bootstrap: str, topic: str, *, broker_lost_data: bool = False) -> dict[str, int]:
+def check(run: Run, bootstrap: str, topic: str, *, kept_from: int = 0) -> dict[str, int]:
+    """``kept_from``: every record from this index on that was acknowledged must be in the log
+    (one acknowledged before it may have been lost with a restarted broker's memory)."""
     assert len(run.outcomes) == len(run.sent)
     assert all(f is not None for f in run.outcomes)
     acked = {run.sent[i][1] for i, o in enumerate(run.outcomes) if isinstance(o, RecordMetadata)}
+    kept = {run.sent[i][1] for i, o in enumerate(run.outcomes) if isinstance(o, RecordMetadata) and i >= kept_from}
     not_sent = {
         run.sent[i][1]
         for i, o in enumerate(run.outcomes)
@@ -85,7 +108,7 @@ def check(run: Run, bootstrap: str, topic: str, *, broker_lost_data: bool = Fals
     consumed = read_topic(bootstrap, topic)
     values = [c.value for c in consumed]
     duplicates = len(values) - len(set(values))
-    lost = 0 if broker_lost_data else len(acked - set(values))
+    lost = len(kept - set(values))
     assert duplicates == 0, f"{duplicates} duplicated records"
     assert lost == 0, f"{lost} acknowledged records missing"
     assert not (not_sent & set(values)), "a record reported as not sent is in the log"
@@ -144,20 +167,38 @@ async def test_connections_cut_mid_request(proxied_broker: tuple[TansuBroker, Fa
 
 async def test_broker_restarted_mid_stream(proxied_broker: tuple[TansuBroker, FaultProxy], topic: str) -> None:
     broker, proxy = proxied_broker
+    stream = Stream()
+    restarts: list[tuple[int, list[int]]] = []  # per restart: connections cut, records unacknowledged
 
     async def fault(stop: asyncio.Event, rng: random.Random) -> None:
-        try:
-            await asyncio.wait_for(stop.wait(), 2.0)
-        except TimeoutError:
-            proxy.cut_all()
-            await asyncio.to_thread(broker.restart)  # memory storage: the broker forgets everything
+        # The stream's progress says when, not a clock: as record MIDWAY is queued. This task
+        # was woken then, ahead of anything the loop reads from the network afterwards, so no
+        # answer to MIDWAY can have come yet: it is unacknowledged when the restart begins.
+        await stream.midway.wait()
+        unacknowledged = [i for i, f in enumerate(stream.futures) if not f.done()]
+        # From the cut until the new broker is up the proxy takes no connection: no record
+        # unacknowledged now reaches the old broker, no answer of the old broker the producer.
+        proxy.refuse = True
+        cut = proxy.cut_all()
+        await asyncio.to_thread(broker.restart)  # memory storage: the broker forgets everything
+        proxy.refuse = False
+        restarts.append((cut, unacknowledged))
 
-    run = await produce_under_faults(proxy, topic, fault, seed=3)
-    # What the broker lost by restarting is the broker's; every future resolved, and what
-    # is in the log now is there once and in order.
-    stats = await asyncio.to_thread(check, run, broker.bootstrap, topic, broker_lost_data=True)
+    run = await produce_under_faults(proxy, topic, fault, seed=3, stream=stream)
+    assert len(restarts) == 1, "the broker was not restarted: the test proved nothing"
+    ((cut, unacknowledged),) = restarts
+    assert cut > 0, "the producer had no connection to cut"
+    assert MIDWAY in unacknowledged
+    # What the broker lost by restarting is the broker's (records acknowledged before the cut);
+    # every future resolved; what is in the log now is there once and in order; and a record
+    # acknowledged from MIDWAY on can only have been written by the new broker: it is in the log.
+    stats = await asyncio.to_thread(check, run, broker.bootstrap, topic, kept_from=MIDWAY)
     report("restart", run, stats)
-    assert sum(isinstance(o, RecordMetadata) for o in run.outcomes) > 0
-    # After the restart the producer looked at the cluster again (the broker came back
-    # without the topic), so what it sent afterwards is in the new broker's log.
+    # After the restart the producer looked at the cluster again (the broker came back without
+    # the topic); the record unacknowledged at the restart was acknowledged after it, so (see
+    # check) it is in the new broker's log.
     assert stats["consumed"] > 0
+    assert isinstance(run.outcomes[MIDWAY], RecordMetadata), run.outcomes[MIDWAY]
+    # The producer saw it too: the new broker refused what it sent under its old identity (it
+    # has no state for it), and the producer retried those records under a new one.
+    assert run.retries > 0 and run.resets > 0, f"retries={run.retries} resets={run.resets}"

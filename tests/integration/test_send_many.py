@@ -6,7 +6,7 @@ import confluent_kafka
 import pytest
 
 from aioprod import Producer, RecordMetadata
-from aioprod.errors import RecordTooLargeError, SendManyError
+from aioprod.errors import KafkaError, ProducerClosedError, RecordTooLargeError, SendManyError
 from tests.brokers import TansuBroker
 from tests.integration.test_produce import create_topic
 from tests.readback import read_topic
@@ -66,13 +66,33 @@ async def test_a_bad_record_raises_before_anything_is_queued(tansu_broker: Tansu
 
 
 async def test_failures_are_reported_per_record(tansu_broker: TansuBroker, topic: str) -> None:
+    # One group is flushed and acknowledged; the next still lingers when close(0) stops the
+    # producer. Its records fail one by one, as KafkaErrors that say they were never sent, and
+    # the log (read back independently) holds exactly the acknowledged records.
+    create_topic(tansu_broker.bootstrap, topic, 1)
+    first, second = [b"acked-1", b"acked-2"], [b"a", b"b"]
     async with Producer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=10_000) as producer:
-        future = await producer.send_many(topic, [b"a", b"b"])
+        delivered = await producer.send_many(topic, first)
+        await producer.flush()
+        acknowledged = list(zip(first, await delivered, strict=True))
+        future = await producer.send_many(topic, second)
         await producer.close(timeout=0)
     with pytest.raises(SendManyError) as info:
         await future
-    assert len(info.value.results) == 2
-    assert all(not isinstance(r, RecordMetadata) for r in info.value.results)
+    results = info.value.results
+    assert len(results) == len(second)
+    acknowledged += [(v, r) for v, r in zip(second, results, strict=True) if isinstance(r, RecordMetadata)]
+    failed = [(v, r) for v, r in zip(second, results, strict=True) if not isinstance(r, RecordMetadata)]
+    for _, error in failed:
+        assert isinstance(error, KafkaError), f"a failed record's result is not a KafkaError: {error!r}"
+    log = read_topic(tansu_broker.bootstrap, topic)
+    not_sent = {v for v, e in failed if not getattr(e, "possibly_persisted", True)}
+    assert not_sent.isdisjoint(c.value for c in log), "a record reported as never sent is in the log"
+    assert [(c.partition, c.offset, c.value) for c in log] == [(md.partition, md.offset, v) for v, md in acknowledged]
+    # The second group never left the client (a 10-second linger): each record failed with
+    # the close, certainly not written.
+    assert [type(e) for _, e in failed] == [ProducerClosedError] * len(second)
+    assert [e.possibly_persisted for _, e in failed] == [False] * len(second)
 
 
 async def test_acks_0_delivers_without_offsets(tansu_broker: TansuBroker, topic: str) -> None:
