@@ -110,22 +110,16 @@ UNSUPPORTED_OPTIONS = {
             "security_providers",
             "ssl_protocol",
             "ssl_enabled_protocols",
-            "sasl_kerberos_service_name",
-            "sasl_login_callback_handler_class",
+            "ssl_cipher_suites",
+            "ssl_provider",
+            "ssl_secure_random_implementation",
+            "ssl_engine_factory_class",
+            "enable_metrics_push",
+            "auto_include_jmx_reporter",
+            "metadata_recovery_strategy",
             "sasl_client_callback_handler_class",
         ),
         _JAVA_OPTION,
-    ),
-    **dict.fromkeys(
-        (
-            "ssl_keystore_type",
-            "ssl_keystore_location",
-            "ssl_keystore_password",
-            "ssl_truststore_type",
-            "ssl_truststore_location",
-            "ssl_truststore_password",
-        ),
-        _KEYSTORE_OPTION,
     ),
 }
 
@@ -480,8 +474,35 @@ def check_option(name: str, value: Any) -> str:
     rules that relate options to each other are checked by :meth:`ProducerConfig.from_options`.
     """
     canonical = _canonical_name(name)
+    if canonical in ("key_serializer", "value_serializer") and isinstance(value, str):
+        # key.serializer=org.apache.kafka.common.serialization.StringSerializer, from a Java file
+        raise UnsupportedOptionError(
+            f"option {name!r} names a Java class ({value}): give aioprod a callable", option=name
+        )
     _coerce(canonical, value)
     return canonical
+
+
+#: Families of Java client options aioprod does not implement, by name prefix.
+_UNSUPPORTED_PREFIXES = {
+    "sasl_login_": _JAVA_OPTION,
+    "sasl_oauthbearer_": (
+        "a Java OAuth login option: give aioprod a sasl_oauth_token_provider (a callable returning the token)"
+    ),
+    "sasl_kerberos_": "a Kerberos option (GSSAPI is not supported)",
+    "ssl_keystore_": _KEYSTORE_OPTION,
+    "ssl_truststore_": _KEYSTORE_OPTION,
+    "ssl_keymanager_": _JAVA_OPTION,
+    "ssl_trustmanager_": _JAVA_OPTION,
+    "partitioner_": "a Java partitioner option: give aioprod's partitioner option a name or a callable",
+}
+
+
+def _unsupported(name: str) -> str | None:
+    """Why aioprod does not implement the Kafka client option ``name`` (snake_case), or None."""
+    if name in UNSUPPORTED_OPTIONS:
+        return UNSUPPORTED_OPTIONS[name]
+    return next((why for prefix, why in _UNSUPPORTED_PREFIXES.items() if name.startswith(prefix)), None)
 
 
 def _canonical_name(raw: str) -> str:
@@ -494,9 +515,10 @@ def _canonical_name(raw: str) -> str:
             raise ConfigError(f"option {raw!r} is not supported; use buffer_memory (bytes)")
         name = alias
     if name not in _FIELDS:
-        if name in UNSUPPORTED_OPTIONS:
-            raise UnsupportedOptionError(f"option {raw!r} is {UNSUPPORTED_OPTIONS[name]}", option=raw)
-        close = difflib.get_close_matches(name, list(_FIELDS), n=1, cutoff=0.7)
+        why = _unsupported(name)
+        if why is not None:
+            raise UnsupportedOptionError(f"option {raw!r} is {why}", option=raw)
+        close = difflib.get_close_matches(name, list(_FIELDS), n=1)
         # Answer in the spelling asked: a dotted (Java) name gets a dotted suggestion.
         suggestion = close[0].replace("_", ".") if close and "." in raw else (close[0] if close else "")
         hint = f" (did you mean {suggestion!r}?)" if close else ""

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -52,6 +53,10 @@ def _die_with_parent() -> Callable[[], None] | None:
     """Linux: a preexec_fn that has the child killed when the process that started it dies
     (a SIGTERM or SIGKILL skips every ``finally``); None elsewhere."""
     if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        # PR_SET_PDEATHSIG follows the thread that forked, not the process: from a worker
+        # thread, the broker would die when that thread ends (the finalizer still covers exit).
         return None
     import ctypes
 

@@ -128,6 +128,13 @@ class Metadata:
         #: Demanded refreshes in a row that found nothing new (their backoff grows).
         self._fruitless = 0
         self._last_refresh = float("-inf")
+        #: Refreshes started, and the number of the latest one that succeeded (a wait for a
+        #: partition needs an answer asked for after it began, not a failure or an older answer).
+        self._refreshes_started = 0
+        self._refresh_succeeded = 0
+        #: (topic, partition) that the latest successful refresh found missing: sent to again,
+        #: refused at once, not after a refresh each (a column of bad partitions in a job).
+        self._missing_partitions: set[tuple[str, int]] = set()
         #: Loop time of the first failed refresh since the last one that worked (None: working).
         self._failing_since: float | None = None
         # Set while the last refresh failed to authenticate: waiting cannot fix credentials,
@@ -195,7 +202,7 @@ class Metadata:
         self, topic: str, deadline: float, timeout: float, partition: int | None = None
     ) -> TopicInfo:
         loop = asyncio.get_running_loop()
-        refreshed = False
+        asked_after = self._refreshes_started  # a refresh started after this one answers the wait
         while True:
             if self._closed:
                 raise ProducerClosedError(f"the producer closed while waiting for metadata of topic {topic!r}")
@@ -206,16 +213,21 @@ class Metadata:
             if info is not None and info.partitions:
                 if partition is None or partition in info.partitions:
                     return info
-                if refreshed or deadline - loop.time() <= 0:
-                    # One refresh found no such partition: bad input, refused now (not after
-                    # max_block_ms); a partition added since the last refresh is found by it.
+                if (
+                    self._refresh_succeeded > asked_after
+                    or (topic, partition) in self._missing_partitions
+                    or deadline - loop.time() <= 0
+                ):
+                    # A refresh asked for after the wait began found no such partition: bad input,
+                    # refused now (not after max_block_ms); a partition added since the last
+                    # refresh is found by it.
+                    self._missing_partitions.add((topic, partition))
                     count = len(info.partitions)
                     raise ValueError(
                         f"partition {partition} does not exist: topic {topic!r} has {count} partition"
                         + ("" if count == 1 else "s")
                         + f" (0-{count - 1})"
                     )
-                refreshed = True
             remaining = deadline - loop.time()
             if remaining <= 0:
                 last = self._last_topic_error.get(topic)
@@ -318,7 +330,11 @@ class Metadata:
                     await asyncio.sleep(self._backoff(self._fruitless))
             self._need_update.clear()
             try:
+                self._refreshes_started += 1
+                started = self._refreshes_started
                 changed = await self._refresh()
+                self._refresh_succeeded = started
+                self._missing_partitions.clear()
                 self._failures = 0
                 self._failing_since = None
                 self._auth_error = None

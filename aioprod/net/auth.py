@@ -117,6 +117,7 @@ class TokenCache:
                 token = await self._fetch(now)
             except AuthenticationError as exc:
                 current = self._token
+                now = self._clock()  # the provider may have taken a while to fail
                 if current is None or current.expires_at <= now:
                     raise
                 # A refresh that fails while the current token is still valid is not a reason to
@@ -124,7 +125,7 @@ class TokenCache:
                 log.warning(
                     "%s; using the current token (valid %.0fs more) and retrying later", exc, current.expires_at - now
                 )
-                self._refresh_at = now + min(30.0, max(1.0, (current.expires_at - now) / 4))
+                self._refresh_at = min(now + min(30.0, max(1.0, (current.expires_at - now) / 4)), current.expires_at)
                 return current
             self.fetches += 1
             self._token = token

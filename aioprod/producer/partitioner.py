@@ -9,6 +9,8 @@ fill instead of spreading one record per partition.
 
 from __future__ import annotations
 
+import contextlib
+import operator
 import random
 import struct
 from collections.abc import Sequence
@@ -96,6 +98,9 @@ class Partitioner:
         """``partitions``: every partition id; ``available``: those with a known leader."""
         if self._user is not None:
             chosen = self._user(topic, key, partitions)
+            if type(chosen) is not int and not isinstance(chosen, bool):
+                with contextlib.suppress(TypeError):
+                    chosen = operator.index(chosen)  # an int subclass, numpy.int64: a partition id too
             if type(chosen) is not int or not partitions or not partitions[0] <= chosen <= partitions[-1]:
                 raise ValueError(
                     f"the partitioner returned {chosen!r} for topic {topic!r}, which has partitions "

@@ -909,8 +909,8 @@ class Producer:
             )
 
     def _raise_not_open(self) -> NoReturn:
-        if self._state != _NEW:
-            self._check_loop()  # a producer whose loop shut down, used from the next one
+        if self._state is _STARTED:
+            self._check_loop()  # a producer whose loop shut down, used from the next one (a closed one says closed)
         if self._fatal is not None and self._state is _STARTED:
             raise ProducerFatalError(f"the producer failed and accepts no more records: {self._fatal}") from self._fatal
         if self._state == _NEW:

@@ -164,6 +164,7 @@ def test_every_option_has_an_environment_variable() -> None:
         (["-X", "linger.ms=-1"], None, "(-X linger.ms)"),
         (["-X", "compression.type=lz5"], None, "(-X compression.type)"),
         (["-X", "batch.size=-5"], None, "(-X batch.size)"),
+        (["-X", "compression.type=zstd", "-X", "compression.level=99"], None, "(-X compression.level)"),
         ([], {"AIOPROD_LINGER_MS": "-1"}, "($AIOPROD_LINGER_MS)"),
     ],
 )

@@ -8,6 +8,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -106,6 +107,18 @@ def test_a_program_that_exits_without_stop_leaves_no_broker_running() -> None:
     assert not _outlives_its_parent(int(out.split()[0]))
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_program_that_exits_without_stop_leaves_no_broker_running_without_the_parent_death_signal() -> None:
+    # Started from a worker thread, the broker gets no PR_SET_PDEATHSIG (it would die with the
+    # thread): the finalizer run at interpreter exit is what stops it, as everywhere off Linux.
+    code = (
+        "import threading\nfrom aioprod.embedded import EmbeddedBroker\nbroker = EmbeddedBroker()\n"
+        "thread = threading.Thread(target=broker.start)\nthread.start()\nthread.join()\nprint(broker.pid, flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert not _outlives_its_parent(int(out.split()[0]))
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux's")
 def test_a_sigterm_to_a_program_inside_with_leaves_no_broker_running() -> None:
     code = (
@@ -127,3 +140,19 @@ def test_the_embedded_broker_is_not_in_the_terminals_process_group() -> None:
     with EmbeddedBroker() as broker:
         assert broker.pid is not None
         assert os.getpgid(broker.pid) != os.getpgid(0)
+
+
+def test_a_broker_started_from_a_thread_outlives_the_thread() -> None:
+    """PR_SET_PDEATHSIG follows the thread that forked: the broker must not get it from a worker
+    thread (asyncio.to_thread(broker.start), say), only die with the process."""
+    broker = EmbeddedBroker()
+    thread = threading.Thread(target=broker.start)
+    thread.start()
+    thread.join(60)
+    try:
+        assert broker.running
+        assert broker._proc is not None
+        with pytest.raises(subprocess.TimeoutExpired):
+            broker._proc.wait(1)  # a signal at the thread's end would have killed it by now
+    finally:
+        broker.stop()

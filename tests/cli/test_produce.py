@@ -227,14 +227,17 @@ def test_a_java_client_properties_file_runs_with_its_foreign_options_skipped(
         "client.dns.lookup=use_all_dns_ips\n"
         "session.timeout.ms=45000\n"
         "acks=all\n"
+        "key.serializer=org.apache.kafka.common.serialization.StringSerializer\n"
     )
     result = aioprod("produce", topic, "-F", str(properties), input="hi\n")
     assert result.exit_code == 0, result.stderr
-    assert result.stderr.splitlines()[:2] == [
+    assert result.stderr.splitlines()[:3] == [
         f"aioprod: warning: {properties}:3: skipped: option 'client.dns.lookup' is a Java client option aioprod does "
         "not implement",
         f"aioprod: warning: {properties}:4: skipped: option 'session.timeout.ms' is a consumer option (aioprod is a "
         "producer)",
+        f"aioprod: warning: {properties}:6: skipped: option 'key.serializer' names a Java class "
+        "(org.apache.kafka.common.serialization.StringSerializer): give aioprod a callable",
     ]
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"hi"]
 

@@ -13,6 +13,30 @@ from aioprod import Producer
 from aioprod.errors import KafkaTimeoutError, NotLeaderOrFollowerError
 from aioprod.protocol.messages import MetadataRequest, ProduceRequest
 from tests.conftest import Scripted
+from tests.fakes.cluster import ScriptedCluster
+
+
+def lose_one_metadata_answer(
+    monkeypatch: pytest.MonkeyPatch, *, node_id: int | None = None, hang: bool = False
+) -> list[bool]:
+    """Once armed (``lose[0] = True``), the fake cluster loses the next Metadata answer (of
+    ``node_id``, if given): the connection drops before it, or (``hang``) it never comes."""
+    handle = ScriptedCluster.handle
+    lose = [False]
+
+    async def losing(self: ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        answer = await handle(self, conn, frame)
+        if lose[0] and node_id in (None, conn.node.node_id) and type(self.requests[-1].body) is MetadataRequest:
+            lose[0] = False
+            if hang:
+                await conn.closed_or(asyncio.Event())
+            else:
+                conn.side.close()
+            return None
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "handle", losing)
+    return lose
 
 
 async def test_a_lagging_broker_does_not_take_the_producer_back_to_an_old_leader(scripted: Scripted) -> None:
@@ -286,24 +310,11 @@ async def test_one_failed_refresh_long_after_the_last_does_not_abandon_a_healthy
     # The trigger counts how long refreshes have been failing, not how old the last good one
     # is: idle for longer than it, one lost answer sent the producer to the bootstrap name
     # alone (here a dead broker) for good, with the leader healthy and connected.
-    from tests.fakes.cluster import ScriptedCluster
-
     cluster, network = scripted.cluster, scripted.network
     cluster.add_node(2)
     cluster.create_topic("t", [2])
     network.listen("kafka.example", 9092, cluster.nodes[1])
-    handle = ScriptedCluster.handle
-    lose = [False]
-
-    async def losing_one_metadata_answer(self: ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
-        answer = await handle(self, conn, frame)
-        if lose[0] and conn.node.node_id == 2 and self.requests[-1].body.__class__ is MetadataRequest:
-            lose[0] = False
-            await conn.closed_or(asyncio.Event())  # never answered
-            return None
-        return answer
-
-    monkeypatch.setattr(ScriptedCluster, "handle", losing_one_metadata_answer)
+    lose = lose_one_metadata_answer(monkeypatch, node_id=2, hang=True)
     async with Producer(
         bootstrap_servers="kafka.example:9092", linger_ms=0, metadata_max_age_ms=3_600_000, request_timeout_ms=5_000
     ) as p:
@@ -338,3 +349,28 @@ async def test_the_timeout_for_a_missing_topic_gives_the_clusters_answer(scripte
     assert str(info.value).startswith("topic 'no-such-topic' not present in metadata after 2000 ms")
     assert "(the cluster's last answer: " in str(info.value)
     assert "UNKNOWN_TOPIC_OR_PARTITION" in str(info.value)
+
+
+async def test_a_failed_refresh_is_not_taken_for_proof_that_a_partition_is_missing(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    lose = lose_one_metadata_answer(monkeypatch)
+    async with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=10_000) as p:
+        assert await p.partitions_for("t") == [0]
+        cluster.topics["t"].extend(cluster.create_topic("grown", 1))  # t now has partitions 0 and 1
+        lose[0] = True
+        assert (await p.send_and_wait("t", b"v", partition=1)).partition == 1
+
+
+async def test_sends_to_a_missing_partition_cost_one_refresh_in_all(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=60_000) as p:
+        await p.partitions_for("t")
+        before = len(cluster.requests_of(MetadataRequest))
+        for _ in range(10):
+            with pytest.raises(ValueError, match="partition 5 does not exist"):
+                await p.send("t", b"v", partition=5)
+        assert len(cluster.requests_of(MetadataRequest)) - before == 1

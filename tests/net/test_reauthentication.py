@@ -118,7 +118,49 @@ async def test_a_failed_token_refresh_does_not_fail_records_in_flight(
         node.release()
         result = await asyncio.gather(second, return_exceptions=True)
         assert not isinstance(result[0], BaseException), f"in-flight record failed: {result[0]!r}"
+        assert p.metrics()["connection-close-total"] == 0  # re-authenticated with the still-valid token
     assert cluster.partition("t").values.count(b"second") == 1
+
+
+async def test_a_refused_reauthentication_retries_the_records_it_held(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record sent while the connection re-authenticates, and the re-authentication refused:
+    the record goes out on the next connection; the refusal is the connection's, not its."""
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    handle = fake_cluster.ScriptedCluster.handle
+    authenticated: set[int] = set()
+    reauthenticating, refuse = asyncio.Event(), asyncio.Event()
+
+    async def refusing_the_first_reauthentication(
+        self: fake_cluster.ScriptedCluster, conn: Any, frame: bytes
+    ) -> bytes | None:
+        header, _ = decode_request_header(frame)
+        if header.api_key == m.SaslAuthenticateRequest.API_KEY:
+            if id(conn) in authenticated and not reauthenticating.is_set():
+                reauthenticating.set()
+                await refuse.wait()
+                answer = m.SaslAuthenticateResponse(58, "session refused", b"", session_lifetime_ms=0)
+                return encode_response(answer, header.api_version, header.correlation_id)
+            authenticated.add(id(conn))
+        return await handle(self, conn, frame)
+
+    monkeypatch.setattr(fake_cluster.ScriptedCluster, "handle", refusing_the_first_reauthentication)
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=lambda: OAuthBearerToken("token", time.time() + 3600),
+        linger_ms=0,
+    ) as p:
+        await (await p.send("t", b"first"))
+        await reauthenticating.wait()
+        held = await p.send("t", b"second")
+        refuse.set()
+        assert (await held).offset == 1
+    assert cluster.partition("t").values == [b"first", b"second"]
 
 
 async def test_close_callbacks_do_not_grow_with_each_reauthentication(
@@ -175,3 +217,42 @@ async def test_a_provider_that_never_answers_is_named(scripted: Scripted, monkey
     error = await _send_one(scripted, provider)
     assert "ApiVersions" not in str(error)
     assert "sasl_oauth_token_provider" in str(error)
+
+
+async def test_an_expired_token_is_never_handed_out_after_a_failed_refresh() -> None:
+    now = [0.0]
+    calls = [0]
+
+    def provider() -> OAuthBearerToken:
+        calls[0] += 1
+        if calls[0] == 1:
+            return OAuthBearerToken("first", 100.0)
+        if calls[0] == 2:
+            raise RuntimeError("identity provider briefly down")
+        return OAuthBearerToken("second", 1000.0)
+
+    cache = TokenCache(provider, clock=lambda: now[0])
+    assert (await cache.get()).value == "first"
+    now[0] = 99.5  # past the refresh point; the refresh fails; the token is valid 0.5 s more
+    assert (await cache.get()).value == "first"
+    now[0] = 100.2  # the token has expired: the provider must be asked again
+    token = await cache.get()
+    assert token.expires_at > now[0], f"handed out {token.value!r}, expired {now[0] - token.expires_at:.1f}s ago"
+
+
+async def test_a_slow_failed_refresh_does_not_hand_out_a_token_that_expired_meanwhile() -> None:
+    now = [0.0]
+    calls = [0]
+
+    async def provider() -> OAuthBearerToken:
+        calls[0] += 1
+        if calls[0] == 1:
+            return OAuthBearerToken("first", 100.0)
+        now[0] += 10.0  # the identity provider times out after 10 s
+        raise RuntimeError("timed out")
+
+    cache = TokenCache(provider, clock=lambda: now[0])
+    await cache.get()
+    now[0] = 95.0  # 5 s left when the refresh starts, none when it fails
+    with pytest.raises(AuthenticationError, match="sasl_oauth_token_provider failed"):
+        await cache.get()  # no valid token left: the provider's failure, not the expired token

@@ -237,3 +237,40 @@ def test_a_producer_whose_loop_ended_says_so_on_the_next_loop(tansu_broker: Tans
     asyncio.run(first())
     with pytest.raises(RuntimeError, match="started on another event loop"):
         asyncio.run(second())
+
+
+class IntLike:
+    """As numpy.int64: not an int, but an index (``__index__``)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize("many", [False, True])
+async def test_a_user_partitioners_int_like_answer_is_a_partition(scripted: Scripted, many: bool) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", [1, 1, 1])
+    async with Producer(bootstrap_servers=cluster.bootstrap, partitioner=lambda t, k, parts: IntLike(2)) as p:
+        if many:
+            results = await (await p.send_many("t", [b"v"], keys=[b"k"]))
+            assert results[0].partition == 2
+        else:
+            assert (await p.send_and_wait("t", b"v", key=b"k")).partition == 2
+
+
+def test_a_closed_producer_says_closed_on_the_next_loop() -> None:
+    producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
+
+    async def first() -> None:
+        await producer.start()
+        await producer.close()
+
+    async def second() -> None:
+        await producer.send("t", b"x")
+
+    asyncio.run(first())
+    with pytest.raises(ProducerClosedError):
+        asyncio.run(second())

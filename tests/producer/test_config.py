@@ -67,7 +67,10 @@ def test_config_is_frozen() -> None:
         ),
         ({"bootstrap_servers": "h:1", "batch_size": 2**31}, "batch_size must be <= 2147483647"),
         ({"bootstrap_servers": "h:1", "client_id": "x" * 40_000}, "client_id must be at most 32767 bytes"),
-        ({"bootstrap_servers": "h:1", "compression_type": "gzip", "compression_level": 100}, r"gzip compression level"),
+        (
+            {"bootstrap_servers": "h:1", "compression_type": "gzip", "compression_level": 100},
+            r"compression_level: gzip levels are 1 to 9, got 100",
+        ),
         ({"bootstrap_servers": "h:1", "compression_type": "snappy", "compression_level": 1}, "snappy has no"),
         ({}, "bootstrap_servers is required"),
         ({"bootstrap_servers": "h:1", "partitioner": "random"}, "partitioner must be one of"),
@@ -138,6 +141,9 @@ def test_a_positional_argument_that_is_not_a_mapping_is_a_config_error(options: 
         ("connections_max_idle_ms", "is a Java client option aioprod does not implement"),
         ("schema.registry.url", "is a Schema Registry option"),
         ("ssl.truststore.location", "give PEM files in ssl_ca_location"),
+        ("sasl.login.connect.timeout.ms", "is a Java client option aioprod does not implement"),
+        ("sasl.oauthbearer.token.endpoint.url", "give aioprod a sasl_oauth_token_provider"),
+        ("partitioner.class", "is a Java partitioner option"),
     ],
 )
 def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_typo(name: str, what: str) -> None:
@@ -148,7 +154,15 @@ def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_t
     assert info.value.option == name
 
 
-@pytest.mark.parametrize(("typo", "meant"), [("lingr_ms", "linger_ms"), ("linger.mss", "linger.ms")])
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("lingr_ms", "linger_ms"),
+        ("linger.mss", "linger.ms"),
+        ("bootstrap", "bootstrap_servers"),
+        ("idempotent", "enable_idempotence"),
+    ],
+)
 def test_a_typo_still_gets_a_suggestion(typo: str, meant: str) -> None:
     with pytest.raises(ConfigError, match=f"did you mean {meant!r}"):
         Producer(bootstrap_servers="h:1", **{typo: "1"})

@@ -94,12 +94,12 @@ def resolve_level(codec: Codec, level: int | None) -> int | None:
         return None
     bounds = _LEVELS.get(codec)
     if bounds is None:
-        raise ConfigError(f"compression type {codec.name.lower()} has no compression levels")
+        raise ConfigError(f"compression_level: compression type {codec.name.lower()} has no compression levels")
     low, high, _ = bounds
     if codec is Codec.GZIP and level == -1:  # Java's Deflater.DEFAULT_COMPRESSION
         return None
     if not low <= level <= high:
-        raise ConfigError(f"{codec.name.lower()} compression level must be in [{low}, {high}], got {level}")
+        raise ConfigError(f"compression_level: {codec.name.lower()} levels are {low} to {high}, got {level}")
     return level
 
 
