@@ -47,6 +47,17 @@ def accept_every_sasl_client(monkeypatch: pytest.MonkeyPatch, cluster: fake_clus
     monkeypatch.setattr(fake_cluster.ScriptedCluster, "handle", with_sasl)
 
 
+def oauth_producer(cluster: fake_cluster.ScriptedCluster, provider: Any, **options: Any) -> Producer:
+    """A producer that authenticates with OAUTHBEARER tokens from ``provider``."""
+    return Producer(
+        bootstrap_servers=cluster.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=provider,
+        **options,
+    )
+
+
 async def test_a_reauthentication_whose_token_never_comes_ends_at_the_request_timeout(
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -99,11 +110,9 @@ async def test_a_failed_token_refresh_does_not_fail_records_in_flight(
             raise RuntimeError("identity provider briefly unreachable")
         return OAuthBearerToken("token", wall[0] + 60)
 
-    async with Producer(
-        bootstrap_servers=cluster.bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="OAUTHBEARER",
-        sasl_oauth_token_provider=provider,
+    async with oauth_producer(
+        cluster,
+        provider,
         linger_ms=0,
     ) as p:
         await (await p.send("t", b"first"))
@@ -148,11 +157,9 @@ async def test_a_refused_reauthentication_retries_the_records_it_held(
 
     monkeypatch.setattr(fake_cluster.ScriptedCluster, "handle", refusing_the_first_reauthentication)
     cluster.create_topic("t", 1)
-    async with Producer(
-        bootstrap_servers=cluster.bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="OAUTHBEARER",
-        sasl_oauth_token_provider=lambda: OAuthBearerToken("token", time.time() + 3600),
+    async with oauth_producer(
+        cluster,
+        lambda: OAuthBearerToken("token", time.time() + 3600),
         linger_ms=0,
     ) as p:
         await (await p.send("t", b"first"))
@@ -185,11 +192,9 @@ async def test_close_callbacks_do_not_grow_with_each_reauthentication(
 async def _send_one(scripted: Scripted, provider) -> KafkaError:
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
-    async with Producer(
-        bootstrap_servers=cluster.bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="OAUTHBEARER",
-        sasl_oauth_token_provider=provider,
+    async with oauth_producer(
+        cluster,
+        provider,
         max_block_ms=5000,
         request_timeout_ms=2000,
         delivery_timeout_ms=10_000,
