@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -474,11 +475,6 @@ def check_option(name: str, value: Any) -> str:
     rules that relate options to each other are checked by :meth:`ProducerConfig.from_options`.
     """
     canonical = _canonical_name(name)
-    if canonical in ("key_serializer", "value_serializer") and isinstance(value, str):
-        # key.serializer=org.apache.kafka.common.serialization.StringSerializer, from a Java file
-        raise UnsupportedOptionError(
-            f"option {name!r} names a Java class ({value}): give aioprod a callable", option=name
-        )
     _coerce(canonical, value)
     return canonical
 
@@ -494,7 +490,9 @@ _UNSUPPORTED_PREFIXES = {
     "ssl_truststore_": _KEYSTORE_OPTION,
     "ssl_keymanager_": _JAVA_OPTION,
     "ssl_trustmanager_": _JAVA_OPTION,
-    "partitioner_": "a Java partitioner option: give aioprod's partitioner option a name or a callable",
+    "partitioner_": (
+        "a Java partitioner option aioprod does not implement (its partitioner option takes a name or a callable)"
+    ),
 }
 
 
@@ -524,6 +522,10 @@ def _canonical_name(raw: str) -> str:
         hint = f" (did you mean {suggestion!r}?)" if close else ""
         raise ConfigError(f"unknown option {raw!r}{hint}")
     return name
+
+
+#: A Java class name, as a Java client.properties gives a serializer.
+_JAVA_CLASS = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+")
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -567,6 +569,11 @@ def _coerce(name: str, value: Any) -> Any:
         raise ConfigError(f"partitioner must be a name or a callable, got {value!r}")
     if name == "telemetry":
         return _telemetry(value)
+    if name in ("key_serializer", "value_serializer") and isinstance(value, str) and _JAVA_CLASS.fullmatch(value):
+        # key.serializer=org.apache.kafka.common.serialization.StringSerializer, from a Java file
+        raise UnsupportedOptionError(
+            f"option {name!r} names a Java class ({value}): give aioprod a callable", option=name
+        )
     if name in ("key_serializer", "value_serializer", "statistics_callback"):
         if value is not None and not callable(value):
             raise ConfigError(f"{name} must be callable, got {value!r}")

@@ -213,20 +213,22 @@ class Metadata:
             if info is not None and info.partitions:
                 if partition is None or partition in info.partitions:
                     return info
-                if (
-                    self._refresh_succeeded > asked_after
-                    or (topic, partition) in self._missing_partitions
-                    or deadline - loop.time() <= 0
-                ):
+                count = len(info.partitions)
+                known = f"topic {topic!r} has {count} partition" + ("" if count == 1 else "s") + f" (0-{count - 1})"
+                proved = self._refresh_succeeded > asked_after
+                recent = loop.time() - self._last_refresh < self._config.retry_backoff_max_ms / 1000
+                if proved or ((topic, partition) in self._missing_partitions and recent):
                     # A refresh asked for after the wait began found no such partition: bad input,
                     # refused now (not after max_block_ms); a partition added since the last
-                    # refresh is found by it.
-                    self._missing_partitions.add((topic, partition))
-                    count = len(info.partitions)
-                    raise ValueError(
-                        f"partition {partition} does not exist: topic {topic!r} has {count} partition"
-                        + ("" if count == 1 else "s")
-                        + f" (0-{count - 1})"
+                    # refresh is found by it. Only a refresh's answer is remembered, and only
+                    # briefly (the topic may grow).
+                    if proved:
+                        self._missing_partitions.add((topic, partition))
+                    raise ValueError(f"partition {partition} does not exist: {known}")
+                if deadline - loop.time() <= 0:  # no refresh answered in time: proves nothing
+                    raise KafkaTimeoutError(
+                        f"partition {partition} of topic {topic!r} not present in metadata after "
+                        f"{timeout * 1000:.0f} ms ({known} as of the last refresh)"
                     )
             remaining = deadline - loop.time()
             if remaining <= 0:

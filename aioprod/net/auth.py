@@ -127,6 +127,7 @@ class TokenCache:
                 )
                 self._refresh_at = min(now + min(30.0, max(1.0, (current.expires_at - now) / 4)), current.expires_at)
                 return current
+            now = self._clock()  # the provider may have taken a while
             self.fetches += 1
             self._token = token
             self._refresh_at = now + TOKEN_REFRESH_FACTOR * (token.expires_at - now)
@@ -146,6 +147,7 @@ class TokenCache:
         except Exception as exc:
             message = f"sasl_oauth_token_provider failed: {type(exc).__name__}: {exc}"
             raise AuthenticationError(message, mechanism="OAUTHBEARER", broker="-") from exc
+        now = self._clock()  # after the provider answered: its token must still be valid
         if token.expires_at <= now:
             raise AuthenticationError(
                 f"sasl_oauth_token_provider returned a token that expired {now - token.expires_at:.0f}s ago "

@@ -236,7 +236,7 @@ def test_a_java_client_properties_file_runs_with_its_foreign_options_skipped(
         "not implement",
         f"aioprod: warning: {properties}:4: skipped: option 'session.timeout.ms' is a consumer option (aioprod is a "
         "producer)",
-        f"aioprod: warning: {properties}:6: skipped: option 'key.serializer' names a Java class "
+        f"aioprod: warning: {properties}:6: skipped: option 'key_serializer' names a Java class "
         "(org.apache.kafka.common.serialization.StringSerializer): give aioprod a callable",
     ]
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"hi"]

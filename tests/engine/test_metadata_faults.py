@@ -374,3 +374,31 @@ async def test_sends_to_a_missing_partition_cost_one_refresh_in_all(scripted: Sc
             with pytest.raises(ValueError, match="partition 5 does not exist"):
                 await p.send("t", b"v", partition=5)
         assert len(cluster.requests_of(MetadataRequest)) - before == 1
+
+
+async def test_a_partition_added_after_a_refusal_is_found(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=10_000) as p:
+        assert await p.partitions_for("t") == [0]
+        with pytest.raises(ValueError, match="partition 1 does not exist"):
+            await p.send("t", b"v", partition=1)
+        cluster.topics["t"].extend(cluster.create_topic("grown", 1))  # kafka-topics --alter --partitions 2
+        await asyncio.sleep(60)  # virtual time; the job retries a minute later
+        assert (await p.send_and_wait("t", b"v", partition=1)).partition == 1
+
+
+async def test_a_partition_wait_without_a_refresh_in_time_is_a_timeout_and_proves_nothing(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    lose = lose_one_metadata_answer(monkeypatch, hang=True)
+    async with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=20_000, request_timeout_ms=30_000) as p:
+        assert await p.partitions_for("t") == [0]
+        cluster.topics["t"].extend(cluster.create_topic("grown", 1))  # t has partitions 0 and 1 now
+        lose[0] = True  # the refresh the send asks for is not answered within max_block_ms
+        with pytest.raises(KafkaTimeoutError, match="partition 1 of topic 't' not present in metadata after 20000 ms"):
+            await p.send("t", b"v", partition=1)
+        # The hung refresh times out at 30 s; the next finds partition 1 within this send's 20 s.
+        assert (await p.send_and_wait("t", b"v", partition=1)).partition == 1

@@ -261,3 +261,14 @@ async def test_a_slow_failed_refresh_does_not_hand_out_a_token_that_expired_mean
     now[0] = 95.0  # 5 s left when the refresh starts, none when it fails
     with pytest.raises(AuthenticationError, match="sasl_oauth_token_provider failed"):
         await cache.get()  # no valid token left: the provider's failure, not the expired token
+
+
+async def test_a_token_that_expired_while_the_provider_ran_is_refused() -> None:
+    clock = [1000.0]
+
+    def provider() -> OAuthBearerToken:
+        clock[0] += 10.0  # a slow identity provider
+        return OAuthBearerToken("t", expires_at=1005.0)  # valid when asked for, expired when it came
+
+    with pytest.raises(AuthenticationError, match="returned a token that expired 5s ago"):
+        await TokenCache(provider, clock=lambda: clock[0]).get()

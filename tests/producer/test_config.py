@@ -166,3 +166,10 @@ def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_t
 def test_a_typo_still_gets_a_suggestion(typo: str, meant: str) -> None:
     with pytest.raises(ConfigError, match=f"did you mean {meant!r}"):
         Producer(bootstrap_servers="h:1", **{typo: "1"})
+
+
+@pytest.mark.parametrize("name", ["key.serializer", "value_serializer"])
+def test_a_java_serializer_class_is_an_unsupported_option_in_the_library_too(name: str) -> None:
+    java_class = "org.apache.kafka.common.serialization.StringSerializer"
+    with pytest.raises(UnsupportedOptionError, match=f"names a Java class \\({java_class}\\): give aioprod a callable"):
+        Producer(bootstrap_servers="h:1", **{name: java_class})
