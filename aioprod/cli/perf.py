@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable
@@ -60,6 +61,7 @@ from aioprod.metrics import MetricsSnapshot
 
 _MIN_SLEEP = 0.002  # as Java's throttler: shorter waits are not worth a sleep
 _MIB = 1024 * 1024
+_LETTERS = bytes(65 + b % 26 for b in range(256))  # a random byte to an uppercase letter
 
 
 @dataclass
@@ -119,10 +121,15 @@ class PerfResult:
         }
 
 
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of records/s (-1 for as fast as possible)")
+    return value
+
+
 def payload(size: int) -> bytes:
     """Random uppercase letters, as the Java tool sends (compressible like text, not zeros)."""
-    rng = random.Random(0)
-    return bytes(rng.randrange(65, 91) for _ in range(size))
+    return random.Random(0).randbytes(size).translate(_LETTERS)
 
 
 def load_payloads(path: Path, delimiter: bytes) -> list[bytes]:
@@ -294,6 +301,7 @@ def render(result: PerfResult, out: Console) -> None:
 @click.option(
     "--throughput",
     type=float,
+    callback=lambda _ctx, _param, value: _finite(value),
     default=-1.0,
     show_default=True,
     help="Target records/s; -1 (or any value <= 0) means as fast as possible.",

@@ -1,7 +1,7 @@
 """Per-record outcomes and ack latency: the time from the ``send()`` call to the broker's ack.
 
-Every record's latency is kept (8 bytes each), so percentiles are exact rather than
-sampled; a done callback on the record's future stamps the ack time. A record ends
+Every record's latency is kept (8 bytes each), so percentiles are exact (to the
+microsecond) rather than sampled; a done callback on the record's future stamps the ack time. A record ends
 delivered, failed, or unsent (the producer was closed before sending it, as on Ctrl-C).
 """
 
@@ -11,6 +11,7 @@ import asyncio
 import math
 import time
 from array import array
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -33,14 +34,6 @@ class LatencySummary:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def percentile(ordered: array[float] | list[float], q: float) -> float:
-    """Nearest-rank percentile of sorted samples (``q`` in 0..100)."""
-    if not ordered:
-        return 0.0
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 @dataclass(frozen=True)
@@ -146,15 +139,29 @@ class AckTracker:
         await self._idle.wait()
 
     def summary(self) -> LatencySummary:
-        ordered = sorted(self.latencies_ms)
-        if not ordered:
+        """Exact avg and max; percentiles (nearest rank) to the microsecond, from a count of
+        each distinct microsecond value, so the summary needs memory for the distinct
+        latencies, not a second copy of every sample as Python objects."""
+        samples = self.latencies_ms
+        if not samples:
             return LatencySummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        total = len(samples)
+        counts = sorted(Counter(round(ms * 1000) for ms in samples).items())
+        wanted = [(q, max(1, math.ceil(q / 100 * total))) for q in (50, 95, 99, 99.9)]
+        found: dict[float, float] = {}
+        seen = 0
+        for micros, count in counts:
+            seen += count
+            while wanted and wanted[0][1] <= seen:
+                found[wanted.pop(0)[0]] = micros / 1000
+            if not wanted:
+                break
         return LatencySummary(
-            count=len(ordered),
-            avg=sum(ordered) / len(ordered),
-            max=ordered[-1],
-            p50=percentile(ordered, 50),
-            p95=percentile(ordered, 95),
-            p99=percentile(ordered, 99),
-            p999=percentile(ordered, 99.9),
+            count=total,
+            avg=math.fsum(samples) / total,
+            max=max(samples),
+            p50=found[50],
+            p95=found[95],
+            p99=found[99],
+            p999=found[99.9],
         )

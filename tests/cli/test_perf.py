@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from aioprod.cli.perf import payload
 from tests.cli.conftest import aioprod
 from tests.readback import read_topic
 
@@ -146,3 +147,16 @@ def test_interim_lines_stay_one_line_each_when_stderr_is_not_a_terminal(kafka_bo
     interim = [line for line in result.stderr.splitlines() if line.startswith("aioprod perf:")]
     assert interim
     assert all(line.endswith("awaiting an ack") for line in interim), interim
+
+
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_a_throughput_that_is_not_a_number_is_a_usage_error(value: str) -> None:
+    result = aioprod("perf", "-b", "127.0.0.1:9", "-t", "t", "-n", "1", "-s", "1", "--throughput", value, "--json")
+    assert result.exit_code == 2
+    assert "Invalid value for '--throughput'" in result.stderr
+
+
+def test_the_payload_is_random_uppercase_letters_the_same_each_run() -> None:
+    value = payload(100_000)
+    assert len(value) == 100_000 and set(value) == set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    assert payload(100_000) == value
