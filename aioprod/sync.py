@@ -15,6 +15,7 @@ See ``docs/sync.md``.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import concurrent.futures
 import contextlib
@@ -22,6 +23,7 @@ import functools
 import importlib.util
 import itertools
 import logging
+import os
 import threading
 import warnings
 import weakref
@@ -104,15 +106,16 @@ class SyncProducer:
         self._delivery_timeout = producer.config.delivery_timeout_ms / 1000
         self._lock = threading.Lock()
         self._closing: concurrent.futures.Future[None] | None = None
-        self._portal, self._thread = _start_portal(use_uvloop, f"aioprod-sync-producer-{next(_counter)}")
+        self._pid = os.getpid()
+        self._portal, self._loop, self._thread = _start_portal(use_uvloop, f"aioprod-sync-producer-{next(_counter)}")
         try:
             self._call(start_timeout, producer.start)
         except BaseException:
-            _start_close(self._portal, producer, 0)
+            _start_close(self._portal, self._loop, producer, 0)
             self._thread.join(_JOIN_TIMEOUT)
             raise
         # If the program drops the object without closing it, close it in the background.
-        self._finalizer = weakref.finalize(self, _abandoned, self._portal, producer, self._thread)
+        self._finalizer = weakref.finalize(self, _abandoned, self._portal, self._loop, producer, self._thread)
         self._finalizer.atexit = False
         _live.add(self)
 
@@ -221,9 +224,16 @@ class SyncProducer:
 
         ``timeout`` defaults to ``delivery_timeout_ms``; ``KafkaTimeoutError`` when it runs out.
         """
-        if self._closing is not None:
-            return
+        self._check_thread()
+        self._check_process()
         limit = self._delivery_timeout if timeout is None else timeout
+        closing = self._closing
+        if closing is not None:
+            # Another thread's close() is delivering: flushed means that close has settled every record.
+            with contextlib.suppress(concurrent.futures.CancelledError):
+                if closing.exception(_thread_timeout(limit + _GRACE)) is not None:
+                    return  # close() reports its own failure; the records are settled either way
+            return
         self._call(limit + _GRACE, self._producer.flush, limit)
 
     def partitions_for(self, topic: str) -> list[int]:
@@ -326,12 +336,14 @@ class SyncProducer:
         first. If the calling thread is interrupted, the close goes on in the background.
         """
         self._check_thread()
+        if os.getpid() != self._pid:
+            return  # a forked child: the producer and its thread live in the parent process
         limit = self._delivery_timeout if timeout is None else timeout
         with self._lock:
             if self._closing is None:
                 self._finalizer.detach()
                 _live.discard(self)
-                self._closing = _start_close(self._portal, self._producer, limit)
+                self._closing = _start_close(self._portal, self._loop, self._producer, limit)
             closing = self._closing
         try:
             closing.result(_thread_timeout(limit + _GRACE))
@@ -354,11 +366,19 @@ class SyncProducer:
                 "(e.g. from a delivery callback): that would wait for itself forever"
             )
 
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise ProducerClosedError(
+                f"this SyncProducer was created in process {self._pid}, and its thread does not exist in this "
+                "forked child process: create a new SyncProducer after fork"
+            )
+
     def _submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
+        self._check_process()
         if self._closing is not None:
             raise ProducerClosedError("the producer is closed; no more records are accepted")
         try:
-            return self._portal.start_task_soon(fn, *args)
+            return _spawn(self._loop, fn, *args)
         except RuntimeError:  # the portal stopped (anyio's RunFinishedError is one too)
             raise ProducerClosedError("the producer's event loop is not running") from None
 
@@ -389,7 +409,9 @@ async def _begin_transaction(producer: Producer) -> None:
     producer.begin_transaction()  # on the loop's thread, where the producer's state lives
 
 
-def _start_portal(use_uvloop: bool | None, name: str) -> tuple[BlockingPortal, threading.Thread]:
+def _start_portal(
+    use_uvloop: bool | None, name: str
+) -> tuple[BlockingPortal, asyncio.AbstractEventLoop, threading.Thread]:
     """A thread running an event loop that serves a blocking portal until the portal stops.
 
     ``use_uvloop``: None for uvloop when it is installed. Once the portal stops, anyio cancels
@@ -397,11 +419,11 @@ def _start_portal(use_uvloop: bool | None, name: str) -> tuple[BlockingPortal, t
     """
     if use_uvloop is None:
         use_uvloop = importlib.util.find_spec("uvloop") is not None
-    ready: concurrent.futures.Future[BlockingPortal] = concurrent.futures.Future()
+    ready: concurrent.futures.Future[tuple[BlockingPortal, asyncio.AbstractEventLoop]] = concurrent.futures.Future()
 
     async def serve() -> None:
         async with BlockingPortal() as portal:
-            ready.set_result(portal)
+            ready.set_result((portal, asyncio.get_running_loop()))
             await portal.sleep_until_stopped()
 
     def run() -> None:
@@ -415,7 +437,8 @@ def _start_portal(use_uvloop: bool | None, name: str) -> tuple[BlockingPortal, t
 
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
-    return ready.result(), thread
+    portal, loop = ready.result()
+    return portal, loop, thread
 
 
 def _thread_timeout(seconds: float | None) -> float | None:
@@ -424,10 +447,32 @@ def _thread_timeout(seconds: float | None) -> float | None:
     return None if seconds is None or seconds >= threading.TIMEOUT_MAX else seconds
 
 
-def _start_close(portal: BlockingPortal, producer: Producer, timeout: float) -> concurrent.futures.Future[None]:
+def _spawn(
+    loop: asyncio.AbstractEventLoop, fn: Callable[..., Awaitable[T]], *args: Any
+) -> concurrent.futures.Future[T]:
+    """``fn(*args)`` as a task on the portal's loop, without waiting for the loop to answer.
+
+    ``BlockingPortal.start_task_soon`` waits, with no timeout, for the loop to spawn the
+    task: a loop that does not answer (blocked by a callback, or absent in a forked child)
+    hung the caller before any bounded wait began. A task left when the portal stops is
+    cancelled as the loop shuts down (its future then says cancelled).
+    """
+    if loop.is_closed() or not loop.is_running():
+        raise RuntimeError("the producer's event loop is not running")
+    coro = fn(*args)
+    try:
+        return asyncio.run_coroutine_threadsafe(coro, loop)  # type: ignore[arg-type]
+    except RuntimeError:
+        coro.close()  # type: ignore[attr-defined]
+        raise
+
+
+def _start_close(
+    portal: BlockingPortal, loop: asyncio.AbstractEventLoop, producer: Producer, timeout: float
+) -> concurrent.futures.Future[None]:
     """Close the producer on its loop, then stop the portal (and so the thread); the close's future."""
     try:
-        return portal.start_task_soon(_close_and_stop, producer, portal, timeout)
+        return _spawn(loop, _close_and_stop, producer, portal, timeout)
     except RuntimeError:  # the portal stopped already
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         done.set_result(None)
@@ -485,18 +530,20 @@ def _chain(source: _Settling[T], target: concurrent.futures.Future[T]) -> None:
     source.add_done_callback(copy)
 
 
-def _abandoned(portal: BlockingPortal, producer: Producer, thread: threading.Thread) -> None:
-    """A SyncProducer was garbage-collected while open: close it without blocking."""
+def _abandoned(
+    portal: BlockingPortal, loop: asyncio.AbstractEventLoop, producer: Producer, thread: threading.Thread
+) -> None:
+    """A SyncProducer was garbage-collected while open: close it without blocking (from any
+    thread, its own loop's included: _spawn never waits for the loop)."""
     warnings.warn(f"SyncProducer ({thread.name}) was never closed; closing it now", ResourceWarning, stacklevel=2)
-    if threading.current_thread() is thread:  # dropped by a callback on its own loop, where the portal refuses calls
-        threading.Thread(target=_start_close, args=(portal, producer, _ATEXIT_CLOSE_TIMEOUT), daemon=True).start()
-    else:
-        _start_close(portal, producer, _ATEXIT_CLOSE_TIMEOUT)
+    _start_close(portal, loop, producer, _ATEXIT_CLOSE_TIMEOUT)
 
 
 @atexit.register
 def _close_at_exit() -> None:
     """Give records of producers the program never closed a short, bounded chance."""
     for producer in list(_live):
+        if producer._pid != os.getpid():
+            continue  # inherited by a forked child: the parent closes it
         with contextlib.suppress(Exception):
             producer.close(_ATEXIT_CLOSE_TIMEOUT)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from aioprod import RecordMetadata, SyncProducer, TopicPartition
+from aioprod import RecordMetadata, SyncProducer, TopicPartition, sync
 from aioprod.errors import (
     ConfigError,
     KafkaError,
@@ -386,3 +388,86 @@ def test_waits_without_end_are_accepted_as_the_async_producer_accepts_them(
     producer.close(float("inf"))
     assert (first.offset, second.offset) == (0, 1)
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"one", b"two"]
+
+
+def test_flush_waits_for_the_records_a_concurrent_close_is_still_settling(topic: str) -> None:
+    with tansu() as broker:
+        producer = SyncProducer(bootstrap_servers=broker.bootstrap, request_timeout_ms=30_000, linger_ms=0)
+        producer.send_and_wait(topic, b"warm-up")
+        broker.stop()  # nothing is acknowledged from now on
+        pending = producer.send(topic, b"in flight")
+        closer = threading.Thread(target=producer.close, args=(3,))  # fails what is pending after 3 s
+        closer.start()
+        try:
+            while not producer.closed:  # close() has begun
+                pass
+            producer.flush(60)
+            assert pending.done()  # flush() returned: every record queued before it is settled
+        finally:
+            closer.join(60)
+
+
+FORKING = """
+import os, sys
+from aioprod import SyncProducer
+producer = SyncProducer(bootstrap_servers="127.0.0.1:{port}", max_block_ms=200)
+pid = os.fork()
+if pid == 0:
+    if {use_in_child}:
+        try:
+            producer.send("t", b"from the child")
+        except Exception as exc:
+            print("child error:", type(exc).__name__, exc, flush=True)
+    sys.exit(0)  # a normal exit: atexit hooks run
+_, status = os.waitpid(pid, 0)
+producer.close(1)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+@pytest.mark.parametrize("use_in_child", [False, True])
+def test_a_forked_child_exits_and_is_told_to_make_its_own_producer(use_in_child: bool) -> None:
+    code = FORKING.format(port=refused_port(), use_in_child=use_in_child)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = process.communicate(timeout=60)  # a guard: the child hung in the parent's producer
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail("the forked child hung")
+    assert process.returncode == 0, err
+    if use_in_child:
+        assert "child error: ProducerClosedError" in out and "create a new SyncProducer after fork" in out
+
+
+@pytest.mark.parametrize("call", ["send", "close"])
+def test_a_call_gives_up_when_the_producers_loop_does_not_answer(call: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/sync.md: a loop that stops answering (a callback that blocks it) gets the caller a
+    KafkaTimeoutError, not a hang; the call once waited, unbounded, for the loop to take it."""
+    monkeypatch.setattr(sync, "_GRACE", 0.5)
+    producer = SyncProducer(
+        bootstrap_servers=f"127.0.0.1:{refused_port()}",
+        max_block_ms=200,
+        request_timeout_ms=500,
+        delivery_timeout_ms=1000,
+    )
+    release, blocking = threading.Event(), threading.Event()
+
+    async def block_the_loop(_producer: Any) -> None:
+        blocking.set()
+        release.wait(120)  # blocks the event loop's thread
+
+    producer.submit(block_the_loop)
+    assert blocking.wait(60)
+    try:
+        with pytest.raises(KafkaTimeoutError, match="gave up waiting" if call == "send" else "did not close within"):
+            if call == "send":
+                producer.send("t", b"x")
+            else:
+                producer.close(0.2)
+    finally:
+        release.set()
+        producer.close(2)
