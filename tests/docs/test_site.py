@@ -145,6 +145,7 @@ def test_every_page_renders(site: Path, base_url: str, browser: Any) -> None:
 
 
 def test_search_finds_send_many(base_url: str, browser: Any) -> None:
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -154,17 +155,23 @@ def test_search_finds_send_many(base_url: str, browser: Any) -> None:
     search = browser.find_element(By.CSS_SELECTOR, ".md-search__input")
     search.send_keys("send_many")
 
-    def hits(driver: Any) -> list[str]:
-        # Read in one script: the results re-render as the index loads and the query runs, and an
-        # element found one call before may be gone the next (StaleElementReferenceException).
+    seen: list[tuple[str, str]] = []
+
+    def hits(driver: Any) -> bool:
+        # Read in one script: the results re-render as the index loads and the query runs (first
+        # for what is typed so far), and an element found one call before may be gone the next
+        # (StaleElementReferenceException). Wait for the API entry, not for the first hit.
         found: list[str] = driver.execute_script(
             "return Array.from(document.querySelectorAll('.md-search-result__item a'))"
             ".filter(a => a.innerText.toLowerCase().includes('send_many')).map(a => a.href);"
         )
-        return found
+        seen[:] = [(url.path, url.fragment) for url in map(urllib.parse.urlsplit, found)]
+        return ("/api/producer/", "aioprod.Producer.send_many") in seen
 
-    found = [urllib.parse.urlsplit(href) for href in WebDriverWait(browser, WAIT).until(hits)]
-    assert ("/api/producer/", "aioprod.Producer.send_many") in [(url.path, url.fragment) for url in found], found
+    try:
+        WebDriverWait(browser, WAIT).until(hits)
+    except TimeoutException:
+        pytest.fail(f"the search for send_many never listed Producer.send_many; it listed {seen}")
 
 
 def public_names() -> set[str]:
