@@ -105,10 +105,9 @@ class Metadata:
         self._config = config
         self._pool = pool
         self._metrics = metrics if metrics is not None else ProducerMetrics(config)
-        #: Topics whose metadata came with a topic-level error, with how many answers in a row.
-        self._troubled: dict[str, int] = {}
-        #: The last error a broker answered about a topic still without partitions (for the timeout's message).
-        self._last_topic_error: dict[str, KafkaError] = {}
+        #: Topics whose metadata came with a topic-level error: how many answers in a row, and
+        #: the last error (for the message of a wait that times out).
+        self._troubled: dict[str, tuple[int, KafkaError]] = {}
         self.snapshot = EMPTY_CLUSTER
         #: Topics to describe in refreshes, with when each was last used (loop time).
         self._topics: dict[str, float] = {}
@@ -232,10 +231,10 @@ class Metadata:
                     )
             remaining = deadline - loop.time()
             if remaining <= 0:
-                last = self._last_topic_error.get(topic)
+                trouble = self._troubled.get(topic)
                 hint = self._reachability_hint()
-                if not hint and last is not None:
-                    hint = f" (the cluster's last answer: {last})"
+                if not hint and trouble is not None:
+                    hint = f" (the cluster's last answer: {trouble[1]})"
                 raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms" + hint)
             self.touch(topic)
             self.request_update()
@@ -372,7 +371,6 @@ class Metadata:
         for topic in [t for t, used in self._topics.items() if used < idle_since]:
             del self._topics[topic]  # unused for metadata_max_idle_ms: stop describing it
             self._troubled.pop(topic, None)
-            self._last_topic_error.pop(topic, None)
         request = MetadataRequest(
             topics=[MetadataRequestTopic(name=t) for t in sorted(self._topics)],
             allow_auto_topic_creation=self._config.allow_auto_create_topics,
@@ -397,7 +395,6 @@ class Metadata:
             if t.error_code:
                 self._topic_trouble(t.name, error_for_code(t.error_code), node, at_once=False)
             elif self._troubled.pop(t.name, None) is not None:
-                self._last_topic_error.pop(t.name, None)
                 self._metrics.events.resolved(log, ("topic", t.name), "topic %r: metadata is back", t.name)
             known = old.topics.get(t.name)
             if t.topic_id.int and self._topic_ids.get(t.name, t.topic_id) != t.topic_id:
@@ -439,8 +436,8 @@ class Metadata:
         """A topic-level error in an answer. A topic being created answers so once or twice
         (LEADER_NOT_AVAILABLE), so a retriable one is worth a warning from the second
         answer in a row."""
-        seen = self._troubled[topic] = self._troubled.get(topic, 0) + 1
-        self._last_topic_error[topic] = error
+        seen = self._troubled.get(topic, (0, error))[0] + 1
+        self._troubled[topic] = (seen, error)
         if at_once or seen > 1:
             self._metrics.events.problem(
                 log,
