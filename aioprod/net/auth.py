@@ -114,7 +114,7 @@ class TokenCache:
             if self._token is not None and now < self._refresh_at:
                 return self._token
             try:
-                token = await self._fetch(now)
+                token = await self._fetch()
             except AuthenticationError as exc:
                 current = self._token
                 now = self._clock()  # the provider may have taken a while to fail
@@ -133,7 +133,7 @@ class TokenCache:
             self._refresh_at = now + TOKEN_REFRESH_FACTOR * (token.expires_at - now)
             return token
 
-    async def _fetch(self, now: float) -> OAuthBearerToken:
+    async def _fetch(self) -> OAuthBearerToken:
         """One call of the provider, its answer checked (extensions included: refused here, by
         name, not later as a failed handshake)."""
         try:
