@@ -186,15 +186,18 @@ class Sender:
                     "the producer's sender task was cancelled: its event loop shut down without close() "
                     "(a Producer belongs to the loop it was started on; use SyncProducer across asyncio.run() calls)"
                 )
-                self._on_fatal(fatal)
-                self.abort_now(lambda _persisted: fatal)
+                self._ended_by(fatal)
             raise
         except BaseException as exc:
             log.exception("aioprod sender task died")
             fatal = ProducerFatalError(f"the sender task died: {exc!r}")
             fatal.__cause__ = exc
-            self._on_fatal(fatal)
-            self.abort_now(lambda _persisted: fatal)
+            self._ended_by(fatal)
+
+    def _ended_by(self, fatal: ProducerFatalError) -> None:
+        """The task ends without close(): the producer fails, and every unfinished record with it."""
+        self._on_fatal(fatal)
+        self.abort_now(lambda _persisted: fatal)
 
     async def _sleep(self, until: float) -> None:
         """Sleep until loop time ``until`` or a wake-up. The time is the round's start plus
