@@ -229,10 +229,16 @@ class SyncProducer:
         limit = self._delivery_timeout if timeout is None else timeout
         closing = self._closing
         if closing is not None:
-            # Another thread's close() is delivering: flushed means that close has settled every record.
-            with contextlib.suppress(concurrent.futures.CancelledError):
-                if closing.exception(_thread_timeout(limit + _GRACE)) is not None:
-                    return  # close() reports its own failure; the records are settled either way
+            # Another thread's close() is delivering: flushed means that close has settled every
+            # record (whether it failed is close()'s to report).
+            try:
+                closing.exception(_thread_timeout(limit + _GRACE))
+            except concurrent.futures.CancelledError:
+                pass
+            except TimeoutError:
+                raise KafkaTimeoutError(
+                    f"gave up waiting for flush (a close under way) after {limit + _GRACE:.1f}s"
+                ) from None
             return
         self._call(limit + _GRACE, self._producer.flush, limit)
 
