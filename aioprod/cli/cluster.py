@@ -23,6 +23,7 @@ from aioprod.errors import (
 )
 from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
+from aioprod.producer.producer import Producer
 from aioprod.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
 
 log = logging.getLogger(__name__)
@@ -140,11 +141,28 @@ def watch_topic(options: dict[str, Any], topic: str) -> asyncio.Task[str | None]
 CHECK_HEAD_START = 2.0
 
 
-async def check_first(check: asyncio.Task[str | None]) -> None:
+async def check_first(check: asyncio.Task[str | None], producer: Producer, topic: str) -> None:
     """Let the topic check answer (at most :data:`CHECK_HEAD_START` seconds) before the producer
     asks about the topic, so that its one clear line comes before the producer's own warnings
-    about the same topic; a cluster slower than that is not waited for any longer."""
-    await asyncio.wait([check], timeout=CHECK_HEAD_START)
+    about the same topic.
+
+    A cluster that has not answered the check by then is slow or unreachable: the producer's
+    wait for the topic starts now and ends when ``max.block.ms`` from the start of the check
+    does, so the head start does not make the command's error late.
+    """
+    loop = asyncio.get_running_loop()
+    max_block_ms = producer.config.max_block_ms
+    deadline = loop.time() + max_block_ms / 1000
+    await asyncio.wait([check], timeout=min(CHECK_HEAD_START, max_block_ms / 1000))
+    if check.done():
+        return
+    try:
+        async with asyncio.timeout_at(deadline):
+            await producer.partitions_for(topic)
+    except KafkaTimeoutError:
+        raise
+    except TimeoutError:
+        raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {max_block_ms} ms") from None
 
 
 def topic_problem(check: asyncio.Task[str | None]) -> str:

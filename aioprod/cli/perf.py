@@ -229,8 +229,8 @@ async def run_perf(
     check = watch_topic(options, topic)
     try:
         async with open_producer(options, tracker) as producer:
-            await check_first(check)
             try:
+                await check_first(check, producer, topic)
                 await producer.partitions_for(topic)  # metadata (and auto-creation) is not part of the measurement
             except Exception as exc:
                 where = options["bootstrap_servers"]

@@ -182,7 +182,10 @@ async def produce_lines(
     check = watch_topic(options, topic)
     try:
         async with open_producer(options, tracker) as producer:
-            await check_first(check)
+            try:
+                await check_first(check, producer, topic)
+            except KafkaError as exc:
+                raise CliError(f"{describe(exc)}{topic_problem(check)}") from exc
             line_number = 0
             async for line in read_records(stream, delimiter):
                 line_number += 1

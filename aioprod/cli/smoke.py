@@ -94,8 +94,8 @@ async def run_smoke(
     check = watch_topic(options, topic)
     try:
         async with open_producer(options) as probe:
-            await check_first(check)
             try:
+                await check_first(check, probe, topic)
                 before = await probe.end_offsets(topic)
             except Exception as exc:
                 where = options["bootstrap_servers"]

@@ -1,0 +1,48 @@
+"""The commands' topic check against a cluster that never answers, in virtual time.
+
+The check gets a head start before the producer asks about the topic (so its line comes
+first); it must not make the command's error later than ``max.block.ms``.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from aioprod.cli.common import CliError
+from aioprod.cli.produce import LineFormat, produce_lines
+from aioprod.cli.smoke import run_smoke
+from aioprod.cli.stats import AckTracker
+from tests.conftest import Scripted
+from tests.fakes.network import ServerSide
+
+MAX_BLOCK_MS = 5_000
+
+
+class SilentBroker:
+    """Accepts connections and never reads from them: a cluster that hangs."""
+
+    def accept(self, conn: ServerSide) -> None:
+        conn.reading = False
+
+
+def silent_cluster(scripted: Scripted) -> dict[str, object]:
+    scripted.network.listen("silent.example", 9092, SilentBroker())
+    return {"bootstrap_servers": "silent.example:9092", "max_block_ms": MAX_BLOCK_MS}
+
+
+async def test_produce_fails_when_max_block_ms_runs_out_not_a_head_start_later(scripted: Scripted) -> None:
+    options = silent_cluster(scripted)
+    start = scripted.clock.now
+    with pytest.raises(CliError, match=f"topic 't' not present in metadata after {MAX_BLOCK_MS} ms"):
+        await produce_lines(options, "t", io.BytesIO(b"one\n"), b"\n", LineFormat(), None, AckTracker())
+    assert scripted.clock.now - start == pytest.approx(MAX_BLOCK_MS / 1000)
+
+
+async def test_smoke_fails_when_max_block_ms_runs_out_not_a_head_start_later(scripted: Scripted) -> None:
+    options = silent_cluster(scripted)
+    start = scripted.clock.now
+    with pytest.raises(CliError, match=f"smoke test failed on silent.example:9092: .*after {MAX_BLOCK_MS} ms"):
+        await run_smoke(options, "t", 10, AckTracker(), embedded=False, batch_size_given=False)
+    assert scripted.clock.now - start == pytest.approx(MAX_BLOCK_MS / 1000)
