@@ -133,6 +133,8 @@ class BrokerConnection:
         self.request_timeout = request_timeout
         self.max_in_flight = max_in_flight
         self.api_versions: Mapping[int, tuple[int, int]] = {}
+        #: The correlation id of the ApiVersions request that negotiated them.
+        self._negotiated_id = -1
         #: Loop time until which the broker asked not to be sent anything (KIP-219).
         self.throttled_until = 0.0
         self._on_ready = on_ready or _nothing
@@ -293,6 +295,7 @@ class BrokerConnection:
                     )
                 self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in outcome.api_keys}
                 self.finalized_features = {f.name: f.max_version_level for f in outcome.finalized_features}
+                self._negotiated_id = peek_correlation_id(frame)
                 return
             if outcome >= version:
                 raise ProtocolError("ApiVersions fallback did not lower the version")
@@ -432,7 +435,9 @@ class BrokerConnection:
             while True:
                 data = await reader.read(_READ_CHUNK)
                 if not data:
-                    raise KafkaConnectionError(f"broker {self.node_id} ({self.host}:{self.port}) closed the connection")
+                    raise KafkaConnectionError(
+                        f"broker {self.node_id} ({self.host}:{self.port}) closed the connection{self._closed_hint()}"
+                    )
                 # Every response read is taken off the in-flight queue before any is handed
                 # over: a handler that closes this connection must not fail the responses
                 # that arrived with its own (they are answers, not lost requests).
@@ -463,6 +468,21 @@ class BrokerConnection:
             self.close(connection_error(exc, self.host, self.port, "read from"))
         except ValueError as exc:
             self.close(KafkaConnectionError(f"read from {self.host}:{self.port} failed: {exc}"))
+
+    def _closed_hint(self) -> str:
+        """Why a broker may have closed the connection on the first request after ApiVersions.
+
+        A SASL listener answers ApiVersions, then closes the connection on any request
+        other than SASL's: to a client without SASL that is the only sign it gets.
+        """
+        if self._security is not None and self._security.authenticator is not None:
+            return ""
+        if not self._in_flight or self._in_flight[0].correlation_id != self._negotiated_id + 1:
+            return ""
+        return (
+            " on the first request after ApiVersions (a SASL listener closes like this on a client "
+            "without SASL: check security_protocol)"
+        )
 
     def _complete(self, frame: bytes, answers: list[tuple[Answer, Response]]) -> None:
         """Match ``frame`` to its request and settle it; an :class:`Answer`'s response is

@@ -466,6 +466,15 @@ async def test_a_plaintext_client_on_a_tls_listener_is_told_to_check_security_pr
     assert "check security_protocol" in str(await _mismatch_error(tls_only.bootstrap))
 
 
+@pytest.mark.parametrize("listener", ["short_sessions", "tansu_authentication"])
+async def test_a_client_without_sasl_on_a_sasl_listener_is_told_to_check_security_protocol(
+    listener: str, request: pytest.FixtureRequest
+) -> None:
+    broker: EmbeddedBroker = request.getfixturevalue(listener)
+    error = await _mismatch_error(broker.bootstrap)
+    assert "a SASL listener closes like this on a client without SASL: check security_protocol" in str(error)
+
+
 async def test_a_tls_client_on_a_plaintext_listener_is_told_to_check_security_protocol() -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
