@@ -108,8 +108,15 @@ class SendManyError(KafkaError):
 class ProducerFatalError(KafkaError):
     """The producer hit an error it cannot recover from; it accepts no more records.
 
-    The original error is the ``__cause__``.
+    The original error is the ``__cause__``. For a record it failed, ``possibly_persisted``
+    says whether the record's batch may be in the log (it was sent and its outcome is
+    unknown) or certainly is not. A record the broker acknowledged is reported acknowledged,
+    even after the producer failed.
     """
+
+    def __init__(self, message: str, *, possibly_persisted: bool = False) -> None:
+        super().__init__(message)
+        self.possibly_persisted = possibly_persisted
 
 
 class TransactionError(KafkaError):

@@ -197,7 +197,7 @@ class Sender:
     def _ended_by(self, fatal: ProducerFatalError) -> None:
         """The task ends without close(): the producer fails, and every unfinished record with it."""
         self._on_fatal(fatal)
-        self.abort_now(lambda _persisted: fatal)
+        self.abort_now(lambda persisted: _fatal_as(fatal, persisted))
 
     async def _sleep(self, until: float) -> None:
         """Sleep until loop time ``until`` or a wake-up. The time is the round's start plus
@@ -230,7 +230,7 @@ class Sender:
         acc.yield_wanted = 0  # the loop ran: whoever asked for this round had it
         fatal = self.fatal
         if fatal is not None:
-            acc.fail_all(lambda _batch: fatal)
+            acc.fail_all(lambda batch: _fatal_as(fatal, batch.possibly_persisted))
             return _IDLE
         for batch in acc.expired(now):
             self._finish(batch, batch.expiry_error(now, self._config.delivery_timeout_ms))
@@ -360,7 +360,7 @@ class Sender:
             for batch in batches:
                 self._returned(batch)
                 if not batch.done:
-                    self._finish(batch, fatal)
+                    self._finish(batch, _fatal_as(fatal, True))  # answered, but what the answer said is lost
             self._set_fatal(fatal)
         self.wakeup()
 
@@ -384,8 +384,8 @@ class Sender:
                 if ident is not None and action is Action.ACK:
                     ident.acked(batch)
                 continue
-            if self.fatal is not None:
-                self._finish(batch, self.fatal)
+            if self.fatal is not None and action is not Action.ACK:
+                self._finish(batch, _fatal_as(self.fatal, batch.possibly_persisted))
             elif decision.sequence_refused and ident is not None and ident.overtaken(batch):
                 # Refused after later sequences of its identity were acknowledged: it may be in the
                 # log, out of the broker's duplicate window (renumbered, it was written twice).
@@ -469,7 +469,7 @@ class Sender:
             )
             fatal.__cause__ = decision.error
             self._set_fatal(fatal)
-            self._finish(batch, fatal)
+            self._finish(batch, _fatal_as(fatal, batch.possibly_persisted))
             return False
         if gap:
             self._doubt = (
@@ -486,7 +486,7 @@ class Sender:
         if self.fatal is None:
             self.fatal = error
             self._on_fatal(error)
-        self._acc.fail_all(lambda _batch: error)
+        self._acc.fail_all(lambda batch: _fatal_as(error, batch.possibly_persisted))
 
     def _returned(self, batch: ProducerBatch) -> None:
         if batch.in_flight:
@@ -597,6 +597,16 @@ def _also(
 
 
 _SWEPT = frozenset({TxnState.ABORTABLE_ERROR, TxnState.ABORTING})
+
+
+def _fatal_as(error: KafkaError, persisted: bool) -> KafkaError:
+    """The producer's fatal ``error`` as the records of one batch get it: whether that batch
+    may be in the log is theirs, not the producer's."""
+    if type(error) is not ProducerFatalError or error.possibly_persisted == persisted:
+        return error
+    copy = ProducerFatalError(str(error), possibly_persisted=persisted)
+    copy.__cause__ = error.__cause__
+    return copy
 
 
 def _aborted(cause: KafkaError | None, persisted: bool = False) -> TransactionAbortedError:

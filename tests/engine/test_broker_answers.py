@@ -99,6 +99,36 @@ async def test_unexplainable_sequence_gap_is_fatal(cluster: ScriptedCluster) -> 
             await p.send("t", b"later")
 
 
+async def test_after_a_fatal_error_each_record_is_told_what_became_of_it(scripted: Scripted) -> None:
+    # One broker's answer makes the producer fail while another broker holds the answer to
+    # a batch it wrote, and a third cannot be reached. The written record is acknowledged
+    # (it is in the log: failing it invites a resend, a duplicate); the others fail, each
+    # saying it is certainly not in the log.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.add_node(3)
+    cluster.create_topic("t", leaders=[1, 2, 3])
+    async with producer(cluster) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].holding = True
+        cluster.stop(3)
+        written = await p.send("t", b"written", partition=0)
+        unsent = await p.send("t", b"unsent", partition=2)
+        while not cluster.partition("t", 0).values:
+            await asyncio.sleep(0.001)
+        cluster.nodes[2].script = deque([OUT_OF_ORDER])  # sequence 0 refused: fatal
+        refused = await p.send("t", b"refused", partition=1)
+        with pytest.raises(ProducerFatalError, match="sequence gap") as info:
+            await refused
+        assert info.value.possibly_persisted is False
+        with pytest.raises(ProducerFatalError) as info:
+            await unsent
+        assert info.value.possibly_persisted is False
+        cluster.nodes[1].release()
+        assert (await written).offset == 0
+    assert cluster.partition("t", 0).values == [b"written"]
+
+
 async def test_not_leader_is_retried_with_the_same_bytes(cluster: ScriptedCluster) -> None:
     cluster.nodes[1].script = deque([NOT_LEADER, NOT_LEADER])
     async with producer(cluster) as p:
@@ -165,8 +195,9 @@ async def test_internal_error_fails_pending_records_instead_of_hanging(
         await p.send_and_wait("t", b"warm")
         monkeypatch.setattr(Sender, "_apply", broken)
         fut = await p.send("t", b"v")
-        with pytest.raises(ProducerFatalError, match="internal error"):
+        with pytest.raises(ProducerFatalError, match="internal error") as info:
             await fut
+        assert info.value.possibly_persisted is True  # the broker answered: what it said is lost
         with pytest.raises(ProducerFatalError):
             await p.send("t", b"later")
 
