@@ -303,6 +303,10 @@ class Producer:
 
         Suspends (never blocks the loop) while the topic's metadata is fetched or the
         buffer is full, for at most ``max_block_ms`` in all.
+
+        ``topic`` is a ``str`` (a ``StrEnum`` member names its value); ``value`` and ``key``
+        are bytes-like (``bytes`` or a subclass, ``bytearray``, ``memoryview``) or None, unless
+        a serializer is configured for them.
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
@@ -332,7 +336,7 @@ class Producer:
                     return queued
         tps = self._tps.get(topic)
         if tps is None:
-            check_topic_name(topic)
+            topic = check_topic_name(topic)
         # Serialize and type-check; the common case (bytes, no serializer) costs two checks.
         if self._serializers:
             if self._key_serializer is not None and key is not None:
@@ -500,7 +504,7 @@ class Producer:
         self._check_loop()
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
-        check_topic_name(topic)
+        topic = check_topic_name(topic)
         values = send_many_values(values)
         if not isinstance(values, Sequence) or isinstance(values, str | bytes | bytearray):
             raise TypeError(f"values must be a sequence of values (a list, say), got {type(values).__name__}")
@@ -636,7 +640,7 @@ class Producer:
         if self._state != _STARTED:
             self._raise_not_open()
         self._check_loop()
-        check_topic_name(topic)
+        topic = check_topic_name(topic)
         info = await self._metadata.topic(topic, self._max_block)
         return list(info.all_partitions)
 
@@ -648,7 +652,7 @@ class Producer:
         if self._state != _STARTED:
             self._raise_not_open()
         self._check_loop()
-        check_topic_name(topic)
+        topic = check_topic_name(topic)
         info = await self._metadata.topic(topic, self._max_block)
         by_leader: dict[int, list[int]] = {}
         for partition in info.all_partitions:
@@ -919,7 +923,8 @@ class Producer:
 
 
 def _as_bytes(field: str, data: Any) -> bytes:
-    if isinstance(data, (bytearray, memoryview)):
+    """Any bytes-like ``data`` as exact ``bytes`` (a subclass of bytes too: the encoders take only bytes)."""
+    if isinstance(data, _BYTES):
         return bytes(data)
     raise TypeError(
         f"{field} must be bytes or None, got {type(data).__name__}; pass {field}_serializer= to send other types"
@@ -929,7 +934,7 @@ def _as_bytes(field: str, data: Any) -> bytes:
 def _serialized(field: str, data: Any) -> bytes | None:
     if data is None or type(data) is bytes:
         return data
-    if isinstance(data, (bytearray, memoryview)):
+    if isinstance(data, _BYTES):
         return bytes(data)
     raise TypeError(f"{field}_serializer returned {type(data).__name__}, expected bytes or None")
 
@@ -943,17 +948,20 @@ def send_many_values(values: Any) -> Any:
     return list(values)
 
 
-def check_topic_name(topic: Any) -> None:
+def check_topic_name(name: Any) -> str:
     """Kafka's rules for a topic name (TypeError or ValueError saying which one it breaks):
-    checked before anything waits for metadata of a topic no broker can have."""
-    if type(topic) is not str:
-        raise TypeError(f"topic must be a str, got {type(topic).__name__}")
+    checked before anything waits for metadata of a topic no broker can have. Returns the
+    name as an exact ``str``: a ``StrEnum`` member names its value."""
+    if not isinstance(name, str):
+        raise TypeError(f"topic must be a str, got {type(name).__name__}")
+    topic = name if type(name) is str else str.__str__(name)
     if not topic:
         raise ValueError("topic name is empty")
     if len(topic) > _MAX_TOPIC_LENGTH:
         raise ValueError(f"topic name is {len(topic)} characters long; the limit is {_MAX_TOPIC_LENGTH}")
     if topic in (".", "..") or not _LEGAL_TOPIC.fullmatch(topic):
         raise ValueError(f"illegal topic name {topic!r}: use only ASCII letters, digits, '.', '_' and '-'")
+    return topic
 
 
 def _check_headers(headers: Any) -> Headers:

@@ -93,7 +93,7 @@ def write_dataframe(
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable(rows_written, rows_failed) or None, got {progress!r}")
     if topic is not None:
-        check_topic_name(topic)
+        topic = check_topic_name(topic)
     if exactly_once:
         if errors != "raise":
             raise ValueError("exactly_once=True writes every row or none: errors='report' does not apply")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from aioprod import Producer
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, RecordTooLargeError
 from tests.brokers import TansuBroker, refused_port
 from tests.conftest import Scripted
+from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +63,20 @@ async def test_bad_topic_names(producer: Producer, name: Any, error: type[Except
     with pytest.raises(error, match=None) as info:
         await producer.send(name, b"v")
     assert message in str(info.value)
+
+
+async def test_subclasses_of_str_and_bytes_are_names_and_bytes(tansu_broker: TansuBroker, topic: str) -> None:
+    # A StrEnum of topic names is common in services; a bytes subclass is bytes. The first
+    # send to a topic refused both (a later one took the StrEnum, from a cache).
+    class Key(bytes):
+        pass
+
+    topics = enum.StrEnum("Topics", {"EVENTS": topic})
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap) as p:
+        first = await p.send_and_wait(topics.EVENTS, Key(b"v1"), key=Key(b"k"))
+        await (await p.send_many(topics.EVENTS, [Key(b"v2")], keys=[Key(b"k")]))
+    assert type(first.topic) is str and first.topic == topic
+    assert [(r.key, r.value) for r in read_topic(tansu_broker.bootstrap, topic)] == [(b"k", b"v1"), (b"k", b"v2")]
 
 
 async def test_partition_beyond_the_topic_says_the_count(producer: Producer, topic: str) -> None:
