@@ -977,7 +977,9 @@ def _check_headers(headers: Any) -> Headers:
             raise TypeError(f"each header must be a (str, bytes | None) pair, got {item!r}")
         name, value = item
         if type(name) is not str:
-            raise TypeError(f"header name must be a str, got {type(name).__name__}")
+            if not isinstance(name, str):
+                raise TypeError(f"header name must be a str, got {type(name).__name__}")
+            name = str.__str__(name)  # a StrEnum member: its value
         if not name.isascii():
             try:
                 name.encode()

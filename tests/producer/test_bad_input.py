@@ -73,10 +73,13 @@ async def test_subclasses_of_str_and_bytes_are_names_and_bytes(tansu_broker: Tan
 
     topics = enum.StrEnum("Topics", {"EVENTS": topic})
     async with Producer(bootstrap_servers=tansu_broker.bootstrap) as p:
-        first = await p.send_and_wait(topics.EVENTS, Key(b"v1"), key=Key(b"k"))
+        first = await p.send_and_wait(topics.EVENTS, Key(b"v1"), key=Key(b"k"), headers=[(topics.EVENTS, Key(b"h"))])
         await (await p.send_many(topics.EVENTS, [Key(b"v2")], keys=[Key(b"k")]))
     assert type(first.topic) is str and first.topic == topic
-    assert [(r.key, r.value) for r in read_topic(tansu_broker.bootstrap, topic)] == [(b"k", b"v1"), (b"k", b"v2")]
+    assert [(r.key, r.value, r.headers) for r in read_topic(tansu_broker.bootstrap, topic)] == [
+        (b"k", b"v1", ((topic, b"h"),)),
+        (b"k", b"v2", ()),
+    ]
 
 
 async def test_partition_beyond_the_topic_says_the_count(producer: Producer, topic: str) -> None:
