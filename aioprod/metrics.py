@@ -15,6 +15,7 @@ Times are the event loop's clock.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import math
@@ -469,10 +470,31 @@ class ProducerMetrics:
         taken on the loop (waiting up to ``SNAPSHOT_TIMEOUT`` seconds for it)."""
         loop = self._loop
         if loop is not None and loop.is_running() and not _running_in(loop):
-            return asyncio.run_coroutine_threadsafe(self._take_async(), loop).result(SNAPSHOT_TIMEOUT)
-        return self._take()
+            future: concurrent.futures.Future[MetricsSnapshot] = concurrent.futures.Future()
 
-    async def _take_async(self) -> MetricsSnapshot:
+            def take() -> None:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(self._take())
+                    except BaseException as exc:
+                        future.set_exception(exc)
+
+            try:
+                loop.call_soon_threadsafe(take)
+            except RuntimeError:  # closed meanwhile
+                return self._take()
+            deadline = time.monotonic() + SNAPSHOT_TIMEOUT
+            while True:
+                try:
+                    return future.result(max(0.0, min(0.05, deadline - time.monotonic())))
+                except TimeoutError:
+                    # A loop that stopped before running it (a SyncProducer closing) never will.
+                    stopped = not loop.is_running()
+                    if (stopped or time.monotonic() >= deadline) and future.cancel():
+                        if not stopped:
+                            raise
+                        break
+            # The loop is not running: nothing changes the figures now, take them here.
         return self._take()
 
     def _take(self) -> MetricsSnapshot:

@@ -132,7 +132,13 @@ class SendTelemetry:
                     topic, values, keys=keys, headers=headers, partition=partition, timestamp_ms=timestamp_ms
                 )
             except BaseException as exc:
-                self._end(span, started, topic, [(None, exc, len(values))])
+                queued = getattr(exc, "_aioprod_queued", None)
+                if queued is None:
+                    self._end(span, started, topic, [(None, exc, len(values))])
+                else:  # stopped part-way: the records queued are delivered, or fail, on their own
+                    count, group = queued
+                    self._sent.add(len(values) - count, self._attributes(topic, None, exc))
+                    group.add_done_callback(lambda done: self._send_many_done(span, started, topic, count, done))
                 raise
             # The caller gets a copy: cancelling it (asyncio.wait_for, say) must not lose the
             # outcome of records that still go, as send()'s twin future does not.
@@ -207,18 +213,8 @@ class SendTelemetry:
         partitions = {md.partition for md, _, _ in outcomes if md is not None}
         span_error = None
         for md, error, count in outcomes:
-            attributes: dict[str, Any] = {
-                "messaging.system": "kafka",
-                "messaging.operation.name": "send",
-                "messaging.operation.type": "send",
-                "messaging.destination.name": topic,
-            }
-            if md is not None:
-                attributes["messaging.destination.partition.id"] = str(md.partition)
-                attributes.update(self._server(topic, md.partition))
-            if error is not None:
-                attributes["error.type"] = _error_type(error)
-                span_error = span_error or error
+            attributes = self._attributes(topic, md, error)
+            span_error = span_error or error
             self._sent.add(count, attributes)
             self._duration.record(duration, attributes)
         if len(partitions) == 1:
@@ -232,6 +228,21 @@ class SendTelemetry:
             span.record_exception(span_error)
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(span_error)))
         span.end()
+
+    def _attributes(self, topic: str, md: RecordMetadata | None, error: BaseException | None) -> dict[str, Any]:
+        """The metrics' attributes for records of ``topic`` acknowledged as ``md`` or failed with ``error``."""
+        attributes: dict[str, Any] = {
+            "messaging.system": "kafka",
+            "messaging.operation.name": "send",
+            "messaging.operation.type": "send",
+            "messaging.destination.name": topic,
+        }
+        if md is not None:
+            attributes["messaging.destination.partition.id"] = str(md.partition)
+            attributes.update(self._server(topic, md.partition))
+        if error is not None:
+            attributes["error.type"] = _error_type(error)
+        return attributes
 
     def _server(self, topic: str, partition: int) -> dict[str, Any]:
         """The partition's leader now: the broker that took the record, all but always."""

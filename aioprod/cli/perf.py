@@ -409,10 +409,21 @@ def perf(
         first_error=describe(tracker.first_error) if tracker.first_error is not None else None,
     )
     if as_json:
-        click.echo(json.dumps(result.as_dict() | ({"metrics": dataclasses.asdict(metrics)} if print_metrics else {})))
+        extra = {"metrics": _json_safe(dataclasses.asdict(metrics))} if print_metrics else {}
+        click.echo(json.dumps(result.as_dict() | extra, allow_nan=False))
     else:
         render(result, out)
         if print_metrics:
             click.echo("\n".join(java_style_lines(metrics)))
     if result.failed:
         raise CliError(f"{result.failed:,} of {num_records:,} records failed (first: {result.first_error}){problem}")
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities as None: JSON has no NaN (an average over an empty
+    window is NaN), and strict parsers refuse the ``NaN`` Python's json writes by default."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    return value

@@ -587,8 +587,11 @@ class Producer:
         except KafkaError as exc:
             # The rest could not be queued: they fail in the group, the queued ones deliver.
             group.failed(index, count - index, exc)
-        except BaseException:
+        except BaseException as exc:
             group.truncate(index)
+            if index:
+                # The first ``index`` records are queued and go on: their outcome, for the telemetry.
+                exc._aioprod_queued = (index, group.future)  # type: ignore[union-attr]
             raise
         return group.future
 

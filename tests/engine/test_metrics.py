@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections import deque
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ from aioprod import Producer
 from aioprod.errors import DeliveryTimeoutError, KafkaTimeoutError, MessageTooLargeError, NotLeaderOrFollowerError
 from aioprod.metrics import BROKER_METRICS, PRODUCER_METRICS, TOPIC_METRICS, MetricsSnapshot
 from aioprod.protocol.records import RecordBatchBuilder
+from tests.brokers import refused_port
 from tests.conftest import Scripted
 
 NOT_LEADER = NotLeaderOrFollowerError.code
@@ -290,3 +293,36 @@ async def test_one_request_of_several_batches_and_topics(scripted: Scripted) -> 
     assert m["record-queue-time-avg"] == pytest.approx(4.0 / 3, abs=1e-6)
     assert (topics["t"]["record-send-total"], topics["u"]["record-send-total"]) == (4, 2)
     assert (topics["t"]["byte-total"], topics["u"]["byte-total"]) == (sizes[0] + sizes[1], sizes[2])
+
+
+def test_metrics_from_another_thread_while_the_loop_stops_are_the_final_figures() -> None:
+    # A scrape from another thread (Prometheus, a SyncProducer's caller) asked the producer's
+    # loop for the figures; a loop that stopped before running that request (a SyncProducer
+    # closing) never answered, and the scrape failed after 10 s, or at once with CancelledError.
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
+    asyncio.run_coroutine_threadsafe(producer.start(), loop).result()
+    scheduled = threading.Event()
+    schedule = loop.call_soon_threadsafe
+
+    def noting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        handle = schedule(callback, *args, **kwargs)
+        scheduled.set()
+        return handle
+
+    def stop_once_the_scrape_is_scheduled() -> None:  # the loop is busy here meanwhile
+        scheduled.wait()
+        loop.stop()  # the scrape's callback, queued behind this one, never runs
+
+    loop.call_soon_threadsafe(stop_once_the_scrape_is_scheduled)
+    loop.call_soon_threadsafe = noting  # type: ignore[method-assign]
+    try:
+        figures = producer.metrics()
+    finally:
+        runner.join()
+        del loop.call_soon_threadsafe
+        loop.run_until_complete(producer.close(0))
+        loop.close()
+    assert figures["record-send-total"] == 0

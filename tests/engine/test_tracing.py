@@ -140,3 +140,33 @@ async def test_send_many_takes_a_generator_with_telemetry_on(scripted: Scripted,
     assert len(metadata) == 3
     (span,) = otel.finished()
     assert span.attributes is not None and span.attributes["messaging.batch.message_count"] == 3
+
+
+async def test_a_send_many_cancelled_part_way_counts_the_records_it_queued_by_their_outcome(
+    scripted: Scripted, otel: Otel
+) -> None:
+    # Cancelled while waiting for buffer memory, send_many() still delivers what it queued;
+    # the telemetry counted all 20 records as failed (CancelledError) and none delivered.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    options = {"linger_ms": 0, "buffer_memory": 4000, "batch_size": 1024, "telemetry": otel.telemetry}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **options) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].holding = True  # the buffer fills part-way through the call
+        task = asyncio.ensure_future(p.send_many("t", [b"x" * 500] * 20))
+        await clock.advance(1.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        cluster.nodes[1].release()
+        await p.flush()
+    delivered = len(cluster.partition("t").values)
+    points = otel.points("messaging.client.sent.messages")
+    assert 0 < delivered < 20
+    assert sum(pt.value for pt in points if "error.type" not in pt.attributes) == delivered
+    assert (
+        sum(pt.value for pt in points if pt.attributes.get("error.type") == "asyncio.exceptions.CancelledError")
+        == 20 - delivered
+    )
+    (span,) = otel.finished()
+    assert span.status.status_code is not StatusCode.ERROR
