@@ -591,7 +591,7 @@ class Producer:
             group.truncate(index)
             if index:
                 # The first ``index`` records are queued and go on: their outcome, for the telemetry.
-                exc._aioprod_queued = (index, group.future)  # type: ignore[union-attr]
+                exc._aioprod_queued = (index, group.future)  # type: ignore[attr-defined]
             raise
         return group.future
 
