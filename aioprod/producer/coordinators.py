@@ -26,6 +26,7 @@ from aioprod.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool, exponential_backoff
 from aioprod.producer.batch import TopicPartition
 from aioprod.protocol.messages import (
@@ -123,6 +124,19 @@ class Coordinators:
             self._failures = 0
             return node_id
 
+    async def connection(self, key_type: int, key: str) -> BrokerConnection:
+        """A connection to the coordinator of ``key``, found again (with backoff) while the
+        one known cannot be reached."""
+        while True:
+            node = await self.node(key_type, key)
+            try:
+                return await self._pool.get(node)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                self._nodes.pop((key_type, key), None)
+                await self.backoff(exc)
+
     async def request(
         self,
         key_type: int,
@@ -151,6 +165,7 @@ class Coordinators:
             codes = [code for code in error_codes(response) if code]
             if not codes or all(code in tolerate for code in codes):
                 self._failures = 0
+                self.last_error = None
                 return response
             code = next((c for c in codes if c in self._fatal_codes), None) or next(
                 (c for c in codes if c not in FIND_AGAIN and c not in RETRY), codes[0]

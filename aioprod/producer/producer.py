@@ -587,6 +587,12 @@ class Producer:
         except KafkaError as exc:
             # The rest could not be queued: they fail in the group, the queued ones deliver.
             group.failed(index, count - index, exc)
+            if txn is not None and not isinstance(
+                exc, TransactionStateError | ProducerFatalError | ProducerClosedError
+            ):
+                # Part of the records are in the transaction: it must not commit without the rest
+                # (as Java's doSend: a send that fails makes the transaction abortable).
+                txn.abortable(exc)
         except BaseException as exc:
             group.truncate(index)
             if index:
@@ -741,7 +747,11 @@ class Producer:
         """
         txn = self._transactions("send_offsets_to_transaction")
         checked, metadata = as_offsets(offsets), as_group(group)
-        await txn.run("send_offsets_to_transaction", lambda: txn.send_offsets(checked, metadata))
+        await txn.run(
+            "send_offsets_to_transaction",
+            lambda: txn.send_offsets(checked, metadata),
+            key=(frozenset(checked.items()), metadata),
+        )
 
     async def prepare_transaction(self) -> PreparedTransaction:
         """Deliver every record of the transaction and leave it open, for another process to

@@ -365,7 +365,7 @@ class Sender:
         self.wakeup()
 
     def _apply(self, decisions: list[Decision], now: float, node: int = -1) -> None:
-        acc, ident = self._acc, self.idempotence
+        acc, ident, txn = self._acc, self.idempotence, self.transactions
         refresh = False
         for decision in decisions:
             batch = decision.batch
@@ -384,7 +384,7 @@ class Sender:
                 if ident is not None and action is Action.ACK:
                     ident.acked(batch)
                 continue
-            if self.fatal is not None and action is not Action.ACK:
+            if self.fatal is not None and action is not Action.ACK:  # a written one goes on below
                 self._finish(batch, _fatal_as(self.fatal, batch.possibly_persisted))
             elif decision.sequence_refused and ident is not None and ident.overtaken(batch):
                 # Refused after later sequences of its identity were acknowledged: it may be in the
@@ -396,6 +396,14 @@ class Sender:
                     f"log, and is not sent again ({decision.error})"
                 )
                 self._finish(batch, overtaken)
+            elif action is Action.ACK and txn is not None and txn.state in _SWEPT:
+                # Written, but its transaction cannot commit or is being aborted: never visible,
+                # so not acknowledged (docs/transactions.md: records not acknowledged when the
+                # abort begins fail).
+                if ident is not None:
+                    ident.acked(batch)
+                batch.fail(_aborted(txn.error, persisted=True))
+                acc.complete(batch)
             elif action is Action.ACK:
                 if ident is not None:
                     ident.acked(batch)

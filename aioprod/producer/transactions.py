@@ -214,6 +214,8 @@ class TransactionManager:
         #: After the abort, bump the epoch (KIP-360): a sequence of this producer is in doubt.
         self._bump_epoch = False
         self._operation: tuple[str, asyncio.Task[None]] | None = None
+        #: The arguments of the operation (a repeated send_offsets_to_transaction waits for the same one).
+        self._operation_key: object = None
         #: Why an operation's task was cancelled from outside, for its waiting caller.
         self._cut_short: KafkaError | None = None
         #: The producer failed (see producer_failed): no transaction may commit or begin.
@@ -245,6 +247,11 @@ class TransactionManager:
         transaction. Returns the current transaction's generation."""
         if self.state is TxnState.IN_TRANSACTION and (generation is None or generation == self.generation):
             return self.generation
+        if generation is None and self.state in _DELIVERING:
+            raise TransactionStateError(
+                f"send() is not allowed while the transaction is {self._where()}: begin the next transaction "
+                "once it ends"
+            )
         if self.state is TxnState.IN_TRANSACTION or self.state in _DELIVERING:
             raise TransactionStateError(
                 "the transaction this send() began in ended (it committed, aborted or was prepared) before the "
@@ -372,7 +379,7 @@ class TransactionManager:
 
     # -- operations (run as tasks, awaited by the public calls) -----------------------------------
 
-    async def run(self, name: str, make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    async def run(self, name: str, make: Callable[[], Coroutine[Any, Any, None]], key: object = None) -> None:
         """Run transactional operation ``name`` as a task the call waits for, up to
         ``max_block_ms``. A commit, abort or start whose caller gave up (timed out, or was
         cancelled) goes on, and calling it again waits for it, or reports how it ended; an
@@ -380,7 +387,11 @@ class TransactionManager:
         operation runs fails at once."""
         op = self._operation
         task = None
-        if op is not None and op[0] == name and name in _RESUMABLE:
+        if (
+            op is not None
+            and op[0] == name
+            and (name in _RESUMABLE or (key is not None and key == self._operation_key))
+        ):
             task = op[1]  # the same call again: its task, running or ended unreported
         elif op is not None and not op[1].done():
             if not (name == "abort_transaction" and op[0] == "send_offsets_to_transaction"):
@@ -397,19 +408,26 @@ class TransactionManager:
             # error): not as asyncio's "exception was never retrieved" if nobody calls again.
             task.add_done_callback(_outcome_kept)
             self._operation = (name, task)
+            self._operation_key = key
+        window = asyncio.timeout(self._config.max_block_ms / 1000)
         try:
-            async with asyncio.timeout(self._config.max_block_ms / 1000):
+            async with window:
                 await asyncio.shield(task)
         except TimeoutError:
+            if not window.expired():  # the operation itself ended with a timeout error: report it
+                self._forget(task)
+                raise
             if name == "start":  # start() closes the producer when it fails: nothing goes on
                 raise KafkaTimeoutError(
                     f"the transactional producer could not initialise within max_block_ms "
                     f"({self._config.max_block_ms} ms): the coordinator did not answer InitProducerId; "
                     "the producer is closed"
                 ) from None
+            last = self._coordinators.last_error
             raise KafkaTimeoutError(
-                f"{name}() did not complete within max_block_ms ({self._config.max_block_ms} ms); it goes on: "
-                f"call {name}() again to keep waiting"
+                f"{name}() did not complete within max_block_ms ({self._config.max_block_ms} ms)"
+                + (f" (the coordinator's last answer: {last})" if last is not None else "")
+                + f"; it goes on: call {name}() again to keep waiting"
             ) from None
         except asyncio.CancelledError:
             current = asyncio.current_task()
@@ -637,7 +655,7 @@ class TransactionManager:
     async def _bump(self) -> None:
         """KIP-360: a new epoch for the same producer id, so sequences start again."""
         ident = self._ident
-        conn = await self._pool.get(await self._coordinators.node(TRANSACTION, self.transactional_id))
+        conn = await self._coordinators.connection(TRANSACTION, self.transactional_id)
         if versions.choose_version(InitProducerIdRequest, conn.api_versions) < 3:
             raise self.fatal(
                 TransactionStateError(

@@ -22,6 +22,7 @@ from aioprod.errors import (
     ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
+    SendManyError,
     TransactionAbortableError,
     TransactionAbortedError,
     TransactionalIdAuthorizationFailedError,
@@ -667,3 +668,161 @@ async def test_a_transactional_id_the_coordinator_forgot_is_renewed_after_one_ab
         inits = cluster.requests_of(m.InitProducerIdRequest)
     assert cluster.partition("t", 0).committed == [b"before", b"after"]
     assert len(inits) == 2 and inits[1].body.producer_id >= 0  # type: ignore[attr-defined]
+
+
+# -- second transactions review -----------------------------------------------------------------
+
+INVALID_PRODUCER_ID_MAPPING = 49
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+async def test_a_send_many_that_queued_part_of_its_records_does_not_commit(cluster: ScriptedCluster) -> None:
+    # The buffer stayed full past max_block_ms: the rest failed in the returned future, and the
+    # transaction committed without them. As Java's send: a failed send makes it abortable.
+    options: dict[str, Any] = {"linger_ms": 0, "buffer_memory": 4000, "batch_size": 1000, "max_block_ms": 500}
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", **options) as p:
+        p.begin_transaction()
+        cluster.nodes[1].holding = True  # written, answers held: the buffer does not free
+        result = await p.send_many("t", [b"r%02d" % i + b"x" * 400 for i in range(20)], partition=0)
+        cluster.nodes[1].release()
+        with pytest.raises(TransactionAbortableError):
+            await p.commit_transaction()
+        await p.abort_transaction()
+        with pytest.raises(SendManyError):
+            await result
+    assert cluster.partition("t", 0).committed == []
+
+
+async def _abortable_needing_a_new_epoch(cluster: ScriptedCluster) -> Producer:
+    """A transaction the coordinator forgot (its abort must bump the epoch, KIP-360), with the
+    coordinator on broker 2 and partition 0's leader on broker 1."""
+    cluster.coordinator.node = 2
+    options: dict[str, Any] = {"retry_backoff_ms": 10, "retry_backoff_max_ms": 100, "request_timeout_ms": 1000}
+    p = Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", linger_ms=0, **options)
+    await p.start()
+    p.begin_transaction()
+    cluster.coordinator.script[m.AddPartitionsToTxnRequest.API_KEY] = deque([INVALID_PRODUCER_ID_MAPPING])
+    await p.send("t", b"v", partition=0)
+    with pytest.raises(TransactionAbortableError):
+        await p.commit_transaction()
+    return p
+
+
+async def test_an_abort_that_bumps_the_epoch_finds_a_coordinator_that_moved(cluster: ScriptedCluster) -> None:
+    p = await _abortable_needing_a_new_epoch(cluster)
+    cluster.stop(2)  # the coordinator's broker dies, and broker 1 takes the transactional id over
+    cluster.coordinator.move_to(1)
+    try:
+        await p.abort_transaction()  # failed at once with the connection error
+        async with p.transaction():
+            await p.send("t", b"after", partition=0)
+    finally:
+        await p.close()
+    assert cluster.partition("t", 0).committed == [b"after"]
+
+
+async def test_an_abort_whose_own_request_timed_out_can_be_called_again(cluster: ScriptedCluster) -> None:
+    # The epoch bump's connection timed out (a KafkaTimeoutError, a TimeoutError): the abort
+    # said "did not complete within max_block_ms; it goes on", though its task had ended, and
+    # every later call returned that task's error at once, the broker answering again or not.
+    p = await _abortable_needing_a_new_epoch(cluster)
+    handle = cluster.handle
+    silent = True
+
+    async def answer_unless_silent(conn: Any, frame: bytes) -> bytes | None:
+        if conn.node.node_id == 2 and silent:
+            await asyncio.sleep(3600)
+        return await handle(conn, frame)
+
+    cluster.handle = answer_unless_silent  # type: ignore[method-assign]
+    cluster.disconnect(2)
+    try:
+        with pytest.raises(KafkaError):
+            await p.abort_transaction()
+        silent = False
+        await p.abort_transaction()  # it goes on, and now gets through
+        async with p.transaction():
+            await p.send("t", b"after", partition=0)
+    finally:
+        await p.close()
+    assert cluster.partition("t", 0).committed == [b"after"]
+
+
+async def test_a_record_written_while_its_transaction_aborts_fails_as_aborted(cluster: ScriptedCluster) -> None:
+    # Its answer came during the abort: it was reported delivered, though never visible
+    # (docs/transactions.md: records not acknowledged when the abort begins fail).
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", linger_ms=0) as p:
+        p.begin_transaction()
+        cluster.nodes[1].holding = True
+        future = await p.send("t", b"in flight", partition=0)
+        while not cluster.requests_of(m.ProduceRequest, node=1):
+            await asyncio.sleep(0.001)
+        aborting = asyncio.ensure_future(p.abort_transaction())
+        await asyncio.sleep(0.05)
+        cluster.nodes[1].release()
+        await aborting
+        with pytest.raises(TransactionAbortedError) as info:
+            await future
+    assert info.value.possibly_persisted is True
+    assert cluster.partition("t", 0).committed == []
+
+
+async def test_a_send_during_a_commit_says_the_transaction_is_committing(cluster: ScriptedCluster) -> None:
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", linger_ms=0) as p:
+        p.begin_transaction()
+        cluster.nodes[1].holding = True
+        await p.send("t", b"a", partition=0)
+        committing = asyncio.ensure_future(p.commit_transaction())
+        await asyncio.sleep(0.01)
+        with pytest.raises(TransactionStateError, match="while the transaction is committing") as info:
+            await p.send("t", b"b", partition=0)
+        cluster.nodes[1].release()
+        await committing
+    assert "began in" not in str(info.value)  # it began in none
+
+
+async def test_send_offsets_called_again_after_its_timeout_waits_as_the_error_says(cluster: ScriptedCluster) -> None:
+    options: dict[str, Any] = {"max_block_ms": 1000, "retry_backoff_ms": 10, "retry_backoff_max_ms": 100}
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", linger_ms=0, **options) as p:
+        p.begin_transaction()
+        await p.send("t", b"out", partition=0)
+        cluster.coordinator.script[m.TxnOffsetCommitRequest.API_KEY] = deque([LOADING] * 15)
+        offsets = {TopicPartition("in", 0): 7}
+        with pytest.raises(KafkaTimeoutError, match=r"call send_offsets_to_transaction\(\) again to keep waiting"):
+            await p.send_offsets_to_transaction(offsets, "g")
+        await p.send_offsets_to_transaction(offsets, "g")  # was refused: "still in progress"
+        await p.commit_transaction()
+    assert cluster.coordinator.committed == {"g": {("in", 0): 7}}
+
+
+async def test_a_transactional_call_that_times_out_says_what_the_coordinator_answered(
+    cluster: ScriptedCluster,
+) -> None:
+    options: dict[str, Any] = {"max_block_ms": 1000, "retry_backoff_max_ms": 100}
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", linger_ms=0, **options) as p:
+        p.begin_transaction()
+        cluster.coordinator.script[m.TxnOffsetCommitRequest.API_KEY] = deque([UNKNOWN_TOPIC_OR_PARTITION] * 1000)
+        with pytest.raises(KafkaTimeoutError, match=r"the coordinator's last answer: .*UNKNOWN_TOPIC_OR_PARTITION"):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): 7}, "g")
+        cluster.coordinator.script.clear()
+        await p.abort_transaction()
+
+
+async def test_a_record_written_after_the_transactional_producer_failed_fails_with_it(cluster: ScriptedCluster) -> None:
+    # Its transaction never commits: acknowledging it (as a non-transactional producer's
+    # written record is, even after a fatal error) would report a record no reader will see.
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", linger_ms=0) as p:
+        p.begin_transaction()
+        cluster.nodes[1].holding = True
+        written = await p.send("t", b"written", partition=0)
+        while not cluster.partition("t", 0).values:
+            await asyncio.sleep(0.001)
+        cluster.nodes[2].script = deque([ProducerFencedError.code])
+        fenced = await p.send("t", b"fenced", partition=1)
+        with pytest.raises(ProducerFencedError):
+            await fenced
+        cluster.nodes[1].release()
+        with pytest.raises(ProducerFatalError) as info:
+            await written
+    assert info.value.possibly_persisted is True
+    assert cluster.partition("t", 0).committed == []
