@@ -25,6 +25,11 @@ _SEED = 0x9747B28C
 
 def _py_murmur2(data: bytes) -> int:
     """Kafka's 32-bit murmur2 as a signed int, bit for bit like ``Utils.murmur2``."""
+    if type(data) is not bytes:  # as the compiled one: any C-contiguous buffer, byte by byte
+        view = memoryview(data)
+        if not view.c_contiguous:
+            raise BufferError("memoryview: underlying buffer is not C-contiguous")
+        data = bytes(view)
     length = len(data)
     h = (_SEED ^ length) & _MASK
     words = length // 4

@@ -523,6 +523,12 @@ class Producer:
             raise (TypeError if type(partition) is not int else ValueError)(
                 f"partition must be an int >= 0 or None, got {partition!r}"
             )
+        # A snapshot of what is checked: the caller's list may change while this call waits (between
+        # runs, for memory), and what is queued must be what was checked.
+        if type(values) is not tuple:
+            values = list(values)
+        if keys is not None and type(keys) is not tuple:
+            keys = list(keys)
         values, keys, header_lists = self._check_many(values, keys, headers)  # before any wait
         loop = self._loop
         deadline = loop.time() + self._max_block

@@ -7,6 +7,7 @@ Python code it replaces. Where the extension was not built these tests are skipp
 
 from __future__ import annotations
 
+import array
 import asyncio
 import enum
 import gc
@@ -481,3 +482,67 @@ async def test_a_callback_added_while_reading_the_outcome_cancels_the_future_sti
     held[0].add_done_callback(called.append)
     await asyncio.sleep(0)
     assert called == held
+
+
+class _EmptiesItsList:
+    """A header pair whose unpacking empties the header list it is in."""
+
+    def __init__(self, headers: list[Any]) -> None:
+        self.headers = headers
+
+    def __iter__(self) -> Any:
+        self.headers.clear()
+        return iter(("k", b"v"))
+
+
+def _emptied_while_read() -> list[Any]:
+    headers: list[Any] = []
+    headers[:] = [_EmptiesItsList(headers), ("a", b"b")]
+    return headers
+
+
+# Inputs the public RecordBatchBuilder takes but send() never passes (it makes bytes first).
+_ODD_RECORDS = {
+    "a value of 2-byte items": lambda: (None, array.array("H", [1, 2, 3]), ()),
+    "a key of 4-byte items": lambda: (memoryview(bytes(8)).cast("I"), b"v", ()),
+    "a header value of 2-byte items": lambda: (None, None, [("h", array.array("H", [1, 2, 3]))]),
+    "a header list emptied while read": lambda: (b"key", b"val", _emptied_while_read()),
+    "headers from a generator": lambda: (None, None, (h for h in [("h", b"x")])),
+    "a non-contiguous value": lambda: (None, memoryview(b"abcdef")[::2], ()),
+}
+
+
+@pytest.mark.parametrize("case", list(_ODD_RECORDS))
+def test_append_takes_odd_input_as_the_compiled_one_does(case: str) -> None:
+    # The pure-Python twin wrote item counts as byte lengths, and a header count it then did
+    # not write: corrupt batches where the compiled builder wrote good ones.
+    outcomes = []
+    made = cores(10_000)
+    for core in made:
+        key, value, header_list = _ODD_RECORDS[case]()
+        try:
+            outcomes.append(("ok", core.append(5, key, value, header_list)))
+        except Exception as exc:
+            outcomes.append(("raised", type(exc)))
+    assert outcomes[0] == outcomes[1]
+    assert state(made[0]) == state(made[1])
+
+
+def test_append_values_past_the_list_changes_nothing() -> None:
+    # A list shortened while send_many() queued it: the pure-Python twin wrote records, then
+    # raised before counting them, and the next caller's batch was corrupt.
+    python, compiled = cores(10_000)
+    values = [b"a", b"b"]
+    assert same(python, compiled, "append_values", 5, values, None, 0, 5, 10_000, 64) is IndexError
+    assert python._count == 0 and python._buf == b""
+
+
+@pytest.mark.parametrize("data", [array.array("H", [1, 2, 3]), memoryview(b"abcdef")[::2]])
+def test_murmur2_takes_odd_buffers_as_the_compiled_one_does(data: Any) -> None:
+    def outcome(murmur2: Any) -> Any:
+        try:
+            return murmur2(data)
+        except Exception as exc:
+            return type(exc)
+
+    assert outcome(_py_murmur2) == outcome(_speedups.murmur2)

@@ -106,3 +106,26 @@ async def test_a_record_the_batch_cannot_encode_is_refused_before_taking_buffer_
                     await p.send("t", b"v", **kwargs)
             assert message in str(info.value)
         assert (await p.send_and_wait("t", b"still fine")).offset == 0
+
+
+async def test_send_many_queues_the_values_it_checked_though_the_list_changes_meanwhile(scripted: Scripted) -> None:
+    # It checked every value (type, max_request_size), then read the caller's list again
+    # between its runs: a value replaced meanwhile went out unchecked (50 kB under a
+    # max_request_size of 10 kB here), or a str failed half-way with an unclear TypeError.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, batch_size=1024, max_request_size=10_000) as p:
+        await p.partitions_for("t")
+        values = [bytes([i]) * 100 for i in range(40)]
+        checked = list(values)
+
+        async def application() -> None:
+            while p._accumulator.pool.used == 0:  # send_many has checked them all and queued its first run
+                await asyncio.sleep(0)
+            values[20] = b"Y" * 50_000
+            values[21] = "not bytes"  # type: ignore[call-overload]
+
+        changing = asyncio.ensure_future(application())
+        await (await p.send_many("t", values))
+        await changing
+    assert cluster.partition("t", 0).values == checked

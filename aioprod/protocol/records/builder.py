@@ -55,6 +55,14 @@ def _uvarint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
+def _byte_view(data: object) -> memoryview:
+    """``data``'s bytes, one item each (BufferError if not C-contiguous, as PyBUF_SIMPLE)."""
+    view = memoryview(data)  # type: ignore[arg-type]  # TypeError for a str or an int, as the compiled one
+    if not view.c_contiguous:
+        raise BufferError("memoryview: underlying buffer is not C-contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
 def _varint_size(value: int) -> int:
     """Bytes of a zig-zag varint for a non-negative ``value``."""
     value <<= 1
@@ -107,6 +115,14 @@ class _PyRecordsCore:
             raise TypeError(f"timestamp must be an int, not {type(timestamp_ms).__name__}")
         if not 0 <= timestamp_ms <= INT64_MAX:
             raise ValueError(f"timestamp must be in [0, 2**63), got {timestamp_ms}")
+        # As the compiled builder: any C-contiguous buffer counts in bytes, and the headers are
+        # read once (a list changed while its pairs are unpacked cannot skew the count).
+        if key is not None and type(key) is not bytes:
+            key = _byte_view(key)  # type: ignore[assignment]
+        if value is not None and type(value) is not bytes:
+            value = _byte_view(value)  # type: ignore[assignment]
+        if headers and type(headers) is not tuple:
+            headers = tuple(headers)
         count = self._count
         delta = timestamp_ms - self._base_ts if count else 0
         buf = self._buf
@@ -173,6 +189,8 @@ class _PyRecordsCore:
                     if h_value is None:
                         buf.append(1)
                     else:
+                        if type(h_value) is not bytes:
+                            h_value = _byte_view(h_value)
                         _put_uvarint(buf, len(h_value) << 1)
                         buf += h_value
             else:
@@ -226,6 +244,8 @@ class _PyRecordsCore:
             raise ValueError(f"timestamp must be in [0, 2**63), got {timestamp_ms}")
         if self._section is not None:
             return 0, 0
+        if start < 0 or stop > len(values) or (keys is not None and stop > len(keys)):
+            raise IndexError("append_values range out of bounds")  # as the compiled one: before any change
         first = count = self._count
         delta = timestamp_ms - self._base_ts if count else 0
         ts = _uvarint_bytes((delta << 1) ^ (delta >> 63))
