@@ -657,7 +657,7 @@ def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
             raise ConfigError(
                 f"bootstrap_servers entry {item!r} is not 'host:port' (an IPv6 address goes in brackets: '[::1]:9092')"
             )
-        if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        if not sep or not host or not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
             raise ConfigError(f"bootstrap_servers entry must be 'host:port', got {item!r}")
         if ":" not in host:  # not an IPv6 literal: a name the resolver must be able to take
             try:

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Response)
 
 _READ_CHUNK = 256 * 1024
+#: How long a connect to one address of a name goes on before the next starts too (RFC 8305).
+_NEXT_ADDRESS_DELAY = 0.25
 
 
 class Answer:
@@ -158,6 +160,8 @@ class BrokerConnection:
         self.phase = "ApiVersions handshake"
         # Requests written while re-authenticating wait here (see hold()).
         self._held: list[tuple[Request, int, bool, _Outcome]] | None = None
+        #: Set by retire(): take no new request, close with this once nothing is in flight.
+        self._retiring: KafkaError | None = None
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -184,6 +188,7 @@ class BrokerConnection:
         """Open, the last request fully written out, room in flight, not throttled, not held."""
         return (
             self._closed_error is None
+            and self._retiring is None
             and self._held is None
             and self.flushed
             and len(self._in_flight) < self.max_in_flight
@@ -204,7 +209,21 @@ class BrokerConnection:
         for request, version, expect_response, future in held or ():
             if not future.done():
                 self._write(request, version, expect_response, False, future)
+        self._close_if_retired()
         self._on_ready()
+
+    def retire(self, error: KafkaError) -> None:
+        """Take no new request (see :meth:`can_send_more`) and close with ``error`` once the
+        requests in flight are answered: their answers are not thrown away (a request failed
+        after the broker wrote it is written again when retried without idempotence)."""
+        if self._closed_error is not None or self._retiring is not None:
+            return
+        self._retiring = error
+        self._close_if_retired()
+
+    def _close_if_retired(self) -> None:
+        if self._retiring is not None and not self._in_flight and self._held is None and self.flushed:
+            self.close(self._retiring)
 
     def on_close(self, callback: Any) -> None:
         """Call ``callback(connection, error)`` once when the connection closes."""
@@ -219,10 +238,23 @@ class BrokerConnection:
         """Connect (TLS-wrapped when configured) within ``setup_timeout``, then negotiate API
         versions and authenticate within ``request_timeout`` (default: the connection's)."""
         tls = self._security.tls_context if self._security is not None else None
+        # Every address a name resolves to gets its chance within one setup timeout: walked in
+        # order, a first address that drops SYNs used it all up, every time (asyncio's own loop
+        # only: uvloop has no happy_eyeballs_delay).
+        eyeballs = (
+            {"happy_eyeballs_delay": _NEXT_ADDRESS_DELAY}
+            if isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop)
+            else {}
+        )
         try:
             async with asyncio.timeout(setup_timeout):
                 self._reader, self._writer = await asyncio.open_connection(
-                    self.host, self.port, limit=_READ_CHUNK, ssl=tls, server_hostname=self.host if tls else None
+                    self.host,
+                    self.port,
+                    limit=_READ_CHUNK,
+                    ssl=tls,
+                    server_hostname=self.host if tls else None,
+                    **eyeballs,
                 )
         except TimeoutError as exc:
             raise KafkaConnectionError(
@@ -417,6 +449,8 @@ class BrokerConnection:
         for future in waiting:
             if not future.done():
                 future.set_result(None)
+        if self._retiring is not None:
+            self._close_if_retired()
         self._on_ready()
 
     def _on_timeout(self, correlation_id: int) -> None:
@@ -450,6 +484,8 @@ class BrokerConnection:
                     _hand_over(answers)
                 if full and len(self._in_flight) < self.max_in_flight:
                     self._on_ready()  # a request may go now (whatever the response was to)
+                if self._retiring is not None:
+                    self._close_if_retired()
         except asyncio.CancelledError:
             raise
         except ProtocolError as exc:
@@ -465,7 +501,12 @@ class BrokerConnection:
         except KafkaError as exc:
             self.close(exc)
         except OSError as exc:
-            self.close(connection_error(exc, self.host, self.port, "read from"))
+            if self.api_versions and isinstance(exc, ssl.SSLError):
+                # Past the handshake (a refused client certificate shows on the first read, in
+                # ApiVersions): a bad record or an alert now is a lost connection, retriable.
+                self.close(KafkaConnectionError(f"TLS connection to {self.host}:{self.port} failed: {exc}"))
+            else:
+                self.close(connection_error(exc, self.host, self.port, "read from"))
         except ValueError as exc:
             self.close(KafkaConnectionError(f"read from {self.host}:{self.port} failed: {exc}"))
 

@@ -62,7 +62,9 @@ class ConnectionPool:
         elif (state.host, state.port) != (host, port):
             state.host, state.port = host, port
             if state.connection is not None:
-                state.connection.close(KafkaConnectionError(f"broker {node_id} moved to {host}:{port}"))
+                # Still the broker: its answers in flight are taken, then the next connection
+                # goes to the new address (Java keeps the old one until it drops).
+                state.connection.retire(KafkaConnectionError(f"broker {node_id} moved to {host}:{port}"))
 
     def connection(self, node_id: int) -> BrokerConnection | None:
         """The ready connection to ``node_id``, or None (then a connect is started)."""
@@ -207,6 +209,12 @@ class ConnectionPool:
         else:
             if self._closed:
                 conn.close()
+                return
+            if (conn.host, conn.port) != (state.host, state.port):
+                # The broker moved while this connected (set_address): it is a connection to
+                # where the broker was, maybe another broker now. The waiters and the sender,
+                # woken below, connect to the new address at once.
+                conn.close(KafkaConnectionError(f"broker {node_id} moved to {state.host}:{state.port}"))
                 return
             now = loop.time()
             metrics.record_connection(True, now)

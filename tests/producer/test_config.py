@@ -52,6 +52,8 @@ def test_config_is_frozen() -> None:
         ({"bootstrap_servers": "h:1", "enable_idempotence": "yes"}, "enable_idempotence must be true or false"),
         ({"bootstrap_servers": "nohost"}, "bootstrap_servers entry must be 'host:port'"),
         ({"bootstrap_servers": "h:99999"}, "bootstrap_servers entry must be 'host:port'"),
+        ({"bootstrap_servers": "h:9²"}, "bootstrap_servers entry must be 'host:port'"),  # a digit int() refuses
+        ({"bootstrap_servers": "[::1]:⁹⁰⁹²"}, "bootstrap_servers entry must be 'host:port'"),
         ({"bootstrap_servers": "kafka..example.com:9092"}, "has no valid host name"),
         ({"bootstrap_servers": "::1"}, "an IPv6 address goes in brackets"),
         ({"bootstrap_servers": "h:9092:9093"}, "is not 'host:port'"),

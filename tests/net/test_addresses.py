@@ -1,0 +1,188 @@
+"""Where a broker is: names with several addresses, addresses that change, and a TLS stream
+that breaks after its handshake. The scripted cluster, in memory or over loopback TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aioprod import Producer
+from aioprod.certs import CertificateAuthority
+from aioprod.config import ProducerConfig
+from aioprod.embedded import free_port
+from aioprod.net.pool import ConnectionPool
+from tests.conftest import Scripted
+from tests.fakes.cluster import FakeNode, ScriptedCluster
+from tests.fakes.network import ServerSide
+from tests.fakes.tcp import TcpNetwork
+
+
+class SlowToAnswer:
+    """Serves as ``node`` does, every answer ``delay`` seconds late (a slow handshake)."""
+
+    def __init__(self, node: FakeNode, delay: float) -> None:
+        self.node, self.delay = node, delay
+
+    def accept(self, side: ServerSide) -> None:
+        send = side.send
+        side.send = lambda data: asyncio.get_running_loop().call_later(self.delay, send, data)  # type: ignore[method-assign]
+        self.node.accept(side)
+
+
+async def test_a_connection_made_to_the_address_a_broker_left_is_not_kept(scripted: Scripted) -> None:
+    # The broker moved while the pool was connecting to its old address: that connection,
+    # completed afterwards, was installed and kept (a Kubernetes pod IP reused by another broker).
+    cluster, network = scripted.cluster, scripted.network
+    cluster.add_node(2)
+    network.listen("old.example", 9092, SlowToAnswer(cluster.nodes[1], 1.0))
+    pool = ConnectionPool(ProducerConfig(bootstrap_servers="127.0.0.1:9091"))
+    pool.set_address(2, "old.example", 9092)
+    assert pool.connection(2) is None  # connecting to old.example
+    await asyncio.sleep(0.1)  # in its ApiVersions handshake
+    pool.set_address(2, "127.0.0.1", 9092)
+    conn = await pool.get(2)
+    try:
+        assert (conn.host, conn.port) == ("127.0.0.1", 9092)
+    finally:
+        await pool.close()
+
+
+async def test_records_for_a_broker_that_moved_while_being_connected_to_are_delivered(scripted: Scripted) -> None:
+    cluster, network = scripted.cluster, scripted.network
+    cluster.add_node(2)
+    cluster.add_node(3)
+    cluster.create_topic("w", [1])
+    cluster.create_topic("t", [2])
+    # Broker 2 is first advertised where broker 3 now answers, slowly.
+    network.listen("old.example", 9092, SlowToAnswer(cluster.nodes[3], 1.0))
+    cluster.nodes[2].host = "old.example"
+    options: dict[str, Any] = {"linger_ms": 0, "metadata_max_age_ms": 300, "delivery_timeout_ms": 60_000}
+    async with Producer(bootstrap_servers="127.0.0.1:9091", **options) as p:
+        await p.send_and_wait("w", b"warm-up")  # broker 1 connected: refreshes go there
+        sent = asyncio.ensure_future(p.send_and_wait("t", b"v"))  # connects to broker 2 at old.example
+        await asyncio.sleep(0.05)  # in its handshake
+        cluster.nodes[2].host = "127.0.0.1"  # the next refresh has broker 2's new address
+        await sent
+    assert cluster.partition("t").values == [b"v"]
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_an_address_change_does_not_write_a_record_in_flight_twice(scripted: Scripted, idempotent: bool) -> None:
+    # The pool closed the connection at once, failing the written request, and sent it again
+    # on the new connection: written twice without idempotence. As Java, the connection now
+    # takes its answers first, and only the next connection goes to the new address.
+    cluster, network = scripted.cluster, scripted.network
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    node = cluster.nodes[1]
+    options: dict[str, Any] = {"acks": "all" if idempotent else 1, "enable_idempotence": idempotent}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=300, **options) as p:
+        await p.send_and_wait("t", b"warm-up", partition=1)  # broker 2 connected: refreshes can go there
+        await p.send_and_wait("t", b"warm-up", partition=0)
+        node.holding = True  # written, the answer held back (a busy broker)
+        sent = asyncio.ensure_future(p.send_and_wait("t", b"once", partition=0))
+        await asyncio.sleep(0.05)
+        network.listen("broker1.example", node.port, node)  # broker 1 advertises a second name
+        node.host = "broker1.example"
+        await asyncio.sleep(1)  # a refresh has seen it
+        node.release()
+        await sent
+    assert cluster.partition("t", 0).values == [b"warm-up", b"once"]
+
+
+async def test_a_name_whose_first_address_drops_connections_is_reached_on_the_next() -> None:
+    # Walked in order within one attempt, the first address used up the whole setup timeout,
+    # every attempt. Loopback TCP: 127.0.0.2 is a listener whose accept queue is full (it
+    # drops SYNs, as a dead host does).
+    port = free_port()
+    hole = socket.socket()
+    hole.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    hole.bind(("127.0.0.2", port))
+    hole.listen(0)
+    filler = socket.create_connection(("127.0.0.2", port), timeout=1)
+    network = TcpNetwork()
+    cluster = ScriptedCluster(network, nodes=1, ports=lambda _node: port)
+    cluster.create_topic("t", 1)
+    await network.ready()
+    loop = asyncio.get_running_loop()
+    resolve = loop.getaddrinfo
+
+    async def two_addresses(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "kafka.test":
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", port)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+            ]
+        return await resolve(host, *args, **kwargs)
+
+    loop.getaddrinfo = two_addresses  # type: ignore[method-assign]
+    options: dict[str, Any] = {
+        "socket_connection_setup_timeout_ms": 500,
+        "socket_connection_setup_timeout_max_ms": 1000,
+    }
+    try:
+        async with Producer(bootstrap_servers=f"kafka.test:{port}", max_block_ms=8_000, **options) as p:
+            await p.send_and_wait("t", b"v")
+    finally:
+        del loop.getaddrinfo
+        filler.close()
+        hole.close()
+        await network.close()
+    assert cluster.partition("t").values == [b"v"]
+
+
+async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, corrupt: list[bool] | None = None) -> None:
+    with contextlib.suppress(OSError, ConnectionError):
+        while data := await reader.read(65536):
+            if corrupt and corrupt[0] and len(data) > 40:
+                corrupt[0] = False
+                data = data[:-20] + bytes([data[-20] ^ 0xFF]) + data[-19:]  # a bad record MAC
+            writer.write(data)
+            await writer.drain()
+    writer.transport.abort()
+
+
+async def test_a_tls_record_corrupted_after_the_handshake_is_a_lost_connection(tmp_path: Path) -> None:
+    # It failed the request in flight for good, as "TLS handshake ... failed"
+    # (SslAuthenticationError), though the broker had written it: a resend wrote it twice.
+    # Loopback TCP: producer -> a proxy that flips a byte -> TLS terminator -> scripted broker.
+    ca = CertificateAuthority()
+    cert, key = ca.issue("localhost", hostnames=("127.0.0.1",)).write(tmp_path, "server")
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    network = TcpNetwork()
+    cluster = ScriptedCluster(network, nodes=1, ports=lambda _node: free_port())
+    cluster.create_topic("t", 1)
+    await network.ready()
+    broker_port = cluster.nodes[1].port
+
+    async def terminate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", broker_port)
+        await asyncio.gather(_relay(reader, upstream_writer), _relay(upstream_reader, writer))
+
+    terminator = await asyncio.start_server(terminate, "127.0.0.1", 0, ssl=server_tls)
+    corrupt = [False]
+
+    async def flip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream = await asyncio.open_connection("127.0.0.1", terminator.sockets[0].getsockname()[1])
+        await asyncio.gather(_relay(reader, upstream[1]), _relay(upstream[0], writer, corrupt))
+
+    front = await asyncio.start_server(flip, "127.0.0.1", 0)
+    cluster.nodes[1].port = front.sockets[0].getsockname()[1]  # the broker advertises the front door
+    options: dict[str, Any] = {"security_protocol": "SSL", "ssl_ca_location": str(ca.write(tmp_path))}
+    try:
+        async with Producer(bootstrap_servers=f"127.0.0.1:{cluster.nodes[1].port}", linger_ms=0, **options) as p:
+            await p.send_and_wait("t", b"one")
+            corrupt[0] = True  # the next answer arrives corrupted: retried, as on any lost connection
+            await p.send_and_wait("t", b"two")
+    finally:
+        front.close()
+        terminator.close()
+        await network.close()
+    assert cluster.partition("t").values == [b"one", b"two"]
