@@ -1,7 +1,9 @@
-"""The error tree: everything aioprod raises derives from :class:`KafkaError`.
+"""The error tree: every Kafka, configuration and delivery error aioprod raises derives
+from :class:`KafkaError`.
 
-Argument and configuration mistakes also derive from ``TypeError``/``ValueError`` so
-that callers who only know the standard library still catch them.
+Configuration mistakes (and records too large) also derive from ``ValueError`` so that
+callers who only know the standard library still catch them; a malformed argument to a
+call is a plain ``TypeError``/``ValueError``, a programming error, not a Kafka one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any, Final
 
 
 class KafkaError(Exception):
-    """Base of every error aioprod raises."""
+    """Base of every Kafka, configuration and delivery error aioprod raises."""
 
     #: Whether repeating the same operation may succeed.
     retriable: bool = False

@@ -131,6 +131,11 @@ class Partitioner:
         return self._user is None and self._mode != "round_robin"
 
     @property
+    def user_defined(self) -> bool:
+        """A callable given as ``partitioner``: it may raise, or answer a partition that is refused."""
+        return self._user is not None
+
+    @property
     def is_sticky(self) -> bool:
         """Keyless records follow the sticky partition (the default)."""
         return self._keyless_sticky

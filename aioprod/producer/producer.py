@@ -548,6 +548,14 @@ class Producer:
         bulk = header_lists is None
         if partition is None:
             bulk = bulk and keys is None and partitioner.is_sticky
+        # A user partitioner may raise or answer a partition that is refused: ask it for every
+        # record before any is queued, so that a refusal leaves nothing sent.
+        chosen_for: list[int] | None = None
+        if partition is None and partitioner.user_defined:
+            chosen_for = [
+                partitioner.partition(topic, None if keys is None else keys[i], all_partitions, available)
+                for i in range(count)
+            ]
         index = 0
         try:
             while index < count:
@@ -574,6 +582,8 @@ class Producer:
                 # The partition first, as send() does: a partitioner that raises then holds no memory.
                 if partition is not None:
                     chosen = partition
+                elif chosen_for is not None:
+                    chosen = chosen_for[index]
                 elif key is None:
                     chosen = partitioner.keyless(
                         topic, size - _RECORD_OVERHEAD + RECORD_FRAMING, all_partitions, available

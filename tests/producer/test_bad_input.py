@@ -196,6 +196,20 @@ async def test_a_raising_partitioner_in_send_many_gives_back_the_buffer_memory(s
         assert meta.offset == 0
 
 
+async def test_a_send_many_whose_partitioner_refuses_a_record_sends_none(scripted: Scripted) -> None:
+    # The partitioner was asked record by record while they were queued: the records before
+    # the refused one were delivered, though send_many raised ("a bad one raises with nothing
+    # sent"), and a retry wrote them twice.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, partitioner=_picky) as p:
+        await p.partitions_for("t")
+        with pytest.raises(LookupError):
+            await p.send_many("t", [b"a", b"b", b"c"], keys=[b"k1", b"k2", b"bad"])
+        await p.flush()
+    assert cluster.partition("t", 0).values == []
+
+
 @pytest.mark.parametrize("answer", [-1, 7, "1", True])
 @pytest.mark.parametrize("many", [False, True])
 async def test_a_user_partitioners_answer_outside_the_topic_is_a_clear_error(
