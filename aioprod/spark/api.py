@@ -128,7 +128,8 @@ def write_dataframe(
     if report.aborted:
         raise WriteError(f"write stopped: {report.aborted} ({report})", report)
     if report.rows_failed and errors == "raise":
-        raise WriteError(f"{report.rows_failed} row(s) could not be written: {report.errors[0].error}", report)
+        first = f": {report.errors[0].error}" if report.errors else " (max_errors=0 kept none of their errors)"
+        raise WriteError(f"{report.rows_failed} row(s) could not be written{first}", report)
     return report
 
 

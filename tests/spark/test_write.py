@@ -364,6 +364,15 @@ def test_max_errors_bounds_the_kept_errors(spark: Any, tansu_broker: TansuBroker
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_max_errors_zero_still_raises_write_error(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
+    # The message read the first kept error: with none kept, an IndexError escaped instead.
+    df = spark.createDataFrame([("v", "not a topic!")], "value string, topic string").coalesce(1)
+    with pytest.raises(WriteError, match=r"1 row\(s\) could not be written \(max_errors=0") as info:
+        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, mode=mode, max_errors=0)
+    assert (info.value.report.rows_failed, info.value.report.errors) == (1, [])
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_errors_raise_stops_and_reports(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
     topic = new_topic("raise")
     create_topic(tansu_broker.bootstrap, topic, 2)
