@@ -12,10 +12,11 @@ from aioprod.spark import _pyspark
 from aioprod.spark.chunks import Chunk, arrow_chunks, row_chunks
 from aioprod.spark.plan import Plan
 from aioprod.spark.reports import SparkEnvironmentError, WriteReport
-from aioprod.spark.schema import arrow_schema
+from aioprod.spark.schema import arrow_schema, as_sent
 from aioprod.spark.writer import PartitionWrite, ProgressCallback, TransactionalPartitionWrite, write_partition
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
@@ -72,15 +73,13 @@ def driver_arrow_chunks(df: DataFrame, plan: Plan) -> Iterator[Chunk]:
 
     No Python ``Row`` per record, and at most two partitions in driver memory. Raises
     ``ArrowUnavailable`` before anything is sent when the running pyspark does not offer it
-    (e.g. under Spark Connect) or its batches do not decode; errors of the Spark job itself
-    propagate as they are.
+    (e.g. under Spark Connect) or its first batch does not decode, ``SparkEnvironmentError``
+    when a later one does not; errors of the Spark job itself propagate as they are.
     """
     try:
         import pyarrow as pa
 
-        session = df.sparkSession
-        large = str(session.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
-        schema = arrow_schema(plan, large)
+        schema = arrow_schema(plan)
         frames = _pyspark.arrow_frames_to_driver(df)
     except Exception as exc:
         raise ArrowUnavailable(f"{type(exc).__name__}: {exc}{_pyspark.untested_note()}") from exc
@@ -88,8 +87,8 @@ def driver_arrow_chunks(df: DataFrame, plan: Plan) -> Iterator[Chunk]:
     batch = None
     if first is not None:
         try:
-            batch = pa.ipc.read_record_batch(pa.py_buffer(first), schema)
-        except pa.ArrowException as exc:
+            batch = _decode(first, schema)
+        except (pa.ArrowException, ValueError) as exc:
             raise ArrowUnavailable(
                 f"Spark's Arrow batches do not decode as expected: {exc}{_pyspark.untested_note()}"
             ) from exc
@@ -99,6 +98,25 @@ def driver_arrow_chunks(df: DataFrame, plan: Plan) -> Iterator[Chunk]:
             return
         yield batch
         for frame in frames:
-            yield pa.ipc.read_record_batch(pa.py_buffer(frame), schema)
+            try:
+                yield _decode(frame, schema)
+            except (pa.ArrowException, ValueError) as exc:
+                raise SparkEnvironmentError(
+                    f"Spark's Arrow batches do not decode as expected: {exc}{_pyspark.untested_note()}"
+                ) from exc
 
     return arrow_chunks(batches(), plan)
+
+
+def decode_frame(frame: bytes, plan: Plan) -> pa.RecordBatch:
+    """One of Spark's record-batch messages of the prepared columns, read with the types it was written in."""
+    return _decode(frame, arrow_schema(plan))
+
+
+def _decode(frame: bytes, narrow: pa.Schema) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    buffer = pa.py_buffer(frame)
+    batch = pa.ipc.read_record_batch(buffer, narrow)
+    sent = as_sent(narrow, batch)
+    return batch if sent.equals(narrow) else pa.ipc.read_record_batch(buffer, sent)

@@ -98,20 +98,58 @@ def prepare(df: DataFrame, plan: Plan, columns: Mapping[str, DataType]) -> DataF
     return df.select(*selected)
 
 
-def arrow_schema(plan: Plan, large: bool) -> pa.Schema:
-    """The Arrow schema Spark uses for the prepared columns (``large``: useLargeVarTypes)."""
+def arrow_schema(plan: Plan) -> pa.Schema:
+    """The prepared columns' Arrow types with 32-bit offsets; :func:`as_sent` widens what Spark sent wider."""
     import pyarrow as pa
 
-    binary = pa.large_binary() if large else pa.binary()
-    string = pa.large_string() if large else pa.string()
-    fields = [pa.field("value", binary)]
+    fields = [pa.field("value", pa.binary())]
     if plan.has_key:
-        fields.append(pa.field("key", binary))
+        fields.append(pa.field("key", pa.binary()))
     if plan.has_topic:
-        fields.append(pa.field("topic", string))
+        fields.append(pa.field("topic", pa.string()))
     if plan.has_partition:
         fields.append(pa.field("partition", pa.int64()))
     if plan.has_headers:
-        element = pa.struct([pa.field("key", string), pa.field("value", binary)])
-        fields.append(pa.field("headers", pa.large_list(element) if large else pa.list_(element)))
+        element = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        fields.append(pa.field("headers", pa.list_(element)))
     return pa.schema(fields)
+
+
+def as_sent(schema: pa.Schema, batch: pa.RecordBatch) -> pa.Schema:
+    """``schema`` with each string, binary and list as wide as the offsets ``batch`` holds.
+
+    Spark's record-batch messages carry no schema, and reading 32-bit offsets as 64-bit ones (or
+    the reverse) puts values on other rows without any error: ``useLargeVarTypes`` widens
+    Spark's strings and binaries but not its lists. So the width is not guessed from settings;
+    it is read from each offsets buffer's size, in ``batch`` decoded with ``schema``'s narrow types
+    (which never reads past what was sent). Raises ``ValueError`` for a size that fits neither.
+    """
+    import pyarrow as pa
+
+    def widen(name: str, dtype: pa.DataType, array: pa.Array) -> pa.DataType:
+        if pa.types.is_struct(dtype):
+            children = [widen(f"{name}.{f.name}", f.type, array.field(i)) for i, f in enumerate(dtype)]
+            return pa.struct([f.with_type(t) for f, t in zip(dtype, children, strict=True)])
+        variable = {pa.binary(): pa.large_binary(), pa.string(): pa.large_string()}
+        if dtype in variable or pa.types.is_list(dtype):
+            wide = _offsets_are_64_bit(name, array)
+            if pa.types.is_list(dtype):
+                element = widen(f"{name}[]", dtype.value_type, array.values)
+                return pa.large_list(element) if wide else pa.list_(element)
+            return variable[dtype] if wide else dtype
+        return dtype
+
+    return pa.schema(
+        [f.with_type(widen(f.name, f.type, column)) for f, column in zip(schema, batch.columns, strict=True)]
+    )
+
+
+def _offsets_are_64_bit(name: str, array: pa.Array) -> bool:
+    offsets = array.buffers()[1]
+    size = 0 if offsets is None else offsets.size
+    n = len(array) + 1
+    if len(array) == 0 or 4 * n <= size < 8 * n:
+        return False
+    if size >= 8 * n:
+        return True
+    raise ValueError(f"column {name!r}: an offsets buffer of {size} bytes for {len(array)} values")

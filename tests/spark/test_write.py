@@ -25,6 +25,7 @@ from aioprod.spark import (
     driver,
     write_dataframe,
 )
+from aioprod.spark.chunks import arrow_chunk
 from aioprod.spark.driver import ArrowUnavailable
 from aioprod.spark.executors import executor_arrow_task
 from aioprod.spark.plan import Plan, producer_options
@@ -162,6 +163,54 @@ def test_headers_are_read_by_field_name_and_a_null_header_is_a_row_error(
     assert [(r.value, r.headers) for r in read_topic(tansu_broker.bootstrap, topic)] == [
         (b"good", (("hkey", b"hval"),))
     ]
+
+
+def test_headers_keep_their_rows_with_large_var_types(spark: Any, tansu_broker: TansuBroker) -> None:
+    # useLargeVarTypes widens Spark's strings and binaries, not its lists: decoded as a large
+    # list, the headers went to other rows while the report said every row was written.
+    from pyspark.sql import functions as F
+
+    ident = F.col("id").cast("string")
+    df = spark.range(50, numPartitions=2).select(
+        ident.alias("value"),
+        F.array(F.struct(F.lit("h").alias("key"), ident.cast("binary").alias("value"))).alias("headers"),
+    )
+    topic = new_topic("large")
+    spark.conf.set("spark.sql.execution.arrow.useLargeVarTypes", "true")
+    try:
+        report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, transport="arrow")
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
+    assert report.rows_written == 50
+    assert consumed(tansu_broker.bootstrap, topic) == Counter((None, b"%d" % i, (("h", b"%d" % i),)) for i in range(50))
+
+
+@pytest.mark.parametrize("large", [(), ("value", "key"), ("value", "key", "headers")])
+def test_driver_arrow_frames_are_read_as_wide_as_they_were_written(large: tuple[str, ...]) -> None:
+    # The frames carry no schema: a Spark that sends large lists (or not) is read right either way.
+    import pyarrow as pa
+
+    def binary(name: str) -> pa.DataType:
+        return pa.large_binary() if name in large else pa.binary()
+
+    def string(name: str) -> pa.DataType:
+        return pa.large_string() if name in large else pa.string()
+
+    element = pa.struct([("key", string("key")), ("value", binary("value"))])
+    headers = pa.large_list(element) if "headers" in large else pa.list_(element)
+    rows = {
+        "value": [b"a", None, b"ccc"],
+        "headers": [[{"key": "h1", "value": b"x"}], None, [{"key": "h2", "value": None}, {"key": "h3", "value": b""}]],
+    }
+    sent = pa.record_batch(
+        [pa.array(rows["value"], binary("value")), pa.array(rows["headers"], headers)],
+        pa.schema([("value", binary("value")), ("headers", headers)]),
+    )
+    plan = Plan({}, "t", False, False, False, True, "raise", 20, 1000, None)
+    batch = driver.decode_frame(sent.serialize().to_pybytes(), plan)
+    assert batch.schema == sent.schema
+    chunk = arrow_chunk(batch, plan, 0)
+    assert (chunk.values, chunk.headers) == ([b"a", None, b"ccc"], [[("h1", b"x")], None, [("h2", None), ("h3", b"")]])
 
 
 def test_a_partition_beyond_int32_is_a_row_error_not_another_partition(spark: Any, tansu_broker: TansuBroker) -> None:
