@@ -233,9 +233,13 @@ class Metadata:
             if remaining <= 0:
                 trouble = self._troubled.get(topic)
                 hint = self._reachability_hint()
+                answer = None
                 if not hint and trouble is not None:
-                    hint = f" (the cluster's last answer: {trouble[1]})"
-                raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms" + hint)
+                    answer = trouble[1]  # the cause: UNKNOWN_TOPIC_OR_PARTITION tells "no such topic" from "no answer"
+                    hint = f" (the cluster's last answer: {answer})"
+                raise KafkaTimeoutError(
+                    f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms" + hint
+                ) from answer
             self.touch(topic)
             self.request_update()
             if self._updated is None or self._updated.done():

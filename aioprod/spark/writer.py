@@ -26,6 +26,7 @@ from aioprod.errors import (
     ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
+    UnknownTopicOrPartitionError,
     has_cause,
 )
 from aioprod.producer.batch import TopicPartition
@@ -61,6 +62,8 @@ class _LoopState:
         self.order = asyncio.Lock()  # queue chunks strictly one after another: keeps row order
         self.stopped = False
         self.fatal: BaseException | None = None
+        #: Topics of the topic column the cluster says do not exist, with the error their first row got.
+        self.missing_topics: dict[str, KafkaTimeoutError] = {}
 
 
 async def _send_chunk(producer: Producer, chunk: Chunk, state: _LoopState) -> _ChunkResult:
@@ -84,12 +87,28 @@ async def _send_chunk(producer: Producer, chunk: Chunk, state: _LoopState) -> _C
             return _ChunkResult(0, Counter(), [])
         send = producer.send
         add = futures.append
+        missing = state.missing_topics
         for i, (topic, value, key, partition, headers) in enumerate(rows):
             try:
+                if missing and topic in missing:
+                    raise missing[topic]  # known missing: fail now, not after another max_block_ms
                 add(await send(topic, value, key, partition=partition, headers=headers))
-            except (KafkaTimeoutError, ProducerClosedError, ProducerFatalError) as exc:
-                # Not this row's fault: the broker is unreachable, the buffer stays full or
-                # the producer failed. Every further row would wait max_block_ms to fail too.
+            except KafkaTimeoutError as exc:
+                if topics is not None and has_cause(exc, lambda e: isinstance(e, UnknownTopicOrPartitionError)):
+                    # The topic column names a topic the cluster says does not exist: this row's fault.
+                    missing[topic] = exc
+                    add(None)
+                    failures.append((i, topic, key, exc))
+                    if stop_at_first:
+                        state.stopped = True
+                        break
+                    continue
+                # Not this row's fault: the broker is unreachable or the buffer stays full.
+                # Every further row would wait max_block_ms to fail too.
+                state.fatal = exc
+                state.stopped = True
+                break
+            except (ProducerClosedError, ProducerFatalError) as exc:
                 state.fatal = exc
                 state.stopped = True
                 break

@@ -403,6 +403,44 @@ def test_errors_report_collects_rows_that_cannot_be_sent(spark: Any, tansu_broke
     assert got == sorted(b"k%d" % i for i in range(20) if i not in (5, 10, 15))
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_topic_that_does_not_exist_is_a_row_error(spark: Any, tansu_broker: TansuBroker, mode: Mode) -> None:
+    # Its metadata wait timed out like an unreachable broker's, which stopped the whole write.
+    good, missing = new_topic("exists"), new_topic("missing")
+    create_topic(tansu_broker.bootstrap, good, 1)
+    rows = [(good, "a"), (missing, "b"), (good, "c"), (missing, "d"), (good, "e")]
+    df = spark.createDataFrame(rows, "topic string, value string").coalesce(1)
+    report = write_dataframe(
+        df,
+        bootstrap_servers=tansu_broker.bootstrap,
+        mode=mode,
+        errors="report",
+        allow_auto_create_topics=False,
+        max_block_ms=1000,
+    )
+    assert (report.rows_written, report.rows_failed, report.aborted) == (3, 2, None)
+    assert [(e.row, e.topic) for e in report.errors] == [(1, missing), (3, missing)]
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in report.errors[0].error
+    assert report.errors[1].error == report.errors[0].error
+    if mode == "driver":  # the second row failed at once, with the first one's error: no second wait
+        assert report.errors[1].exception is report.errors[0].exception
+    assert sorted(c.value or b"" for c in read_topic(tansu_broker.bootstrap, good)) == [b"a", b"c", b"e"]
+
+
+def test_a_missing_topic_argument_still_stops_the_write(spark: Any, tansu_broker: TansuBroker) -> None:
+    df = spark.createDataFrame([("a",), ("b",)], "value string").coalesce(1)
+    with pytest.raises(WriteError, match=r"write stopped: KafkaTimeoutError: topic .* not present") as info:
+        write_dataframe(
+            df,
+            bootstrap_servers=tansu_broker.bootstrap,
+            topic=new_topic("missing"),
+            errors="report",
+            allow_auto_create_topics=False,
+            max_block_ms=1000,
+        )
+    assert info.value.report.rows_written == 0
+
+
 def test_max_errors_bounds_the_kept_errors(spark: Any, tansu_broker: TansuBroker) -> None:
     df = spark.createDataFrame([(str(i), "bad topic") for i in range(50)], "value string, topic string")
     report = write_dataframe(
