@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aioprod.producer.producer import check_topic_name
 from aioprod.spark.driver import write_from_driver
 from aioprod.spark.executors import write_from_executors
-from aioprod.spark.plan import Plan, producer_options
+from aioprod.spark.plan import Plan, check_options_travel, producer_options
 from aioprod.spark.reports import WriteError, WriteReport
 from aioprod.spark.schema import check_schema, prepare
 from aioprod.spark.writer import ProgressCallback
@@ -107,6 +107,8 @@ def write_dataframe(
     elif write_id is not None:
         raise ValueError("write_id names the transactions of an exactly-once write: pass exactly_once=True")
     options = producer_options(bootstrap_servers, producer_config, exactly_once=exactly_once)
+    if mode == "executors":
+        check_options_travel(options)
     columns = check_schema(df.schema, topic)
     plan = Plan(
         options=options,

@@ -93,3 +93,26 @@ def producer_options(
     else:
         ProducerConfig.from_options(options)
     return options
+
+
+def check_options_travel(options: Mapping[str, Any]) -> None:
+    """Raise ``ConfigError`` naming an option that cannot be pickled to the executors.
+
+    Checked on the driver, with the pickler Spark ships closures with: in the job it failed as a
+    ``PicklingError`` naming no option, after Spark printed its traceback.
+    """
+    from pyspark import cloudpickle
+
+    for name, value in options.items():
+        try:
+            cloudpickle.dumps(value)  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            hint = (
+                ": give the PEM file options instead (ssl_ca_location=, ssl_certificate_location=,"
+                " ssl_key_location=): each executor builds its context from the files"
+                if name == "ssl_context"
+                else ": use a module-level function or a picklable object, or mode='driver'"
+            )
+            raise ConfigError(
+                f"option {name!r} cannot travel to the executors ({type(exc).__name__}: {exc}){hint}"
+            ) from exc

@@ -355,6 +355,35 @@ def test_bad_options_fail_on_the_driver_before_any_job(spark: Any) -> None:
         write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", exactly_once="no")  # type: ignore[arg-type]
 
 
+def test_an_option_that_cannot_reach_the_executors_is_a_config_error(spark: Any) -> None:
+    # It failed in Spark's pickling of the job (PicklingError), naming no option.
+    import ssl
+    import threading
+
+    df = spark.createDataFrame([("v",)], "value string")
+    sc = spark.sparkContext
+    group = "unpicklable-option"
+    sc.setJobGroup(group, "writes whose options cannot be pickled")
+    lock = threading.Lock()
+    try:
+        with pytest.raises(ConfigError, match=r"option 'ssl_context' cannot travel .*\(ssl_ca_location="):
+            write_dataframe(
+                df,
+                bootstrap_servers=UNREACHABLE,
+                topic="t",
+                mode="executors",
+                security_protocol="SSL",
+                ssl_context=ssl.create_default_context(),
+            )
+        with pytest.raises(ConfigError, match=r"option 'partitioner' cannot travel .*_thread.lock"):
+            write_dataframe(
+                df, bootstrap_servers=UNREACHABLE, topic="t", mode="executors", partitioner=lambda t, k, p: lock and 0
+            )
+        assert sc.statusTracker().getJobIdsForGroup(group) == []  # refused before any job
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+
+
 # -- rows that cannot be sent ---------------------------------------------------------------------
 
 
