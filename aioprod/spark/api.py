@@ -109,7 +109,8 @@ def write_dataframe(
     options = producer_options(bootstrap_servers, producer_config, exactly_once=exactly_once)
     if mode == "executors":
         check_options_travel(options)
-    columns = check_schema(df.schema, topic)
+    case_sensitive = str(df.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    columns = check_schema(df.schema, topic, case_sensitive=case_sensitive)
     plan = Plan(
         options=options,
         topic=topic,

@@ -14,8 +14,11 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 
-def check_schema(schema: StructType, topic: str | None) -> dict[str, DataType]:
-    """The sink columns present, after checking each against the Kafka sink's types."""
+def check_schema(schema: StructType, topic: str | None, *, case_sensitive: bool = False) -> dict[str, DataType]:
+    """The sink columns present, after checking each against the Kafka sink's types.
+
+    ``case_sensitive``: ``spark.sql.caseSensitive``, by which Spark finds a column's name twice.
+    """
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -27,6 +30,17 @@ def check_schema(schema: StructType, topic: str | None) -> dict[str, DataType]:
         StructType,
     )
 
+    sink = ("value", "key", "partition", "headers") + (("topic",) if topic is None else ())
+    for name in sink:
+        # A join or a repeated alias: only the last one's type was checked, then Spark's select
+        # failed with AMBIGUOUS_REFERENCE.
+        same = [f.name for f in schema.fields if (f.name if case_sensitive else f.name.lower()) == name]
+        if len(same) > 1:
+            how = " (Spark ignores case unless spark.sql.caseSensitive is true)" if len(set(same)) > 1 else ""
+            raise DataFrameSchemaError(
+                f"the DataFrame has {len(same)} columns named {name!r}: {', '.join(map(repr, same))}{how};"
+                " drop or rename all but one"
+            )
     fields = {f.name: f.dataType for f in schema.fields}
     found: dict[str, DataType] = {}
 

@@ -314,6 +314,10 @@ UNREACHABLE = f"127.0.0.1:{refused_port()}"
             "column 'headers' has type array<struct<key:binary,value:binary>>",
         ),
         ("value string, headers map<string,binary>", "t", "column 'headers' has type map<string,binary>"),
+        # Only the last one's type was checked; then Spark's select raised AMBIGUOUS_REFERENCE.
+        ("value int, value string", "t", "2 columns named 'value': 'value', 'value'; drop or rename all but one"),
+        ("value string, Key string, key binary", "t", "named 'key': 'Key', 'key' (Spark ignores case unless"),
+        ("value string, topic string, TOPIC string", None, "2 columns named 'topic'"),
     ],
 )
 def test_schema_errors_name_the_column_and_type(spark: Any, ddl: str, topic: str | None, message: str) -> None:
@@ -329,6 +333,18 @@ def test_schema_errors_name_the_column_and_type(spark: Any, ddl: str, topic: str
             listener.accept()  # refused before anything connected
     assert message in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_columns_differing_in_case_are_two_with_case_sensitive_names(spark: Any, tansu_broker: TansuBroker) -> None:
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        df = spark.createDataFrame([("v", "other")], "value string, VALUE string")
+        topic = new_topic("case")
+        report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic)
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    assert report.rows_written == 1
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"v"]
 
 
 def test_bad_options_fail_on_the_driver_before_any_job(spark: Any) -> None:
