@@ -62,16 +62,23 @@ class _LoopState:
         self.order = asyncio.Lock()  # queue chunks strictly one after another: keeps row order
         self.stopped = False
         self.fatal: BaseException | None = None
+        #: Records queued or settled so far: the writer's watchdog reads it as the sign of life.
+        self.progress = 0
         #: Topics of the topic column the cluster says do not exist, with the error their first row got.
         self.missing_topics: dict[str, KafkaTimeoutError] = {}
 
 
-async def _send_chunk(producer: Producer, chunk: Chunk, state: _LoopState) -> _ChunkResult:
-    """Queue every row of the chunk in order, then wait for all their acknowledgements."""
+async def _send_chunk(
+    producer: Producer, chunk: Chunk, state: _LoopState, futures: list[RecordFuture | None]
+) -> _ChunkResult:
+    """Queue every row of the chunk in order, then wait for all their acknowledgements.
+
+    ``futures`` gets one entry per row handled (None: refused before it was queued), which
+    the writer reads after the producer closed if it gave up on the chunk.
+    """
     plan = state.plan
     stop_at_first = plan.errors == "raise"
     failures: list[tuple[int, str | None, bytes | None, BaseException]] = []
-    futures: list[RecordFuture | None] = []
     n = len(chunk.values)
     topics = chunk.topics
     rows = zip(
@@ -93,6 +100,7 @@ async def _send_chunk(producer: Producer, chunk: Chunk, state: _LoopState) -> _C
                 if missing and topic in missing:
                     raise missing[topic]  # known missing: fail now, not after another max_block_ms
                 add(await send(topic, value, key, partition=partition, headers=headers))
+                state.progress += 1
             except KafkaTimeoutError as exc:
                 if topics is not None and has_cause(exc, lambda e: isinstance(e, UnknownTopicOrPartitionError)):
                     # The topic column names a topic the cluster says does not exist: this row's fault.
@@ -125,6 +133,7 @@ async def _send_chunk(producer: Producer, chunk: Chunk, state: _LoopState) -> _C
         if future is not None and not future.done():
             with contextlib.suppress(Exception):
                 await asyncio.shield(future)
+            state.progress += 1
     written = 0
     counts: Counter[str] = Counter()
     keys = chunk.keys
@@ -167,12 +176,15 @@ class PartitionWrite:
         self._config = ProducerConfig.from_options(plan.options)
         self._producer: SyncProducer | None = None
         self._state = _LoopState(plan)
-        self._pending: deque[tuple[Chunk, concurrent.futures.Future[_ChunkResult]]] = deque()
+        self._pending: deque[tuple[Chunk, list[RecordFuture | None], concurrent.futures.Future[_ChunkResult]]] = deque()
         self._pending_rows = 0
+        #: Chunks the watchdog gave up on, with their records: what they delivered is counted once the producer closed.
+        self._abandoned: list[tuple[Chunk, list[RecordFuture | None]]] = []
         #: A row failed because another producer took the transactional id (see ``fenced``).
         self._row_fenced = False
-        # A chunk's coroutine finishes within one buffer wait (a second one stops the write)
-        # plus the delivery timeout of its last record.
+        # While a chunk is written, a record is queued or settled at least once per buffer wait
+        # (a second one stops the write) plus a record's delivery timeout: a chunk larger than
+        # buffer_memory takes many of them, so only that long without either is a stall.
         self._chunk_timeout = (self._config.max_block_ms + self._config.delivery_timeout_ms) / 1000 + _GRACE
 
     def open(self) -> bool:
@@ -213,9 +225,10 @@ class PartitionWrite:
         assert self._producer is not None
         while self._pending and self._pending_rows + len(chunk.values) > self.plan.max_in_flight_rows:
             self._collect_oldest()
-        self._pending.append((chunk, self._producer.submit(_send_chunk, chunk, self._state)))
+        futures: list[RecordFuture | None] = []
+        self._pending.append((chunk, futures, self._producer.submit(_send_chunk, chunk, self._state, futures)))
         self._pending_rows += len(chunk.values)
-        while self._pending and self._pending[0][1].done():
+        while self._pending and self._pending[0][2].done():
             self._collect_oldest()
         return not self._state.stopped
 
@@ -227,6 +240,7 @@ class PartitionWrite:
             self._complete()
         finally:
             self._close(self.plan.close_timeout)
+        self._count_abandoned()
         if self._state.fatal is not None and self.tally.aborted is None:
             fatal = self._state.fatal
             self.tally.aborted = f"{type(fatal).__name__}: {fatal}"
@@ -243,6 +257,7 @@ class PartitionWrite:
         """
         self._state.stopped = True
         self._close(0 if interrupted else self.plan.close_timeout)
+        self._count_abandoned()
 
     def _close(self, timeout: float | None) -> None:
         self._pending.clear()
@@ -251,17 +266,51 @@ class PartitionWrite:
             producer, self._producer = self._producer, None
             producer.close(timeout)
 
+    def _count_abandoned(self) -> None:
+        """Count the delivered rows of the chunks the watchdog gave up on (the producer is closed:
+        their records are settled, and no other thread touches them)."""
+        if self.plan.exactly_once:
+            return  # their transaction is not committed: nothing of them is visible
+        tally, topic = self.tally, self.plan.topic
+        for chunk, futures in self._abandoned:
+            for i, future in enumerate(futures):
+                if future is not None and future.done() and not future.cancelled() and future.exception() is None:
+                    tally.written += 1
+                    name = chunk.topics[i] if chunk.topics is not None else topic
+                    if name is not None:
+                        tally.topics[name] += 1
+        self._abandoned.clear()
+
+    def _result(self, future: concurrent.futures.Future[_ChunkResult]) -> _ChunkResult:
+        """The chunk's result; ``TimeoutError`` once a whole ``_chunk_timeout`` passed in which no
+        record of the write was queued or settled."""
+        seen = self._state.progress
+        while True:
+            try:
+                return future.result(self._chunk_timeout)
+            except TimeoutError:
+                if future.done():
+                    raise
+            if self._state.progress == seen:
+                raise TimeoutError
+            seen = self._state.progress
+
     def _collect_oldest(self) -> None:
-        chunk, future = self._pending.popleft()
+        chunk, futures, future = self._pending.popleft()
         self._pending_rows -= len(chunk.values)
         try:
-            result = future.result(self._chunk_timeout)
+            result = self._result(future)
         except TimeoutError:
             if future.done():
                 raise
             future.cancel()
+            self._abandoned.append((chunk, futures))
             self._state.stopped = True
-            self.tally.aborted = f"a chunk of {len(chunk.values)} rows did not finish within {self._chunk_timeout:.0f}s"
+            if self.tally.aborted is None:
+                self.tally.aborted = (
+                    f"no record was queued or acknowledged for {self._chunk_timeout:g}s (a chunk of"
+                    f" {len(chunk.values)} rows unfinished)"
+                )
             return
         tally = self.tally
         tally.written += result.written

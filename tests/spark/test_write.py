@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import pickle
 import socket
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -24,13 +26,15 @@ from aioprod.spark import (
     _pyspark,
     driver,
     write_dataframe,
+    writer,
 )
 from aioprod.spark.chunks import arrow_chunk
 from aioprod.spark.driver import ArrowUnavailable
 from aioprod.spark.executors import executor_arrow_task
 from aioprod.spark.plan import Plan, producer_options
 from aioprod.spark.schema import check_schema
-from tests.brokers import TansuBroker, refused_port
+from tests.brokers import TansuBroker, free_port, refused_port
+from tests.chaos.proxy import FaultProxy
 from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
@@ -558,6 +562,79 @@ def test_a_broker_that_never_answers_stops_the_write_after_max_block_ms(
     with pytest.raises(WriteError, match=r"write stopped: .*KafkaTimeoutError") as info:
         write_dataframe(df, bootstrap_servers=silent_broker, topic="t", mode=mode, errors="report", max_block_ms=500)
     assert info.value.report.rows_written == 0
+
+
+@pytest.fixture
+def slow_link() -> Iterator[tuple[str, FaultProxy]]:
+    """A broker behind a proxy that forwards at most 64 KiB per 20 ms each way: slow, never idle."""
+    proxy_port = free_port()
+    broker = TansuBroker(advertised_port=proxy_port).start()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="slow-link-proxy", daemon=True)
+    thread.start()
+    proxy = asyncio.run_coroutine_threadsafe(FaultProxy(broker.port, proxy_port).start(), loop).result(10)
+    proxy.delay = 0.02
+    try:
+        yield f"127.0.0.1:{proxy_port}", proxy
+    finally:
+        asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        broker.stop()
+
+
+# A small watchdog: max_block_ms + delivery_timeout_ms with no grace, one second.
+QUICK_WATCHDOG: dict[str, Any] = {
+    "max_block_ms": 500,
+    "request_timeout_ms": 500,
+    "delivery_timeout_ms": 500,
+    "linger_ms": 0,
+    "buffer_memory": 256 * 1024,
+    "batch_size": 64 * 1024,
+}
+
+
+def test_a_chunk_slower_than_the_watchdog_but_moving_is_written(
+    spark: Any, slow_link: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A chunk larger than buffer_memory takes many buffer waits: the watchdog capped a whole
+    # chunk at one timeout and stopped a healthy write (reporting 0 rows written). Here 4 MB take
+    # well over the one-second timeout through a 256 KiB buffer, a batch acknowledged every ~20 ms.
+    from pyspark.sql import functions as F
+
+    monkeypatch.setattr(writer, "_GRACE", 0.0)
+    df = spark.range(10_000, numPartitions=1).select(
+        F.concat(F.col("id").cast("string"), F.lit("-"), F.repeat(F.lit("x"), 400)).alias("value")
+    )
+    topic = new_topic("slow")
+    bootstrap, proxy = slow_link
+    report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, transport="rows", **QUICK_WATCHDOG)
+    assert (report.rows_written, report.aborted) == (10_000, None)
+    proxy.delay = 0.0  # read back at full speed
+    assert len(read_topic(bootstrap, topic)) == 10_000
+
+
+def test_a_stalled_chunk_stops_the_write_counting_what_it_delivered(
+    spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A chunk whose coroutine hangs once its records are delivered (what the watchdog is for): the
+    # write stops after one timeout with nothing moving, and the delivered rows are counted (they were 0).
+    send_chunk = writer._send_chunk
+
+    async def hangs_after_sending(*args: Any) -> Any:
+        await send_chunk(*args)
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(writer, "_GRACE", 0.0)
+    monkeypatch.setattr(writer, "_send_chunk", hangs_after_sending)
+    topic = new_topic("stall")
+    df = spark.createDataFrame([(str(i),) for i in range(100)], "value string").coalesce(1)
+    quicker = {**QUICK_WATCHDOG, "max_block_ms": 250, "request_timeout_ms": 250, "delivery_timeout_ms": 250}
+    with pytest.raises(WriteError, match=r"no record was queued or acknowledged for 0.5s") as info:
+        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, **quicker)
+    assert (info.value.report.rows_written, info.value.report.topics) == (100, {topic: 100})
+    assert len(read_topic(tansu_broker.bootstrap, topic)) == 100
 
 
 # -- progress -------------------------------------------------------------------------------------
