@@ -114,6 +114,7 @@ class ProducerBatch:
         "reserved",
         "retry_at",
         "settlement",
+        "split_unsure",
         "tp",
     )
 
@@ -136,6 +137,9 @@ class ProducerBatch:
         #: The broker refused the batch's sequence and nothing of ours explains it: it is
         #: not in the log, and cannot be written under its stamp (see idempotence.py).
         self.needs_new_sequence = False
+        #: A part of a split batch an attempt of which may be in the log: the broker checks the
+        #: part's own sequence range, so its refusal does not say the records are not there.
+        self.split_unsure = False
         #: The partition's leader epoch when the batch was last sent (KIP-951: a retry to
         #: a newer leader needs no backoff).
         self.leader_epoch = -1
@@ -211,6 +215,8 @@ class ProducerBatch:
             part.builder.close()  # a later record joining a part would go past its sequences
             part.reserved = reserved_each + (left if index == 0 else 0)
             part.attempts = self.attempts
+            part.maybe_written = self.maybe_written  # an earlier attempt of the whole may be in the log
+            part.split_unsure = self.split_unsure or (self.maybe_written and sequence >= 0)
             if sequence >= 0:
                 part.producer_id, part.producer_epoch, part.base_sequence = (
                     self.producer_id,

@@ -573,6 +573,8 @@ class Producer:
                             )
                         index += run
                         await asyncio.sleep(0)  # a batch was filled: let the sender drain it
+                        if self._state is not _STARTED or self._fatal is not None:
+                            self._raise_not_open()  # closed meanwhile: the rest fail in the group
                         continue
                 # One record at a time: headers, keys to hash, or a full buffer.
                 value = values[index]

@@ -386,6 +386,18 @@ class Sender:
                 continue
             if self.fatal is not None and action is not Action.ACK:  # a written one goes on below
                 self._finish(batch, _fatal_as(self.fatal, batch.possibly_persisted))
+            elif decision.sequence_refused and ident is not None and batch.split_unsure:
+                # A part of a batch that may have been written whole: the broker refused the part's
+                # range, which says nothing of the whole's. Renumbered, it would be written twice.
+                batch.maybe_written = True
+                self._finish(
+                    batch,
+                    OutOfOrderSequenceNumberError(
+                        f"{batch.tp.topic}-{batch.tp.partition}: a part of a batch that was split after an attempt "
+                        f"whose outcome is unknown was refused: the records may be in the log, and are not sent "
+                        f"again ({decision.error})"
+                    ),
+                )
             elif decision.sequence_refused and ident is not None and ident.overtaken(batch):
                 # Refused after later sequences of its identity were acknowledged: it may be in the
                 # log, out of the broker's duplicate window (renumbered, it was written twice).

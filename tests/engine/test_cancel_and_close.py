@@ -104,3 +104,20 @@ async def test_close_ends_an_end_offsets_call_waiting_for_a_connection(scripted:
     done, _ = await asyncio.wait([asking], timeout=60)
     assert done, "end_offsets() still waits for a connection the closed producer will never make"
     assert isinstance(asking.exception(), KafkaError)
+
+
+async def test_a_send_many_that_close_interrupts_between_its_runs_still_resolves(scripted: Scripted) -> None:
+    # Its bulk path yields after each full batch: runs appended after close() had stopped the
+    # sender sat in the accumulator, and the future never resolved.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    p = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1024)
+    await p.start()
+    await p.partitions_for("t")
+    many = asyncio.ensure_future(p.send_many("t", [b"x" * 100] * 2000, partition=0))  # ~200 full batches
+    await asyncio.sleep(0)  # its first run is queued, and it yields
+    await p.close(timeout=0)
+    future = await many
+    with pytest.raises(KafkaError) as info:
+        await future
+    assert "the producer is closing" in str(info.value)

@@ -75,3 +75,54 @@ async def test_a_record_sent_after_a_split_goes_in_a_batch_of_its_own(scripted: 
     assert cluster.partition("t").values == [*values, b"late", b"after"]
     assert [list(batch.values) for batch in cluster.partition("t").log if b"late" in batch.values] == [[b"late"]]
     assert inits == 1
+
+
+# A batch written, its answer lost, its retry refused as too large (the topic's
+# max.message.bytes lowered meanwhile, or a new leader's lower limit: Kafka checks the size
+# before it looks for a duplicate). Its parts keep its sequences, but the broker holds the
+# whole range as one batch and refuses the first part as out of order.
+SPLIT_VALUES = [b"%02d" % i + b"x" * 398 for i in range(8)]  # one 3.2 kB batch
+
+
+async def _written_then_too_large(
+    scripted: Scripted, *, warm_up: bool, parts_refused: bool = False, **options: object
+) -> list[object]:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    node = cluster.nodes[1]
+    timeouts: dict[str, object] = {"linger_ms": 100, "request_timeout_ms": 1000, "delivery_timeout_ms": 5000}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **timeouts, **options) as p:
+        if warm_up:
+            await (await p.send("t", b"warm-up"))
+        # Written with its answer held; with parts_refused, the parts are then refused
+        # (NOT_ENOUGH_REPLICAS: not written) until their delivery timeout.
+        node.script = deque([Hold, 0] + ([19] * 1000 if parts_refused else []))
+        futures = [await p.send("t", v) for v in SPLIT_VALUES]
+        while len(cluster.partition("t").log) < 1 + warm_up:
+            await asyncio.sleep(0.001)
+        cluster.partition("t").max_batch_bytes = 2000
+        cluster.disconnect(1)  # the answer is lost: the retry is refused as too large
+        node.release()
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+
+async def test_the_parts_of_a_batch_that_may_be_written_are_not_renumbered_and_written_again(
+    scripted: Scripted,
+) -> None:
+    # The refusal was read as "not in the log": a new producer id, the parts renumbered, and
+    # every record written twice, both copies acknowledged.
+    results = await _written_then_too_large(scripted, warm_up=True)
+    written = scripted.cluster.partition("t").values
+    assert all(written.count(value) == 1 for value in SPLIT_VALUES)
+    for result in results:
+        assert not isinstance(result, BaseException) or "may be in the log" in str(result)
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+async def test_a_failed_part_of_a_batch_that_may_be_written_says_so(scripted: Scripted, idempotence: bool) -> None:
+    options = {} if idempotence else {"enable_idempotence": False}
+    results = await _written_then_too_large(scripted, warm_up=False, parts_refused=not idempotence, **options)
+    written = scripted.cluster.partition("t").values
+    for value, result in zip(SPLIT_VALUES, results, strict=True):
+        if isinstance(result, BaseException) and value in written:  # never "certainly not in the log"
+            assert getattr(result, "possibly_persisted", None) is not False, (value[:2], result)
