@@ -63,6 +63,7 @@ class ProducerCollector:
             self.add(producer)
 
     def add(self, producer: _HasMetrics) -> None:
+        """Collect ``producer`` too (its ``client_id`` must not be collected already)."""
         client_id = producer.config.client_id
         if client_id in self._producers:
             raise ValueError(
@@ -71,6 +72,7 @@ class ProducerCollector:
         self._producers[client_id] = producer
 
     def remove(self, producer: _HasMetrics) -> None:
+        """Stop collecting ``producer`` (a closed one exports its final figures until then)."""
         if self._producers.get(producer.config.client_id) is producer:
             del self._producers[producer.config.client_id]
 
