@@ -198,7 +198,9 @@ class ProducerBatch:
         this batch's records' outcomes; a stamped batch hands its sequence range on, so the
         batches behind it stay in sequence (Java's ``splitAndReenqueue``)."""
         assert self.payload is not None, "only a batch that was sent is split"
-        records = read_batch(self.payload).records
+        # Our own bytes: the records section is at most the builder's uncompressed size, which
+        # may exceed read_batch's default ceiling (batch_size above 64 MiB).
+        records = read_batch(self.payload, max_decompressed_size=self.builder.size_in_bytes).records
         parts: list[ProducerBatch] = []
         starts: list[int] = []
         for delta, record in enumerate(records):

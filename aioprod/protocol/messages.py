@@ -677,9 +677,9 @@ class TxnOffsetCommitRequest(Request):
     group_id: str = field(STRING)
     producer_id: int = field(INT64)
     producer_epoch: int = field(INT16)
-    generation_id: int = field(INT32, "3+", default=-1)
-    member_id: str = field(STRING, "3+")
-    group_instance_id: str | None = field(STRING, "3+", nullable="3+", default=None)
+    generation_id: int = field(INT32, "3+", default=-1, ignorable=False)
+    member_id: str = field(STRING, "3+", default="", ignorable=False)
+    group_instance_id: str | None = field(STRING, "3+", nullable="3+", default=None, ignorable=False)
     topics: list[TxnOffsetCommitRequestTopic] = field(Array(TxnOffsetCommitRequestTopic))
 
 
@@ -771,7 +771,7 @@ class OffsetFetchRequest(Request):
     #: None asks for every topic of the group.
     topics: list[OffsetFetchRequestTopic] | None = field(Array(OffsetFetchRequestTopic), "0-7", nullable="2-7")
     groups: list[OffsetFetchRequestGroup] = field(Array(OffsetFetchRequestGroup), "8+")
-    require_stable: bool = field(BOOL, "7+", default=False)
+    require_stable: bool = field(BOOL, "7+", default=False, ignorable=False)
 
 
 # --- EndTxn (key 26) -----------------------------------------------------------------------

@@ -110,11 +110,12 @@ def write_string(out: bytearray, value: str | None, *, compact: bool, nullable: 
         _write_null(out, compact, nullable, "string")
         return
     data = value.encode()
+    # Kafka caps compact strings at the classic limit too (its parsers reject longer ones).
+    if len(data) > INT16_MAX:
+        raise ProtocolError(f"string of {len(data)} bytes is too long", remote=False)
     if compact:
         write_unsigned_varint(out, len(data) + 1)
     else:
-        if len(data) > INT16_MAX:
-            raise ProtocolError(f"string of {len(data)} bytes is too long", remote=False)
         write_int16(out, len(data))
     out += data
 

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
-from aioprod.errors import ProtocolError
+from aioprod.errors import ProtocolError, UnsupportedVersionError
 from aioprod.protocol import primitives as p
 from aioprod.protocol.primitives import Reader
 
@@ -165,6 +165,9 @@ class FieldSpec:
     nullable: VersionRange
     tagged: VersionRange
     tag: int | None
+    #: False (the spec's ``"ignorable": false`` where it matters): a non-default value cannot be
+    #: silently left out at a version without the field; encoding raises instead, as Java does.
+    ignorable: bool = True
 
 
 def field(
@@ -175,10 +178,11 @@ def field(
     tagged: str = "none",
     tag: int | None = None,
     default: Any = dataclasses.MISSING,
+    ignorable: bool = True,
 ) -> Any:
     """Declare a message field: its wire type, versions, nullability and tag."""
     wire = type_ if isinstance(type_, WireType) else StructType(type_)
-    spec = FieldSpec(wire, VersionRange(versions), VersionRange(nullable), VersionRange(tagged), tag)
+    spec = FieldSpec(wire, VersionRange(versions), VersionRange(nullable), VersionRange(tagged), tag, ignorable)
     meta = {"kafka": spec}
     if default is not dataclasses.MISSING:
         return dataclasses.field(default=default, metadata=meta)
@@ -278,14 +282,24 @@ def _compile(cls: type[Struct], version: int, flexible: bool) -> tuple[Encoder, 
     tagged = tagged_fields(cls, version) if flexible else {}
     tagged_names = {field.name for field in tagged.values()}
     regular: list[tuple[str, Encoder, Decoder]] = []
+    absent: list[tuple[str, Any, str]] = []  # non-ignorable fields this version lacks
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         spec: FieldSpec = f.metadata["kafka"]
         if version in spec.versions and f.name not in tagged_names:
             enc, dec = spec.type.codec(version, flexible, version in spec.nullable)
             regular.append((f.name, enc, dec))
+        elif version not in spec.versions and not spec.ignorable:
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            absent.append((f.name, default, spec.versions.text))
     ordered_tags = sorted(tagged.items())
 
     def encode(out: bytearray, obj: Any) -> None:
+        for name, default, needs in absent:
+            if getattr(obj, name) != default:
+                raise UnsupportedVersionError(
+                    f"{cls.__name__}.{name}={getattr(obj, name)!r} cannot be sent at version {version} "
+                    f"(the field needs versions {needs}): the broker is too old for it"
+                )
         for name, enc, _ in regular:
             enc(out, getattr(obj, name))
         if not flexible:

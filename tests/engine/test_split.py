@@ -126,3 +126,18 @@ async def test_a_failed_part_of_a_batch_that_may_be_written_says_so(scripted: Sc
     for value, result in zip(SPLIT_VALUES, results, strict=True):
         if isinstance(result, BaseException) and value in written:  # never "certainly not in the log"
             assert getattr(result, "possibly_persisted", None) is not False, (value[:2], result)
+
+
+async def test_a_compressed_batch_over_64_mib_refused_as_too_large_is_split(scripted: Scripted) -> None:
+    # split() read its own batch back under read_batch's default 64 MiB ceiling: the
+    # CorruptRecordError made the whole producer fatal.
+    mib = 1 << 20
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.partition("t").max_batch_bytes = 50_000  # the compressed batch is about 130 kB
+    sizes: dict[str, object] = {"batch_size": 100 * mib, "max_request_size": 200 * mib, "buffer_memory": 400 * mib}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=100, compression_type="gzip", **sizes) as p:
+        await p.partitions_for("t")
+        futures = [await p.send("t", bytes([i]) * (33 * mib)) for i in range(2)]
+        await asyncio.gather(*futures)
+    assert [len(v or b"") for v in cluster.partition("t").values] == [33 * mib, 33 * mib]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from aioprod import Producer, TopicPartition
+from aioprod import ConsumerGroupMetadata, Producer, TopicPartition
 from aioprod.errors import (
     ConfigError,
     CoordinatorLoadInProgressError,
@@ -27,6 +27,7 @@ from aioprod.errors import (
     TransactionAbortedError,
     TransactionalIdAuthorizationFailedError,
     TransactionStateError,
+    UnsupportedVersionError,
 )
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
@@ -826,3 +827,19 @@ async def test_a_record_written_after_the_transactional_producer_failed_fails_wi
             await written
     assert info.value.possibly_persisted is True
     assert cluster.partition("t", 0).committed == []
+
+
+async def test_group_metadata_a_broker_cannot_take_is_refused_not_dropped(cluster: ScriptedCluster) -> None:
+    # A broker before Kafka 2.5 (TxnOffsetCommit up to v2) has no generation or member id:
+    # the offsets were committed without them, the KIP-447 fencing silently gone (Java refuses).
+    cluster.versions[m.TxnOffsetCommitRequest.API_KEY] = (0, 2)
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", linger_ms=0) as p:
+        p.begin_transaction()
+        await p.send("t", b"out", partition=0)
+        with pytest.raises(UnsupportedVersionError, match="generation_id"):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): 42}, ConsumerGroupMetadata("g", 7, "m-1"))
+        await p.abort_transaction()  # the transaction cannot commit without them
+        async with p.transaction():
+            await p.send("t", b"again", partition=0)
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): 42}, "g")  # a group id alone is fine
+    assert cluster.coordinator.committed == {"g": {("in", 0): 42}}

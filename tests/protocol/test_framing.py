@@ -12,7 +12,7 @@ from aiokafka.protocol import produce as aio_produce
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioprod.errors import ProtocolError
+from aioprod.errors import ProtocolError, UnsupportedVersionError
 from aioprod.protocol import messages as m
 from aioprod.protocol.framing import (
     FrameDecoder,
@@ -233,3 +233,31 @@ def test_shuffled_stream_of_real_frames() -> None:
     assert [peek_correlation_id(f) for f in frames] == list(range(6))
     for frame, (resp, version) in zip(frames, responses, strict=True):
         assert decode_response(frame, type(resp), version) == resp
+
+
+def _offsets_with_metadata(metadata: str) -> m.TxnOffsetCommitRequest:
+    partition = m.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5, committed_metadata=metadata)
+    topic = m.TxnOffsetCommitRequestTopic(name="t", partitions=[partition])
+    return m.TxnOffsetCommitRequest(transactional_id="t", group_id="g", producer_id=1, producer_epoch=0, topics=[topic])
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])  # 2: a classic string; 3+: a compact one
+def test_a_string_longer_than_kafka_reads_is_refused_at_every_version(version: int) -> None:
+    # Compact strings went out at any length, though Kafka's parsers refuse more than 32,767
+    # bytes (the broker drops the connection, the client retries until it times out).
+    with pytest.raises(ProtocolError, match="too long"):
+        encode_request(_offsets_with_metadata("x" * 40_000), version, 1, "c")
+    encode_request(_offsets_with_metadata("x" * 32_767), version, 1, "c")
+
+
+def test_a_field_the_version_lacks_is_refused_unless_it_keeps_its_default() -> None:
+    # Left out silently, as for ignorable fields: OffsetFetch read unstable offsets, and
+    # TxnOffsetCommit went without the KIP-447 generation and member id that fence zombies.
+    with pytest.raises(UnsupportedVersionError, match="require_stable=True cannot be sent at version 6"):
+        encode_request(m.OffsetFetchRequest(group_id="g", topics=None, require_stable=True), 6, 1, "c")
+    encode_request(m.OffsetFetchRequest(group_id="g", topics=None), 6, 1, "c")
+    fenced = _offsets_with_metadata("")
+    fenced.generation_id, fenced.member_id = 7, "member-1"
+    with pytest.raises(UnsupportedVersionError, match="generation_id=7"):
+        encode_request(fenced, 2, 1, "c")
+    encode_request(_offsets_with_metadata(""), 2, 1, "c")  # a group id alone goes to any version
