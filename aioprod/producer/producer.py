@@ -613,6 +613,11 @@ class Producer:
                 txn.abortable(exc)
         except BaseException as exc:
             group.truncate(index)
+            if txn is not None and index:
+                # Cancelled part-way: the queued part must not commit without the rest either.
+                txn.abortable(
+                    TransactionAbortableError(f"send_many() stopped after queuing {index} of {count} records ({exc!r})")
+                )
             if index:
                 # The first ``index`` records are queued and go on: their outcome, for the telemetry.
                 exc._aioprod_queued = (index, group.future)  # type: ignore[attr-defined]

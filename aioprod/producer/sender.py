@@ -408,13 +408,16 @@ class Sender:
                     f"log, and is not sent again ({decision.error})"
                 )
                 self._finish(batch, overtaken)
-            elif action is Action.ACK and txn is not None and txn.state in _SWEPT:
+            elif action is Action.ACK and txn is not None and (txn.state in _SWEPT or txn.failed):
                 # Written, but its transaction cannot commit or is being aborted: never visible,
                 # so not acknowledged (docs/transactions.md: records not acknowledged when the
-                # abort begins fail).
+                # abort begins fail). So too once the transactional producer failed (fenced).
                 if ident is not None:
                     ident.acked(batch)
-                batch.fail(_aborted(txn.error, persisted=True))
+                fatal = self.fatal
+                batch.fail(
+                    _fatal_as(fatal, True) if txn.failed and fatal is not None else _aborted(txn.error, persisted=True)
+                )
                 acc.complete(batch)
             elif action is Action.ACK:
                 if ident is not None:

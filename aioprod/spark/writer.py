@@ -96,9 +96,16 @@ async def _send_chunk(
         add = futures.append
         missing = state.missing_topics
         for i, (topic, value, key, partition, headers) in enumerate(rows):
+            if missing and topic in missing:
+                # Known missing: fail now, not after another max_block_ms. Not raised again: each
+                # raise of the one error would add this chunk's frame to its traceback, for good.
+                add(None)
+                failures.append((i, topic, key, missing[topic]))
+                if stop_at_first:
+                    state.stopped = True
+                    break
+                continue
             try:
-                if missing and topic in missing:
-                    raise missing[topic]  # known missing: fail now, not after another max_block_ms
                 add(await send(topic, value, key, partition=partition, headers=headers))
                 state.progress += 1
             except KafkaTimeoutError as exc:

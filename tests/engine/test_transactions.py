@@ -811,8 +811,12 @@ async def test_a_transactional_call_that_times_out_says_what_the_coordinator_ans
 
 async def test_a_record_written_after_the_transactional_producer_failed_fails_with_it(cluster: ScriptedCluster) -> None:
     # Its transaction never commits: acknowledging it (as a non-transactional producer's
-    # written record is, even after a fatal error) would report a record no reader will see.
-    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", linger_ms=0) as p:
+    # written record is, even after a fatal error) reports a record no reader will see. The
+    # coordinator is not on the held broker and requests do not time out: the fenced answer,
+    # then the held acknowledgement, come in that order.
+    cluster.coordinator.node = 2
+    options: dict[str, Any] = {"linger_ms": 0, "request_timeout_ms": 600_000, "delivery_timeout_ms": 1_200_000}
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", **options) as p:
         p.begin_transaction()
         cluster.nodes[1].holding = True
         written = await p.send("t", b"written", partition=0)
@@ -843,3 +847,18 @@ async def test_group_metadata_a_broker_cannot_take_is_refused_not_dropped(cluste
             await p.send("t", b"again", partition=0)
             await p.send_offsets_to_transaction({TopicPartition("in", 0): 42}, "g")  # a group id alone is fine
     assert cluster.coordinator.committed == {"g": {("in", 0): 42}}
+
+
+async def test_a_send_many_cancelled_part_way_does_not_commit(cluster: ScriptedCluster) -> None:
+    # Its queued records are delivered; the transaction committed them without the rest.
+    options: dict[str, Any] = {"linger_ms": 0, "buffer_memory": 4000, "batch_size": 1000, "max_block_ms": 60_000}
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", **options) as p:
+        p.begin_transaction()
+        cluster.nodes[1].holding = True  # written, answers held: the buffer does not free
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(p.send_many("t", [b"r%02d" % i + b"x" * 400 for i in range(20)], partition=0), 1)
+        cluster.nodes[1].release()
+        with pytest.raises(TransactionAbortableError, match="send_many"):
+            await p.commit_transaction()
+        await p.abort_transaction()
+    assert cluster.partition("t", 0).committed == []
