@@ -261,7 +261,7 @@ class ProducerBatch:
         groups = self.groups
         if groups:
             last = groups[-1]
-            if last[0] is group and last[1] + last[3] == index:
+            if last[0] is group and last[1] + last[3] == index and last[2] + last[3] == delta:
                 last[3] += 1
                 return
         self._add_group_range([group, index, delta, 1])
@@ -272,7 +272,7 @@ class ProducerBatch:
         groups = self.groups
         if groups:
             last = groups[-1]
-            if last[0] is group and last[1] + last[3] == start:
+            if last[0] is group and last[1] + last[3] == start and last[2] + last[3] == delta:
                 last[3] += count
                 return
         self._add_group_range([group, start, delta, count])

@@ -129,3 +129,39 @@ async def test_send_many_queues_the_values_it_checked_though_the_list_changes_me
         await (await p.send_many("t", values))
         await changing
     assert cluster.partition("t", 0).values == checked
+
+
+async def test_send_many_reports_its_own_offsets_when_a_send_joins_its_batch_between_runs(scripted: Scripted) -> None:
+    # send_many queues m0 and waits for memory; another task's send() takes the same open
+    # batch; m1 and m2 follow it there. The group counted the other record as one of its own:
+    # m1 was reported at the other record's offset, m2 at m1's.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    options: dict[str, Any] = {"batch_size": 1000, "buffer_memory": 1600, "max_in_flight_requests_per_connection": 1}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10, **options) as p:
+        cluster.nodes[1].holding = True
+        cluster.nodes[2].holding = True
+        first = await p.send("t", b"f", partition=0)  # in flight and held: partition 0's next batch stays open
+        big = await p.send("t", b"B" * 1200, partition=1)  # in flight and held: holds buffer memory
+        while len(cluster.requests) < 2 or not cluster.partition("t", 1).log:
+            await asyncio.sleep(0.001)
+        values = [b"m%d" % i + b"." * 100 for i in range(3)]
+        many = asyncio.ensure_future(p.send_many("t", values, partition=0))
+        await asyncio.sleep(0)  # m0 is queued (all the memory left allows), and send_many waits
+        other = await p.send("t", b"s", partition=0)  # small enough: the same open batch
+        await asyncio.sleep(0.01)
+        cluster.nodes[2].release()  # memory frees: m1 and m2 join that batch
+        group = await many
+        cluster.nodes[1].release()
+        await p.flush()
+        await asyncio.gather(big, first)
+        reported = {value[:2]: metadata.offset for value, metadata in zip(values, await group, strict=True)}
+        reported[b"s"] = (await other).offset
+    in_log = {
+        (value or b"")[:2]: batch.base_offset + j
+        for batch in cluster.partition("t", 0).log
+        for j, value in enumerate(batch.values)
+    }
+    del in_log[b"f"]
+    assert reported == in_log
