@@ -557,6 +557,8 @@ class Producer:
                 for i in range(count)
             ]
         index = 0
+        if txn is not None:
+            txn.queuing += 1  # a commit waits until this call has queued all it will
         try:
             while index < count:
                 if txn is not None:
@@ -605,23 +607,28 @@ class Producer:
         except KafkaError as exc:
             # The rest could not be queued: they fail in the group, the queued ones deliver.
             group.failed(index, count - index, exc)
-            if txn is not None and not isinstance(
-                exc, TransactionStateError | ProducerFatalError | ProducerClosedError
+            if txn is not None and (
+                index or not isinstance(exc, TransactionStateError | ProducerFatalError | ProducerClosedError)
             ):
                 # Part of the records are in the transaction: it must not commit without the rest
                 # (as Java's doSend: a send that fails makes the transaction abortable).
-                txn.abortable(exc)
+                txn.partly_queued(txn_generation, exc)
         except BaseException as exc:
             group.truncate(index)
-            if txn is not None and index:
-                # Cancelled part-way: the queued part must not commit without the rest either.
-                txn.abortable(
-                    TransactionAbortableError(f"send_many() stopped after queuing {index} of {count} records ({exc!r})")
-                )
             if index:
                 # The first ``index`` records are queued and go on: their outcome, for the telemetry.
                 exc._aioprod_queued = (index, group.future)  # type: ignore[attr-defined]
+                if txn is not None:  # nor when the call is cancelled part-way
+                    txn.partly_queued(
+                        txn_generation,
+                        TransactionAbortableError(
+                            f"send_many() stopped after queuing {index} of {count} records ({exc!r})"
+                        ),
+                    )
             raise
+        finally:
+            if txn is not None:
+                txn.queued_done()
         return group.future
 
     async def send_and_wait(

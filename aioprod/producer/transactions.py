@@ -226,6 +226,10 @@ class TransactionManager:
         self.prepared: PreparedTransaction | None = None
         #: A call returned that handle: its holder ends the transaction, close() leaves it open.
         self._handed_over = False
+        #: send_many() calls queuing records now; a commit waits for them (see _deliver).
+        self.queuing = 0
+        self._none_queuing = asyncio.Event()
+        self._none_queuing.set()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -279,6 +283,17 @@ class TransactionManager:
         self._started = self._maybe_started = False
         self.generation += 1
         self.state = TxnState.IN_TRANSACTION
+
+    def queued_done(self) -> None:
+        self.queuing -= 1
+        if not self.queuing:
+            self._none_queuing.set()
+
+    def partly_queued(self, generation: int, error: KafkaError) -> None:
+        """A send_many() of transaction ``generation`` queued only part of its records: that
+        transaction must not commit with the part alone."""
+        if generation == self.generation:
+            self.abortable(error)
 
     def abortable(self, error: KafkaError) -> None:
         """The current transaction cannot commit any more."""
@@ -495,6 +510,11 @@ class TransactionManager:
         if self.state is not TxnState.IN_TRANSACTION:
             raise self._wrong_state(name)
         self.state = state
+        if self.queuing:
+            # A send_many() is between two records: it stops queuing at its next check (the
+            # transaction takes no more records), and its queued part must not commit alone.
+            self._none_queuing.clear()
+            await self._none_queuing.wait()
         await flush()
         if self.failed:
             raise self._wrong_state(name)

@@ -862,3 +862,24 @@ async def test_a_send_many_cancelled_part_way_does_not_commit(cluster: ScriptedC
             await p.commit_transaction()
         await p.abort_transaction()
     assert cluster.partition("t", 0).committed == []
+
+
+async def test_a_send_many_that_a_commit_overtakes_does_not_commit_half_of_it(cluster: ScriptedCluster) -> None:
+    # Another task's commit began while send_many waited for buffer memory: the rest were
+    # refused (TransactionStateError) and the transaction committed the part already queued.
+    options: dict[str, Any] = {"linger_ms": 0, "buffer_memory": 4000, "batch_size": 1000, "retry_backoff_ms": 10}
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="txn-1", **options) as p:
+        p.begin_transaction()
+        cluster.nodes[1].holding = True  # written, answers held: the buffer does not free
+        many = asyncio.ensure_future(p.send_many("t", [b"r%02d" % i + b"x" * 400 for i in range(20)], partition=0))
+        await asyncio.sleep(0.01)  # a part is queued; the call waits for memory
+        commit = asyncio.ensure_future(p.commit_transaction())
+        await asyncio.sleep(0.01)
+        cluster.nodes[1].release()
+        with pytest.raises(SendManyError) as info:
+            await (await many)
+        assert any(isinstance(result, TransactionStateError) for result in info.value.results)
+        with pytest.raises(TransactionAbortableError):
+            await commit
+        await p.abort_transaction()
+    assert cluster.partition("t", 0).committed == []

@@ -1,0 +1,683 @@
+"""Seeded randomized fault harness for the transactional producer on the scripted cluster.
+
+Each seed runs a few transactions (send, send_many, send_offsets_to_transaction, commit or
+abort, retried or cancelled) under random produce and coordinator faults in virtual time, then
+checks the committed view, every future's outcome and every error's truth. The suite runs a
+few seeds (test_txn_faults.py); for a long hunt:
+
+    PYTHONPATH=. .venv/bin/python tests/engine/txn_faults.py 0 300      (seeds [0, 300))
+    PYTHONPATH=. .venv/bin/python tests/engine/txn_faults.py 17 18 -v   (one seed, with its trace)
+    ... -x: background sends across commits, buffer pressure, close() with a timeout
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import sys
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+
+from aioprod import Producer, TopicPartition
+from aioprod.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFatalError,
+    SendManyError,
+    TransactionAbortableError,
+    TransactionStateError,
+)
+from aioprod.protocol import messages as m
+from tests.fakes.clock import VirtualClock
+from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.coordinator import Lost
+from tests.fakes.network import MemoryNetwork
+
+HANG = 900.0  # virtual seconds: far beyond every bound the producer has
+TOPICS = {"a": [1, 2, 3], "b": [2, 3]}
+PRODUCE_ERRORS = [6, 19, 7, 45, 47, 120]
+COORD_ERRORS = [16, 14, 51, 7, Lost]
+COORD_APIS = [
+    m.AddPartitionsToTxnRequest.API_KEY,
+    m.AddOffsetsToTxnRequest.API_KEY,
+    m.TxnOffsetCommitRequest.API_KEY,
+    m.EndTxnRequest.API_KEY,
+    m.FindCoordinatorRequest.API_KEY,
+]
+
+
+@dataclass
+class Rec:
+    value: bytes
+    txn: int
+    topic: str
+    future: object = None  # RecordFuture
+    group: object = None  # (SendGroup future, index)
+    queued: bool = True
+    start: int = 0
+    end: int = 1 << 60
+    call: int = 0
+    index: int = 0
+
+
+@dataclass
+class Txn:
+    index: int
+    records: list[Rec] = field(default_factory=list)
+    offsets: dict = field(default_factory=dict)  # (topic, p) -> offset, for group "g"
+    status: str = "open"  # committed / aborted / unknown
+
+
+class Violation(Exception):
+    pass
+
+
+class HonestCluster(ScriptedCluster):
+    """A scripted sequence or epoch refusal (45, 47) is not given to a retry of a batch the
+    partition already holds: a real broker answers that as a duplicate (it checks for
+    duplicates first)."""
+
+    def _produce(self, node, request, version):
+        from aioprod.protocol.records import read_batch
+
+        if node.script:
+            script = list(node.script)
+            i = 0
+            for t in request.topic_data:
+                for p in t.partition_data:
+                    if i >= len(script):
+                        break
+                    if script[i] in (45, 47):
+                        batch = read_batch(p.records)
+                        parts = self.topics.get(t.name)
+                        if parts is not None and p.index < len(parts):
+                            for b in parts[p.index].log:
+                                if (b.producer_id, b.producer_epoch, b.base_sequence) == (
+                                    batch.producer_id,
+                                    batch.producer_epoch,
+                                    batch.base_sequence,
+                                ) and b.marker is None:
+                                    script[i] = 0
+                                    break
+                    i += 1
+            node.script = deque(script)
+        return super()._produce(node, request, version)
+
+
+class Run:
+    def __init__(self, seed: int, verbose: bool, options: dict | None = None, faults: bool = True) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.verbose = verbose
+        self.trace: list[str] = []
+        self.txns: list[Txn] = []
+        self.counter = 0
+        self.problems: list[str] = []
+        self.options = options
+        self.faults = faults
+        self.stopped: set[int] = set()
+        self.calm = False
+        self.ticks = 0
+        self.extra = False
+        self.background: list = []
+        self.chaos_mean = self.rng.choice([0.002, 0.02, 0.2])
+        self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
+
+    def log(self, msg: str) -> None:
+        line = f"[{asyncio.get_running_loop().time() - self.t0:9.3f}] {msg}"
+        self.trace.append(line)
+        if self.verbose:
+            print(line)
+
+    async def guarded(self, what: str, aw):
+        try:
+            async with asyncio.timeout(HANG):
+                return await aw
+        except TimeoutError as exc:
+            if isinstance(exc, KafkaError):
+                raise
+            self.problems.append(f"HANG: {what} did not return within {HANG} virtual seconds")
+            raise Violation(what) from None
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def fault(self) -> None:
+        c, rng = self.cluster, self.rng
+        kind = rng.choice(
+            [
+                "produce_err",
+                "produce_err",
+                "coord_err",
+                "coord_err",
+                "hold",
+                "stall",
+                "disconnect",
+                "stop",
+                "move_leader",
+                "move_coord",
+                "delay",
+            ]
+        )
+        loop = asyncio.get_running_loop()
+        nodes = list(c.nodes)
+        if kind == "produce_err":
+            n = rng.choice(nodes)
+            code = rng.choice(PRODUCE_ERRORS)
+            c.nodes[n].script.append(code)
+            self.log(f"FAULT node {n} next produce partition answers {code}")
+        elif kind == "coord_err":
+            api = rng.choice(COORD_APIS)
+            code = rng.choice(COORD_ERRORS) if api != m.FindCoordinatorRequest.API_KEY else rng.choice([15, 14])
+            c.coordinator.script.setdefault(api, deque()).append(code)
+            self.log(f"FAULT coordinator api {api} next answers {getattr(code, '__name__', code)}")
+        elif kind == "hold":
+            n = rng.choice(nodes)
+            node = c.nodes[n]
+            node.holding = True
+            after = rng.choice([0.01, 0.2, 2.0, 40.0])
+            self.log(f"FAULT node {n} holds produce answers for {after}s")
+            loop.call_later(after, self._release, n)
+        elif kind == "stall":
+            n = rng.choice(nodes)
+            c.nodes[n].stalling = True
+            after = rng.choice([0.01, 0.2, 2.0, 40.0])
+            self.log(f"FAULT node {n} stalls produce for {after}s")
+            loop.call_later(after, self._release, n)
+        elif kind == "disconnect":
+            n = rng.choice(nodes)
+            self.log(f"FAULT disconnect node {n}")
+            c.disconnect(n)
+        elif kind == "stop":
+            n = rng.choice(nodes)
+            if n in self.stopped:
+                return
+            after = rng.choice([0.05, 1.0, 10.0])
+            self.log(f"FAULT stop node {n} for {after}s")
+            self.stopped.add(n)
+            c.stop(n)
+            loop.call_later(after, self._start, n)
+        elif kind == "move_leader":
+            topic = rng.choice(list(TOPICS))
+            idx = rng.randrange(len(TOPICS[topic]))
+            new = rng.choice(nodes)
+            self.log(f"FAULT leader of {topic}-{idx} -> {new}")
+            c.move_leader(topic, idx, new)
+        elif kind == "move_coord":
+            new = rng.choice(nodes)
+            self.log(f"FAULT coordinator -> node {new}")
+            c.coordinator.move_to(new)
+        elif kind == "delay":
+            n = rng.choice(nodes)
+            d = rng.choice([0.05, 0.5])
+            c.nodes[n].delay = d
+            self.log(f"FAULT node {n} delays produce answers {d}s")
+            loop.call_later(rng.choice([0.5, 3.0]), self._undelay, n)
+
+    def _release(self, n: int) -> None:
+        self.log(f"release node {n}")
+        self.cluster.nodes[n].release()
+
+    def _undelay(self, n: int) -> None:
+        self.cluster.nodes[n].delay = 0.0
+
+    def _start(self, n: int) -> None:
+        self.log(f"start node {n}")
+        self.stopped.discard(n)
+        self.cluster.start(n)
+
+    async def chaos(self) -> None:
+        while True:
+            await asyncio.sleep(self.rng.expovariate(1 / self.chaos_mean))
+            if self.rng.random() < 0.5 and not self.calm:
+                self.fault()
+
+    def maybe_calm(self, attempt: int) -> None:
+        if attempt == 3 and not self.calm:
+            self.log("CALM: no more faults, cluster healed")
+            self.calm = True
+            self.heal()
+
+    def heal(self) -> None:
+        c = self.cluster
+        for n, node in c.nodes.items():
+            node.script.clear()
+            node.release()
+            node.delay = 0.0
+            if n in self.stopped:
+                c.start(n)
+        self.stopped.clear()
+        c.coordinator.script.clear()
+
+    # -- the workload --------------------------------------------------------------------------
+
+    def value(self, txn: Txn) -> bytes:
+        self.counter += 1
+        pad = b"" if not self.extra or self.rng.random() < 0.5 else b":" + b"x" * self.rng.choice([100, 1500])
+        return b"%d:%d" % (txn.index, self.counter) + pad
+
+    async def one_send(self, p: Producer, txn: Txn) -> None:
+        rng = self.rng
+        topic = rng.choice(list(TOPICS))
+        if rng.random() < 0.6:
+            v = self.value(txn)
+            key = rng.choice([None, b"k1", b"k2", b"k3"])
+            part = rng.choice([None, None, rng.randrange(len(TOPICS[topic]))]) if key is None else None
+            rec = Rec(v, txn.index, topic)
+            self.ticks += 1
+            rec.start = rec.call = self.ticks
+            txn.records.append(rec)
+            self.log(f"send {topic} {v!r} key={key} partition={part}")
+            try:
+                rec.future = await self.guarded("send", p.send(topic, v, key=key, partition=part))
+                self.ticks += 1
+                rec.end = self.ticks
+            except KafkaError as exc:
+                rec.queued = False
+                self.log(f"  send raised {type(exc).__name__}: {exc}")
+                return
+        else:
+            n = rng.randint(1, 6)
+            vals = [self.value(txn) for _ in range(n)]
+            keys = [rng.choice([b"k1", b"k2", b"k3"]) for _ in range(n)] if rng.random() < 0.3 else None
+            part = rng.randrange(len(TOPICS[topic])) if keys is None and rng.random() < 0.5 else None
+            recs = [Rec(v, txn.index, topic) for v in vals]
+            self.ticks += 1
+            for i, r in enumerate(recs):
+                r.start = r.call = self.ticks
+                r.index = i
+            txn.records.extend(recs)
+            self.log(f"send_many {topic} {vals} keys={keys} partition={part}")
+            try:
+                fut = await self.guarded("send_many", p.send_many(topic, vals, keys=keys, partition=part))
+            except KafkaError as exc:
+                for r in recs:
+                    r.queued = False
+                self.log(f"  send_many raised {type(exc).__name__}: {exc}")
+                return
+            self.ticks += 1
+            for i, r in enumerate(recs):
+                r.group = (fut, i)
+                r.end = self.ticks
+
+    async def offsets(self, p: Producer, txn: Txn) -> None:
+        rng = self.rng
+        offs = {TopicPartition("in", rng.randrange(2)): rng.randrange(1000) for _ in range(rng.randint(1, 2))}
+        self.log(f"send_offsets {dict(offs)}")
+        try:
+            for attempt in range(30):
+                self.maybe_calm(attempt)
+                try:
+                    await self.guarded("send_offsets", p.send_offsets_to_transaction(offs, "g"))
+                    break
+                except KafkaTimeoutError as exc:
+                    self.log(f"  send_offsets timed out: {exc}")
+            else:
+                self.problems.append("send_offsets never finished after 30 calls")
+                raise Violation("send_offsets")
+            txn.offsets.update({(tp.topic, tp.partition): o for tp, o in offs.items()})
+        except KafkaError as exc:
+            self.log(f"  send_offsets raised {type(exc).__name__}: {exc}")
+            txn.offsets_maybe = getattr(txn, "offsets_maybe", {})
+            txn.offsets_maybe.update({(tp.topic, tp.partition): o for tp, o in offs.items()})
+
+    async def end(self, p: Producer, txn: Txn) -> bool:
+        """Commit or abort; False when the producer cannot go on."""
+        rng = self.rng
+        commit = rng.random() < 0.7
+        if commit:
+            for attempt in range(30):
+                self.maybe_calm(attempt)
+                cancel = rng.random() < 0.15
+                self.log(f"commit (attempt {attempt}{', caller cancels' if cancel else ''})")
+                try:
+                    if cancel:
+                        t = asyncio.ensure_future(p.commit_transaction())
+                        await asyncio.sleep(rng.choice([0, 0.001, 0.05, 1.0]))
+                        if not t.done():
+                            t.cancel()
+                            try:
+                                await t
+                            except asyncio.CancelledError:
+                                self.log("  commit cancelled by caller")
+                                continue
+                        else:
+                            await t
+                    else:
+                        await self.guarded("commit", p.commit_transaction())
+                    txn.status = "committed"
+                    self.log("  committed")
+                    return True
+                except KafkaTimeoutError as exc:
+                    self.log(f"  commit timed out: {exc}")
+                    if "goes on" not in str(exc):
+                        self.problems.append(f"commit KafkaTimeoutError without 'goes on': {exc}")
+                    continue
+                except TransactionAbortableError as exc:
+                    self.log(f"  commit abortable: {exc}")
+                    break
+                except ProducerFatalError as exc:
+                    self.log(f"  commit fatal: {exc}")
+                    txn.status = "unknown"
+                    return False
+                except TransactionStateError as exc:
+                    self.log(f"  commit state error: {exc}")
+                    self.problems.append(f"commit raised TransactionStateError: {exc}")
+                    txn.status = "unknown"
+                    return False
+                except KafkaError as exc:
+                    self.log(f"  commit raised {type(exc).__name__}: {exc}")
+                    self.problems.append(f"commit raised unexpected {type(exc).__name__}: {exc}")
+                    txn.status = "unknown"
+                    return False
+            else:
+                self.problems.append("commit never finished after 30 calls")
+                txn.status = "unknown"
+                return False
+        for attempt in range(30):
+            self.maybe_calm(attempt)
+            self.log(f"abort (attempt {attempt})")
+            try:
+                await self.guarded("abort", p.abort_transaction())
+                txn.status = "aborted"
+                self.log("  aborted")
+                return True
+            except KafkaTimeoutError as exc:
+                self.log(f"  abort timed out: {exc}")
+                continue
+            except ProducerFatalError as exc:
+                self.log(f"  abort fatal: {exc}")
+                txn.status = "unknown-abort"
+                return False
+            except KafkaError as exc:
+                self.log(f"  abort raised {type(exc).__name__}: {exc}")
+                self.problems.append(f"abort raised unexpected {type(exc).__name__}: {exc}")
+                txn.status = "unknown-abort"
+                return False
+        self.problems.append("abort never finished after 30 calls")
+        txn.status = "unknown-abort"
+        return False
+
+    async def workload(self, p: Producer) -> None:
+        rng = self.rng
+        for i in range(rng.randint(3, 7)):
+            txn = Txn(i)
+            self.txns.append(txn)
+            self.log(f"begin {i}")
+            try:
+                p.begin_transaction()
+            except KafkaError as exc:
+                self.log(f"  begin raised {type(exc).__name__}: {exc}")
+                txn.status = "never"
+                return
+            for _ in range(rng.randint(1, 6)):
+                if self.faults and rng.random() < self.step_fault:
+                    self.fault()
+                r = rng.random()
+                if r < 0.15 and self.extra:
+                    self.log("background send")
+                    self.background.append(asyncio.ensure_future(self.one_send(p, txn)))
+                elif r < 0.7:
+                    await self.one_send(p, txn)
+                elif r < 0.8:
+                    await self.offsets(p, txn)
+                elif r < 0.9:
+                    await asyncio.sleep(rng.choice([0.001, 0.05, 0.5]))
+                else:
+                    self.log("flush")
+                    await self.guarded("flush", p.flush())
+            if self.faults and rng.random() < self.step_fault:
+                self.fault()
+            if self.extra and rng.random() < 0.1:
+                self.log("leave the transaction open for close()")
+                txn.status = "open"
+                if self.rng.random() < 0.5:
+                    self.log("commit in the background, then close")
+                    txn.status = "unknown"
+                    bg = asyncio.ensure_future(p.commit_transaction())
+                    bg.add_done_callback(lambda t: t.cancelled() or t.exception())
+                    self.background.append(bg)
+                    await asyncio.sleep(rng.choice([0, 0.01, 0.5]))
+                return
+            if not await self.end(p, txn):
+                return
+
+    async def main(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.t0 = loop.time()
+        network = MemoryNetwork()
+        asyncio.open_connection = network.open_connection  # type: ignore[assignment]
+        c = self.cluster = HonestCluster(network, nodes=3)
+        for t, leaders in TOPICS.items():
+            c.create_topic(t, leaders=leaders)
+        rng = self.rng
+        if self.options is not None:
+            opts = dict(self.options)
+        else:
+            opts = {
+                "linger_ms": rng.choice([0, 0, 5]),
+                "retry_backoff_ms": 10,
+                "batch_size": rng.choice([16384, 60]),
+                "request_timeout_ms": rng.choice([30_000, 1_000]),
+                "max_block_ms": rng.choice([60_000, 2_000]),
+            }
+            opts["delivery_timeout_ms"] = rng.choice([120_000, opts["request_timeout_ms"] + 5])
+            if rng.random() < 0.2:
+                c.coordinator.transaction_version = 2
+            if rng.random() < 0.2:
+                c.duplicate_error = True
+            if self.extra and rng.random() < 0.5:
+                opts["buffer_memory"] = rng.choice([3000, 8000])
+        self.log(f"options {opts} tv={c.coordinator.transaction_version} dup_error={c.duplicate_error}")
+        p = Producer(bootstrap_servers=c.bootstrap, transactional_id="txn-1", **opts)
+        try:
+            await self.guarded("start", p.start())
+        except KafkaError as exc:
+            self.problems.append(f"start failed {exc!r}")
+            return
+        chaos = asyncio.ensure_future(self.chaos()) if self.faults else None
+        try:
+            await self.workload(p)
+        except Violation:
+            pass
+        finally:
+            if chaos is not None:
+                chaos.cancel()
+            close_timeout = None
+            if self.extra and rng.random() < 0.3:
+                close_timeout = rng.choice([0, 0.5, 5.0])
+            else:
+                self.heal()
+            self.log(f"close timeout={close_timeout}")
+            with contextlib.suppress(Violation):
+                await self.guarded("close", p.close(close_timeout))
+            self.heal()
+            for task in self.background:
+                if not task.done():
+                    self.problems.append("HANG: a background send never returned")
+                    task.cancel()
+        await asyncio.sleep(0.1)
+        self.check()
+
+    # -- the checks ------------------------------------------------------------------------------
+
+    def outcome(self, rec: Rec):
+        if rec.future is not None:
+            f = rec.future
+            if not f.done():
+                return "pending"
+            e = f.exception()
+            return e if e is not None else f.result()
+        if rec.group is not None:
+            fut, i = rec.group
+            if not fut.done():
+                return "pending"
+            e = fut.exception()
+            if e is None:
+                return fut.result()[i]
+            if isinstance(e, SendManyError):
+                return e.results[i]
+            return e
+        return None
+
+    def check(self) -> None:
+        c = self.cluster
+        self.by_value = {r.value: r for txn in self.txns for r in txn.records}
+        self.partial_send_many: list = []
+        committed: dict[bytes, list[tuple[str, int]]] = {}
+        raw: dict[bytes, list[tuple[str, int, int]]] = {}
+        for t in TOPICS:
+            for idx, part in enumerate(c.topics[t]):
+                for v in part.committed:
+                    committed.setdefault(v, []).append((t, idx))
+                for batch in part.log:
+                    for j, v in enumerate(batch.values):
+                        raw.setdefault(v, []).append((t, idx, batch.base_offset + j))
+                # order per partition: a record whose call returned before another's began comes first
+                recs = [self.by_value[v] for v in part.committed if v in self.by_value]
+                for i, a in enumerate(recs):
+                    for b in recs[i + 1 :]:
+                        if b.end < a.start or (b.call == a.call and b.index < a.index):
+                            self.problems.append(f"ORDER: {t}-{idx} committed {a.value[:12]!r} before {b.value[:12]!r}")
+        for v, where in committed.items():
+            if len(where) > 1:
+                self.problems.append(f"DUPLICATE committed {v!r} at {where}")
+        for txn in self.txns:
+            acked_in = acked_out = 0
+            for rec in txn.records:
+                out = self.outcome(rec)
+                if rec.queued and out == "pending":
+                    self.problems.append(f"HANG: record {rec.value!r} of txn {txn.index} never resolved")
+                    continue
+                vis = rec.value in committed
+                if isinstance(out, tuple):  # RecordMetadata
+                    where = raw.get(rec.value, [])
+                    duplicate = any(w[:2] == (out.topic, out.partition) for w in where)
+                    if out.offset == -1 and c.duplicate_error and duplicate:
+                        pass  # DUPLICATE_SEQUENCE_NUMBER carries no offset (as Java: -1)
+                    elif (out.topic, out.partition, out.offset) not in where:
+                        self.problems.append(
+                            f"ACK-LIE: {rec.value!r} acked at {out.topic}-{out.partition}@{out.offset}, log has {where}"
+                        )
+                elif isinstance(out, BaseException):
+                    pp = getattr(out, "possibly_persisted", None)
+                    if pp is False and rec.value in raw:
+                        self.problems.append(
+                            f"ERROR-LIE: {rec.value!r} failed {type(out).__name__}(possibly_persisted=False) "
+                            f"but is in the log {raw[rec.value]}: {out}"
+                        )
+                    if not isinstance(out, KafkaError):
+                        self.problems.append(f"record {rec.value!r} failed with non-Kafka {out!r}")
+                if txn.status == "committed":
+                    if rec.queued and not isinstance(out, tuple):
+                        if isinstance(out, TransactionStateError) and rec.group is not None:
+                            fut = rec.group[0]
+                            results = fut.exception().results if fut.exception() is not None else []
+                            if any(isinstance(r, tuple) for r in results):  # part of the call went in
+                                self.partial_send_many.append(rec.value)
+                            continue
+                        self.problems.append(
+                            f"COMMITTED-WITH-FAILED: txn {txn.index} committed but {rec.value!r} failed: {out!r}"
+                        )
+                    if isinstance(out, tuple) and not vis:
+                        self.problems.append(f"LOST: txn {txn.index} committed, acked {rec.value!r} not visible")
+                    if not rec.queued and vis:
+                        self.problems.append(f"txn {txn.index}: {rec.value!r} whose send raised is visible")
+                elif txn.status in ("aborted", "never", "open", "unknown-abort") and vis:
+                    self.problems.append(f"VISIBLE-ABORTED: {rec.value!r} of txn {txn.index} ({txn.status})")
+                if vis:
+                    acked_in += 1
+                elif isinstance(out, tuple):
+                    acked_out += 1
+            if txn.status == "unknown" and acked_in and acked_out:
+                self.problems.append(
+                    f"PARTIAL: txn {txn.index} (unknown outcome) has {acked_in} visible, {acked_out} acked not"
+                )
+        if self.partial_send_many:
+            self.problems.append(
+                f"PARTIAL-SEND-MANY committed: {len(self.partial_send_many)} records of a send_many failed "
+                "with TransactionStateError in a committed transaction"
+            )
+        # offsets
+        expected: dict = {}
+        maybe: dict = {}
+        for txn in self.txns:
+            if txn.status == "committed":
+                expected.update(txn.offsets)
+                expected.update(getattr(txn, "offsets_maybe", {}))  # committed: they went in, or commit failed
+            elif txn.status == "unknown":
+                maybe.update(txn.offsets)
+                maybe.update(getattr(txn, "offsets_maybe", {}))
+        got = c.coordinator.committed.get("g", {})
+        for tp, off in got.items():
+            if expected.get(tp) != off and maybe.get(tp) != off:
+                self.problems.append(f"OFFSETS: group g {tp} committed {off}, expected {expected.get(tp)}")
+        for tp, off in expected.items():
+            if tp not in got and tp not in maybe:
+                self.problems.append(f"OFFSETS: group g {tp} expected {off}, not committed")
+
+
+def run_seed(seed: int, verbose: bool = False, extra: bool = False, **kw) -> Run:
+    run = Run(seed, verbose, **kw)
+    run.extra = extra
+    saved = asyncio.open_connection
+
+    async def go() -> None:
+        import aioprod.producer.producer as producer_module
+
+        clock = VirtualClock(asyncio.get_running_loop())
+        clock.now = 1000.0  # every run starts at the same virtual time ...
+        clock.install()
+        # ... and record timestamps follow it (wall-clock deltas change record sizes)
+        now_ms = producer_module._now_ms
+        producer_module._now_ms = lambda: 1_700_000_000_000 + int(clock.now * 1000)
+        state = random.getstate()
+        random.seed(seed)
+        try:
+            await run.main()
+        finally:
+            random.setstate(state)
+            producer_module._now_ms = now_ms
+            clock.uninstall()
+
+    try:
+        asyncio.run(go())
+    except Exception as exc:
+        run.problems.append(f"CRASH: {exc!r}\n{traceback.format_exc()}")
+    finally:
+        asyncio.open_connection = saved
+    return run
+
+
+class _ErrorCatcher(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record.getMessage())
+
+
+if __name__ == "__main__":
+    lo, hi = int(sys.argv[1]), int(sys.argv[2])
+    verbose = "-v" in sys.argv
+    EXTRA = "-x" in sys.argv
+    catcher = _ErrorCatcher()
+    logging.getLogger("aioprod").addHandler(catcher)
+    logging.getLogger("asyncio").addHandler(catcher)
+    bad = 0
+    for seed in range(lo, hi):
+        catcher.records.clear()
+        run = run_seed(seed, verbose, extra=EXTRA)
+        problems = run.problems + [f"LOGGED ERROR: {r}" for r in catcher.records]
+        statuses = [t.status for t in run.txns]
+        if problems:
+            bad += 1
+            print(f"seed {seed}: {statuses}")
+            for pr in problems:
+                print("   ", pr[:600])
+        elif verbose:
+            print(f"seed {seed}: ok {statuses}")
+    print(f"{hi - lo} seeds, {bad} with problems")
