@@ -83,6 +83,12 @@ class EventLog:
             text += f" ({suppressed} more after the last warning)"
         logger.info(text, *args)
 
+    def forget(self, key: Hashable) -> None:
+        """Drop what is kept of ``key`` without logging: what it was about is gone (a topic
+        no longer used), and its end will never be seen."""
+        self._problems.pop(key, None)
+        self._notes.pop(key, None)
+
     def active(self, key: Hashable) -> bool:
         return key in self._problems
 

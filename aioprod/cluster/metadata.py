@@ -122,6 +122,8 @@ class Metadata:
         self._pool_changed: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[ClusterSnapshot], None]] = []
+        #: Told the topics dropped from the refreshes (unused for metadata_max_idle_ms).
+        self._evict_listeners: list[Callable[[list[str]], None]] = []
         self._closed = False
         self._failures = 0
         #: Demanded refreshes in a row that found nothing new (their backoff grows).
@@ -147,6 +149,9 @@ class Metadata:
 
     def add_listener(self, callback: Callable[[ClusterSnapshot], None]) -> None:
         self._listeners.append(callback)
+
+    def add_evict_listener(self, callback: Callable[[list[str]], None]) -> None:
+        self._evict_listeners.append(callback)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="aioprod-metadata")
@@ -207,6 +212,11 @@ class Metadata:
                 raise ProducerClosedError(f"the producer closed while waiting for metadata of topic {topic!r}")
             error = self._topic_errors.get(topic) or self._auth_error
             if error is not None:
+                if topic in self._topic_errors:
+                    # Refused now, from the last answer; asked again, so that a later send sees
+                    # an ACL granted since (as Java asks on every send).
+                    self.touch(topic)
+                    self.request_update()
                 raise error
             info = self.snapshot.topics.get(topic)
             if info is not None and info.partitions:
@@ -372,15 +382,33 @@ class Metadata:
                     await self._pool_changed
         conn = await self._pool.get(node)
         idle_since = loop.time() - self._config.metadata_max_idle_ms / 1000
-        for topic in [t for t, used in self._topics.items() if used < idle_since]:
-            del self._topics[topic]  # unused for metadata_max_idle_ms: stop describing it
-            self._troubled.pop(topic, None)
+        idle = [t for t, used in self._topics.items() if used < idle_since]
+        if idle:
+            self._forget(idle)
         request = MetadataRequest(
             topics=[MetadataRequestTopic(name=t) for t in sorted(self._topics)],
             allow_auto_topic_creation=self._config.allow_auto_create_topics,
         )
         response: MetadataResponse = await conn.send(request)
         return self._apply(response, node)
+
+    def _forget(self, topics: list[str]) -> None:
+        """``topics`` went unused for metadata_max_idle_ms: stop describing them, and drop all
+        that is kept about them (as Java's Metadata drops their leader epochs), so that a
+        producer that sees topics come and go keeps no state for the ones gone; a topic error
+        learned long ago is not raised again without asking (an ACL granted since)."""
+        gone = set(topics)
+        for topic in topics:
+            del self._topics[topic]
+            self._troubled.pop(topic, None)
+            self._topic_errors.pop(topic, None)
+            self._topic_ids.pop(topic, None)
+            self._metrics.events.forget(("topic", topic))
+            self._metrics.events.forget(("leader", topic))
+        for key in [k for k in self._leader_epochs if k[0] in gone]:
+            del self._leader_epochs[key]
+        for listener in self._evict_listeners:
+            listener(topics)
 
     def _apply(self, response: MetadataResponse, node: int | None = None) -> bool:
         """Install what ``response`` (from ``node``) says; returns whether leaders, brokers

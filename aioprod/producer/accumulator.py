@@ -187,6 +187,17 @@ class _Deadlines:
             return in_order[0]
         return heap[0][2]
 
+    def compact(self, live: set[ProducerBatch]) -> None:
+        """Drop finished batches once they outnumber the unfinished ones: behind one batch that
+        stays unfinished (a partition without a leader, waiting out its delivery timeout)
+        every later batch, acknowledged or not, was held with its payload until it finished.
+        Linear, but only once the queue doubled: amortized constant per batch."""
+        if len(self._in_order) + len(self._out_of_order) <= 2 * len(live) + 16:
+            return
+        self._in_order = deque(batch for batch in self._in_order if batch in live)
+        self._out_of_order = [entry for entry in self._out_of_order if entry[2] in live]
+        heapq.heapify(self._out_of_order)
+
     def remove_earliest(self, batch: ProducerBatch) -> None:
         """Take ``batch``, which ``earliest`` just returned."""
         if self._in_order and self._in_order[0] is batch:
@@ -661,6 +672,7 @@ class RecordAccumulator:
         """The batch is finished (acked or failed): give back its memory."""
         if batch in self.incomplete:
             self.incomplete.discard(batch)
+            self._deadlines.compact(self.incomplete)
             self.pool.release(batch.reserved)
             batch.reserved = 0
             if batch.failed:

@@ -44,6 +44,11 @@ R = TypeVar("R", bound=Response)
 
 GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
 
+#: Coordinators remembered, the most recently used: a producer that ends prepared transactions
+#: of many transactional ids (or sends offsets of many groups) looks each one up once, and
+#: keeps only the latest ones.
+MAX_CACHED = 128
+
 #: Answers after which the request is sent again, the coordinator looked up anew first.
 FIND_AGAIN = frozenset({CoordinatorNotAvailableError.code, NotCoordinatorError.code})
 #: Answers after which the request is sent again as it is, after a backoff.
@@ -90,8 +95,9 @@ class Coordinators:
 
     async def node(self, key_type: int, key: str) -> int:
         """The node coordinating ``key`` (a transactional id or a group id)."""
-        node = self._nodes.get((key_type, key))
+        node = self._nodes.pop((key_type, key), None)
         if node is not None:
+            self._nodes[(key_type, key)] = node  # the most recently used, last
             return node
         while True:
             candidate = self._metadata.least_loaded_node()
@@ -121,6 +127,8 @@ class Coordinators:
                 continue
             self._pool.set_address(node_id, host, port)
             self._nodes[(key_type, key)] = node_id
+            if len(self._nodes) > MAX_CACHED:
+                del self._nodes[next(iter(self._nodes))]  # the least recently used
             self._failures = 0
             return node_id
 

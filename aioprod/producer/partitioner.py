@@ -187,6 +187,12 @@ class Partitioner:
         self._switch(state, available)
         return partition
 
+    def forget(self, topics: Sequence[str]) -> None:
+        """Drop the state of topics no longer used (dropped from the metadata refreshes)."""
+        for topic in topics:
+            self._sticky.pop(topic, None)
+            self._round_robin.pop(topic, None)
+
     def _switch(self, state: _Sticky, available: Sequence[int]) -> None:
         if len(available) > 1:
             state.partition = self._random.choice([p for p in available if p != state.partition])

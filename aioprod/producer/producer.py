@@ -187,6 +187,7 @@ class Producer:
         self._sender = Sender(self.config, self._metadata, self._pool, self._accumulator, self._set_fatal, metrics)
         metrics.start(self._loop, self._accumulator.pool, self._pool, self._metadata)
         self._metadata.add_listener(lambda _snapshot: self._wakeup())
+        self._metadata.add_evict_listener(self._forget_topics)
         self._metadata.start()
         self._sender.start()
         self._state = _STARTED
@@ -203,6 +204,13 @@ class Producer:
 
     def _wakeup(self) -> None:
         self._sender.wakeup()
+
+    def _forget_topics(self, topics: list[str]) -> None:
+        """Topics unused for metadata_max_idle_ms: their per-topic state goes with their metadata."""
+        for topic in topics:
+            self._tps.pop(topic, None)
+            self._lanes.pop(topic, None)
+        self._partitioner.forget(topics)
 
     def _pool_changed(self) -> None:
         self._sender.wakeup()

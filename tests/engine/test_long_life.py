@@ -1,0 +1,97 @@
+"""A producer that runs for weeks: state that must not grow with time, topics or ids used.
+
+Counts of what is kept, in virtual time on the scripted cluster; no memory thresholds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from aioprod import Producer, TopicPartition
+from aioprod.errors import TopicAuthorizationFailedError
+from aioprod.producer.coordinators import MAX_CACHED
+from tests.conftest import Scripted
+from tests.fakes.cluster import ScriptedCluster
+
+
+async def test_one_offline_partition_does_not_keep_the_other_partitions_batches(scripted: Scripted) -> None:
+    # A batch waiting out its delivery timeout (no leader) held every later batch, acknowledged
+    # or not, with its payload: memory grew past buffer_memory for as long as the outage lasted.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", leaders=[1, -1])  # partition 1 has no leader
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, delivery_timeout_ms=3_600_000) as p:
+        stuck = await p.send("t", b"stuck", partition=1)
+        for _ in range(300):
+            await (await p.send_many("t", [b"x" * 1000] * 16, partition=0))
+            await clock.advance(1)
+        held = [batch for batch in p._accumulator._deadlines._in_order if batch.done]
+        assert not stuck.done()
+        assert len(held) <= 32
+
+
+async def test_the_state_of_topics_no_longer_used_goes_with_their_metadata(scripted: Scripted) -> None:
+    # Topic per tenant: a topic idle for metadata_max_idle_ms leaves the refreshes, but its
+    # leader epochs, topic id, TopicPartitions, partitioner state and warnings stayed for good.
+    cluster, clock = scripted.cluster, scripted.clock
+    options = {"metadata_max_idle_ms": 5000, "metadata_max_age_ms": 1000}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, **options) as p:
+        for i in range(50):
+            name = f"tenant-{i}"
+            cluster.create_topic(name, 6)
+            await p.send_and_wait(name, b"v")  # keyless: the sticky partitioner
+            await p.send_and_wait(name, b"v", key=b"k")
+            del cluster.topics[name]  # the tenant is gone: its topic is unknown, then idle
+            await clock.advance(10)
+        metadata = p._metadata
+        kept = {
+            "leader epochs": len(metadata._leader_epochs),
+            "topic ids": len(metadata._topic_ids),
+            "topic partitions": len(p._tps),
+            "sticky partitions": len(p._partitioner._sticky),
+            "warnings": len(p._metrics.events._problems),
+        }
+        assert metadata.snapshot.topics == {}
+        assert kept == dict.fromkeys(kept, 0)
+
+
+async def test_a_topic_refused_for_authorization_is_asked_about_again(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Refused once (sent a moment before its ACL existed), it was refused from the cached
+    # answer for good, without asking the cluster again, however often the service retried.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("tenant", 1)
+    denied = {"tenant"}
+    answer = ScriptedCluster._metadata
+
+    def metadata_without_acl(self: ScriptedCluster, node: object, request: object) -> object:
+        response = answer(self, node, request)  # type: ignore[arg-type]
+        for topic in response.topics:
+            if topic.name in denied:
+                topic.error_code, topic.partitions = TopicAuthorizationFailedError.code, []
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", metadata_without_acl)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        with pytest.raises(TopicAuthorizationFailedError):
+            await p.send_and_wait("tenant", b"early")
+        denied.clear()  # the ACL is granted; the service retries every second
+        for _ in range(5):
+            try:
+                await p.send_and_wait("tenant", b"later")
+                break
+            except TopicAuthorizationFailedError:  # at once, from the last answer, which it asks again
+                await clock.advance(1)
+    assert cluster.partition("tenant").values == [b"later"]
+
+
+async def test_the_coordinators_of_many_groups_are_not_all_kept(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.create_topic("in", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id="svc") as p:
+        for i in range(MAX_CACHED + 20):
+            async with p.transaction():
+                await p.send("t", b"v")
+                await p.send_offsets_to_transaction({TopicPartition("in", 0): i}, f"group-{i}")
+        assert p._txn is not None and len(p._txn._coordinators._nodes) <= MAX_CACHED
