@@ -266,10 +266,12 @@ class ProducerConfig:
                 raise ConfigError(
                     f"{name} must be <= {INT32_MAX} (an int32 in the protocol), got {getattr(self, name)}"
                 )
-        if len(self.client_id.encode()) > INT16_MAX:
-            raise ConfigError(
-                f"client_id must be at most {INT16_MAX} bytes (a protocol string), got {len(self.client_id.encode())}"
-            )
+        for name in ("client_id", "transactional_id"):
+            text = getattr(self, name)
+            if text is not None and len(text.encode()) > INT16_MAX:
+                raise ConfigError(
+                    f"{name} must be at most {INT16_MAX} bytes (a protocol string), got {len(text.encode())}"
+                )
         if self.compression_level is not None:
             from aioprod.protocol.records.compression import resolve_codec, resolve_level
 

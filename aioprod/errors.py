@@ -9,7 +9,7 @@ call is a plain ``TypeError``/``ValueError``, a programming error, not a Kafka o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import Any, Final
 
 
@@ -18,6 +18,21 @@ class KafkaError(Exception):
 
     #: Whether repeating the same operation may succeed.
     retriable: bool = False
+
+
+def copy_error(error: KafkaError, traceback: TracebackType | None = None) -> KafkaError:
+    """``error`` as a new object: same class, arguments, attributes, cause and context, and
+    ``traceback``. An error kept to be raised again (one batch's, for each of its records; a
+    topic's refusal, for each send) is raised as a copy: raising the kept object again would
+    add each raiser's frames to its one traceback, and keep them all alive."""
+    cls = type(error)
+    copy = cls.__new__(cls, *error.args)
+    copy.args = error.args  # OSError's __new__ leaves them to __init__ in some subclasses
+    copy.__dict__.update(error.__dict__)
+    copy.__cause__ = error.__cause__
+    copy.__context__ = error.__context__
+    copy.__suppress_context__ = error.__suppress_context__
+    return copy.with_traceback(traceback)
 
 
 class ConfigError(KafkaError, ValueError):

@@ -33,6 +33,7 @@ from aioprod.errors import (
     KafkaTimeoutError,
     ProducerClosedError,
     TopicAuthorizationFailedError,
+    copy_error,
     error_for_code,
 )
 from aioprod.metrics import ProducerMetrics
@@ -217,7 +218,7 @@ class Metadata:
                     # an ACL granted since (as Java asks on every send).
                     self.touch(topic)
                     self.request_update()
-                raise error
+                raise copy_error(error)  # not the kept object: see copy_error
             info = self.snapshot.topics.get(topic)
             if info is not None and info.partitions:
                 if partition is None or partition in info.partitions:

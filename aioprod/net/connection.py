@@ -208,7 +208,10 @@ class BrokerConnection:
         held, self._held = self._held, None
         for request, version, expect_response, future in held or ():
             if not future.done():
-                self._write(request, version, expect_response, False, future)
+                try:
+                    self._write(request, version, expect_response, False, future)
+                except Exception as exc:  # this request cannot be encoded: it fails alone
+                    future.set_exception(exc)
         self._close_if_retired()
         self._on_ready()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from aioprod.cluster.metadata import Metadata
@@ -24,6 +24,7 @@ from aioprod.errors import (
     NotCoordinatorError,
     OperationNotAttemptedError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from aioprod.net.connection import BrokerConnection
@@ -208,18 +209,27 @@ async def committed_offsets(coordinators: Coordinators, group_id: str) -> dict[T
     Stable (KIP-447, OffsetFetch v7+): while a transaction that commits offsets of the group
     is being ended, the coordinator answers UNSTABLE_OFFSET_COMMIT and the request waits.
     """
-    response = await coordinators.request(
-        GROUP,
-        group_id,
-        lambda: OffsetFetchRequest(
-            group_id=group_id,
-            topics=None,
-            groups=[OffsetFetchRequestGroup(group_id=group_id, topics=None)],
-            require_stable=True,
-        ),
-        OffsetFetchResponse,
-        _offset_fetch_codes,
-    )
+
+    def fetch(stable: bool) -> Awaitable[OffsetFetchResponse]:
+        return coordinators.request(
+            GROUP,
+            group_id,
+            lambda: OffsetFetchRequest(
+                group_id=group_id,
+                topics=None,
+                groups=[OffsetFetchRequestGroup(group_id=group_id, topics=None)],
+                require_stable=stable,
+            ),
+            OffsetFetchResponse,
+            _offset_fetch_codes,
+        )
+
+    try:
+        response = await fetch(True)
+    except UnsupportedVersionError:
+        # A broker before Kafka 2.5 (OffsetFetch < v7) cannot wait for stable offsets: read
+        # them as they are, as Java's OffsetFetchRequest.Builder falls back by default.
+        response = await fetch(False)
     topics = response.groups[0].topics if response.groups else response.topics
     return {
         TopicPartition(topic.name, p.partition_index): p.committed_offset

@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any, NamedTuple, TypeAlias
 
 from aioprod._compiled import speedups
-from aioprod.errors import KafkaError
+from aioprod.errors import KafkaError, copy_error
 
 
 class RecordMetadata(NamedTuple):
@@ -39,15 +39,7 @@ class BatchFailure(NamedTuple):
     def copy_error(self) -> KafkaError:
         """The error as a new object: same class, arguments, attributes, cause and context,
         and the batch's traceback."""
-        error = self.error
-        cls = type(error)
-        copy = cls.__new__(cls, *error.args)
-        copy.args = error.args  # OSError's __new__ leaves them to __init__ in some subclasses
-        copy.__dict__.update(error.__dict__)
-        copy.__cause__ = error.__cause__
-        copy.__context__ = error.__context__
-        copy.__suppress_context__ = error.__suppress_context__
-        return copy.with_traceback(self.traceback)
+        return copy_error(self.error, self.traceback)
 
 
 class SplitOutcome:

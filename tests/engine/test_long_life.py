@@ -95,3 +95,36 @@ async def test_the_coordinators_of_many_groups_are_not_all_kept(scripted: Script
                 await p.send("t", b"v")
                 await p.send_offsets_to_transaction({TopicPartition("in", 0): i}, f"group-{i}")
         assert p._txn is not None and len(p._txn._coordinators._nodes) <= MAX_CACHED
+
+
+def _traceback_depth(error: BaseException) -> int:
+    depth, tb = 0, error.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    return depth
+
+
+async def test_retrying_a_refused_topic_keeps_no_earlier_callers_frames(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each refused send raised the one kept error object: its traceback grew by the caller's
+    # frames on every retry (their locals kept alive) until the next metadata answer.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("tenant", 1)
+    answer = ScriptedCluster._metadata
+
+    def metadata_without_acl(self: ScriptedCluster, node: object, request: object) -> object:
+        response = answer(self, node, request)  # type: ignore[arg-type]
+        for topic in response.topics:
+            topic.error_code, topic.partitions = TopicAuthorizationFailedError.code, []
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", metadata_without_acl)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        depths = []
+        for _ in range(50):
+            with pytest.raises(TopicAuthorizationFailedError) as info:
+                await p.send("tenant", b"v")
+            depths.append(_traceback_depth(info.value))
+            await clock.advance(0.001)
+    assert max(depths) == depths[0]

@@ -883,3 +883,14 @@ async def test_a_send_many_that_a_commit_overtakes_does_not_commit_half_of_it(cl
             await commit
         await p.abort_transaction()
     assert cluster.partition("t", 0).committed == []
+
+
+@pytest.mark.parametrize("newest", [6, 5])
+async def test_committed_offsets_are_read_from_a_broker_before_2_5(scripted: Scripted, newest: int) -> None:
+    # OffsetFetch without require_stable (v6 and older): every exactly-once Spark unit reads its
+    # commit marker so, and failed with UnsupportedVersionError. Read as they are, as Java does.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.versions[m.OffsetFetchRequest.API_KEY] = (0, newest)
+    async with Producer(bootstrap_servers=cluster.bootstrap) as p:
+        assert await p._committed_offsets("g") == {}

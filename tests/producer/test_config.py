@@ -70,6 +70,10 @@ def test_config_is_frozen() -> None:
         ({"bootstrap_servers": "h:1", "batch_size": 2**31}, "batch_size must be <= 2147483647"),
         ({"bootstrap_servers": "h:1", "client_id": "x" * 40_000}, "client_id must be at most 32767 bytes"),
         (
+            {"bootstrap_servers": "h:1", "transactional_id": "x" * 40_000},
+            "transactional_id must be at most 32767 bytes",
+        ),
+        (
             {"bootstrap_servers": "h:1", "compression_type": "gzip", "compression_level": 100},
             r"compression_level: gzip levels are 1 to 9, got 100",
         ),
