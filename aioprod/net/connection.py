@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import logging
 import math
+import socket
 import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -237,27 +238,31 @@ class BrokerConnection:
         with contextlib.suppress(ValueError):
             self._close_callbacks.remove(callback)
 
-    async def open(self, setup_timeout: float, request_timeout: float | None = None) -> None:
+    async def open(self, setup_timeout: float, request_timeout: float | None = None, *, attempt: int = 0) -> None:
         """Connect (TLS-wrapped when configured) within ``setup_timeout``, then negotiate API
-        versions and authenticate within ``request_timeout`` (default: the connection's)."""
+        versions and authenticate within ``request_timeout`` (default: the connection's).
+
+        Every address the host name resolves to gets its chance: walked in order within one
+        attempt, a first address that drops SYNs used up the whole setup timeout, every time.
+        On asyncio's own loop the next address is tried too after 250 ms (RFC 8305); uvloop has
+        no such option, so there ``attempt`` (the failed attempts before this one) picks the
+        address to start from, as Java moves to the next address on each attempt.
+        """
         tls = self._security.tls_context if self._security is not None else None
-        # Every address a name resolves to gets its chance within one setup timeout: walked in
-        # order, a first address that drops SYNs used it all up, every time (asyncio's own loop
-        # only: uvloop has no happy_eyeballs_delay).
-        eyeballs = (
-            {"happy_eyeballs_delay": _NEXT_ADDRESS_DELAY}
-            if isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop)
-            else {}
-        )
+        loop = asyncio.get_running_loop()
+        options: dict[str, Any] = {}
+        if isinstance(loop, asyncio.BaseEventLoop):
+            options["happy_eyeballs_delay"] = _NEXT_ADDRESS_DELAY
         try:
             async with asyncio.timeout(setup_timeout):
+                host = await self._address(loop, attempt) if attempt and not options else self.host
                 self._reader, self._writer = await asyncio.open_connection(
-                    self.host,
+                    host,
                     self.port,
                     limit=_READ_CHUNK,
                     ssl=tls,
                     server_hostname=self.host if tls else None,
-                    **eyeballs,
+                    **options,
                 )
         except TimeoutError as exc:
             raise KafkaConnectionError(
@@ -316,6 +321,12 @@ class BrokerConnection:
             if not isinstance(exc, Exception):
                 raise  # a cancellation, KeyboardInterrupt or SystemExit is not a connection failure
             raise error from exc
+
+    async def _address(self, loop: asyncio.AbstractEventLoop, attempt: int) -> str:
+        """The address attempt number ``attempt`` connects to: the resolver's list in turn."""
+        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        return addresses[attempt % len(addresses)] if addresses else self.host
 
     async def _negotiate(self) -> None:
         version = ApiVersionsRequest.MAX_VERSION

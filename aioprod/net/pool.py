@@ -179,7 +179,7 @@ class ConnectionPool:
         state.attempting = True
         metrics, events = self._metrics, self._metrics.events
         try:
-            await conn.open(setup_timeout)
+            await conn.open(setup_timeout, attempt=state.failures)
         except KafkaError as exc:
             state.failures += 1
             state.last_error = exc

@@ -186,3 +186,36 @@ async def test_a_tls_record_corrupted_after_the_handshake_is_a_lost_connection(t
         terminator.close()
         await network.close()
     assert cluster.partition("t").values == [b"one", b"two"]
+
+
+def test_on_uvloop_each_new_attempt_starts_at_the_next_address_of_the_name() -> None:
+    # uvloop has no happy_eyeballs_delay: there the producer never got past a first address
+    # that does not answer. Each new attempt now starts at the next address, as Java's do.
+    # (uvloop resolves names itself; this name is known only to the loop's getaddrinfo, so the
+    # first attempt, by name, fails at once and the next ones go by address.)
+    import uvloop
+
+    async def produce() -> list[bytes | None]:
+        port = free_port()
+        network = TcpNetwork()
+        cluster = ScriptedCluster(network, nodes=1, ports=lambda _node: port)
+        cluster.create_topic("t", 1)
+        await network.ready()
+        loop = asyncio.get_running_loop()
+
+        async def two_addresses(host: Any, *args: Any, **kwargs: Any) -> Any:
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", port)),  # nothing listens
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+            ]
+
+        loop.getaddrinfo = two_addresses  # type: ignore[method-assign]
+        try:
+            async with Producer(bootstrap_servers=f"kafka.test:{port}", reconnect_backoff_ms=10) as p:
+                await p.send_and_wait("t", b"v")
+        finally:
+            await network.close()
+        return cluster.partition("t").values
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(produce()) == [b"v"]
