@@ -63,6 +63,10 @@ REAUTH_WINDOW = (0.85, 0.95)
 #: Fetch a new token once this fraction of the current one's lifetime has passed (Java's
 #: sasl.login.refresh.window.factor).
 TOKEN_REFRESH_FACTOR = 0.8
+#: How long a connection with a still-valid token waits for a refresh before using that token.
+_REFRESH_WAIT = 5.0
+#: An expires_at past this (the year 5138) is milliseconds since the epoch, not seconds.
+_EXPIRY_IN_MILLISECONDS = 1e11
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,15 @@ def _as_token(result: Any) -> OAuthBearerToken:
         return result
     if isinstance(result, tuple) and len(result) in (2, 3) and isinstance(result[0], str):
         extensions = result[2] if len(result) == 3 else {}
-        return OAuthBearerToken(result[0], float(result[1]), dict(extensions))
+        try:
+            expires_at = float(result[1])
+        except (TypeError, ValueError):
+            # Not float()'s own message: it quotes the value, which may be the token itself.
+            raise TypeError(
+                f"expires_at must be a number of seconds since the epoch, got a {type(result[1]).__name__} "
+                "(is the tuple (token, expires_at), in that order?)"
+            ) from None
+        return OAuthBearerToken(result[0], expires_at, dict(extensions))
     raise TypeError(
         "sasl_oauth_token_provider must return an OAuthBearerToken or a (token, expires_at[, extensions]) tuple, "
         f"got {type(result).__name__}"
@@ -103,35 +115,51 @@ class TokenCache:
         self._clock = clock
         self._token: OAuthBearerToken | None = None
         self._refresh_at = 0.0
-        self._lock = asyncio.Lock()
+        #: The one provider call under way: shared by every caller, never cancelled by them (a
+        #: connection that gives up waiting must not restart a slow provider from scratch).
+        self._refreshing: asyncio.Task[OAuthBearerToken] | None = None
         self.fetches = 0
 
     async def get(self) -> OAuthBearerToken:
         if self._token is not None and self._clock() < self._refresh_at:
             return self._token
-        async with self._lock:
-            now = self._clock()
-            if self._token is not None and now < self._refresh_at:
-                return self._token
-            try:
-                token = await self._fetch()
-            except AuthenticationError as exc:
-                current = self._token
-                now = self._clock()  # the provider may have taken a while to fail
-                if current is None or current.expires_at <= now:
-                    raise
-                # A refresh that fails while the current token is still valid is not a reason to
-                # fail anything (Java's refresh thread retries while the old credential is used).
-                log.warning(
-                    "%s; using the current token (valid %.0fs more) and retrying later", exc, current.expires_at - now
-                )
-                self._refresh_at = min(now + min(30.0, max(1.0, (current.expires_at - now) / 4)), current.expires_at)
-                return current
-            now = self._clock()  # the provider may have taken a while
-            self.fetches += 1
-            self._token = token
-            self._refresh_at = now + TOKEN_REFRESH_FACTOR * (token.expires_at - now)
-            return token
+        task = self._refreshing
+        if task is None or task.done():
+            task = self._refreshing = asyncio.get_running_loop().create_task(
+                self._refresh(), name="aioprod-token-refresh"
+            )
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved, even unawaited
+        current = self._token
+        remaining = 0.0 if current is None else current.expires_at - self._clock()
+        if current is None or remaining <= 0:
+            return await asyncio.shield(task)
+        # A still-valid token: a refresh is not a reason to hold a connection back for long (Java's
+        # refresh thread runs beside the connections, which keep the current credential).
+        await asyncio.wait([task], timeout=min(_REFRESH_WAIT, remaining / 2))
+        if task.done() and not task.cancelled() and task.exception() is None:
+            return task.result()
+        return current if current.expires_at > self._clock() else await asyncio.shield(task)
+
+    async def _refresh(self) -> OAuthBearerToken:
+        try:
+            token = await self._fetch()
+        except AuthenticationError as exc:
+            current = self._token
+            now = self._clock()  # the provider may have taken a while to fail
+            if current is None or current.expires_at <= now:
+                raise
+            # A refresh that fails while the current token is still valid is not a reason to
+            # fail anything (Java's refresh thread retries while the old credential is used).
+            log.warning(
+                "%s; using the current token (valid %.0fs more) and retrying later", exc, current.expires_at - now
+            )
+            self._refresh_at = min(now + min(30.0, max(1.0, (current.expires_at - now) / 4)), current.expires_at)
+            return current
+        now = self._clock()  # the provider may have taken a while
+        self.fetches += 1
+        self._token = token
+        self._refresh_at = now + TOKEN_REFRESH_FACTOR * (token.expires_at - now)
+        return token
 
     async def _fetch(self) -> OAuthBearerToken:
         """One call of the provider, its answer checked (extensions included: refused here, by
@@ -152,6 +180,13 @@ class TokenCache:
             raise AuthenticationError(
                 f"sasl_oauth_token_provider returned a token that expired {now - token.expires_at:.0f}s ago "
                 "(expires_at must be seconds since the epoch, not milliseconds or a duration)",
+                mechanism="OAUTHBEARER",
+                broker="-",
+            )
+        if token.expires_at > _EXPIRY_IN_MILLISECONDS:
+            raise AuthenticationError(
+                f"sasl_oauth_token_provider returned expires_at={token.expires_at:.0f}, thousands of years away: "
+                "expires_at must be seconds since the epoch, not milliseconds",
                 mechanism="OAUTHBEARER",
                 broker="-",
             )

@@ -45,6 +45,9 @@ R = TypeVar("R", bound=Response)
 _READ_CHUNK = 256 * 1024
 #: How long a connect to one address of a name goes on before the next starts too (RFC 8305).
 _NEXT_ADDRESS_DELAY = 0.25
+#: A SASL listener closes on a client without SASL as soon as it reads its first request:
+#: a close later than this after that request is something else (a broker restarting).
+_SASL_CLOSE_WINDOW = 1.0
 
 
 class Answer:
@@ -138,6 +141,8 @@ class BrokerConnection:
         self.api_versions: Mapping[int, tuple[int, int]] = {}
         #: The correlation id of the ApiVersions request that negotiated them.
         self._negotiated_id = -1
+        #: Loop time the first request after ApiVersions was written (see _closed_hint).
+        self._first_request_at: float | None = None
         #: Loop time until which the broker asked not to be sent anything (KIP-219).
         self.throttled_until = 0.0
         self._on_ready = on_ready or _nothing
@@ -437,6 +442,8 @@ class BrokerConnection:
             else:
                 self._awaiting_flush.append(future)
             return
+        if correlation_id == self._negotiated_id + 1:
+            self._first_request_at = loop.time()
         timer = loop.call_later(self.request_timeout, self._on_timeout, correlation_id)
         self._in_flight.append(
             _InFlight(correlation_id, None if raw else request.RESPONSE, version, future, timer)  # type: ignore[arg-type]
@@ -533,6 +540,9 @@ class BrokerConnection:
         if self._security is not None and self._security.authenticator is not None:
             return ""
         if not self._in_flight or self._in_flight[0].correlation_id != self._negotiated_id + 1:
+            return ""
+        sent = self._first_request_at
+        if sent is None or asyncio.get_running_loop().time() - sent > _SASL_CLOSE_WINDOW:
             return ""
         return (
             " on the first request after ApiVersions (a SASL listener closes like this on a client "

@@ -39,6 +39,9 @@ MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
 
 #: Kafka's ScramMechanism.minIterations: fewer means a server that weakens the password hash.
 SCRAM_MIN_ITERATIONS = 4096
+#: PBKDF2 runs on the event loop: a server asking for more would freeze it (0.6 s per million
+#: SHA-512 rounds; 2**31 - 1 is 20 minutes). Kafka's ScramMechanism.maxIterations is 16384.
+SCRAM_MAX_ITERATIONS = 1 << 20
 
 
 class ExchangeError(Exception):
@@ -145,6 +148,10 @@ class ScramExchange(SaslExchange):
             raise ExchangeError(
                 f"server asks for {iterations} iterations, fewer than the minimum {SCRAM_MIN_ITERATIONS}"
             )
+        if iterations > SCRAM_MAX_ITERATIONS:
+            raise ExchangeError(
+                f"server asks for {iterations} iterations, more than the maximum {SCRAM_MAX_ITERATIONS}"
+            )
         salted = hashlib.pbkdf2_hmac(self._hash, self._password, salt, iterations)
         client_key = self._hmac(salted, b"Client Key")
         stored_key = hashlib.new(self._hash, client_key).digest()
@@ -174,8 +181,10 @@ class ScramExchange(SaslExchange):
         return hmac.new(key, message, self._hash).digest()
 
 
-_EXTENSION_KEY = re.compile(r"^[A-Za-z]+$")
-_EXTENSION_VALUE = re.compile(r"^[\x21-\x7E \t\r\n]*$")
+# Kafka's OAuthBearerClientInitialResponse KEY and VALUE, matched whole (fullmatch: '$' would
+# let a trailing newline through).
+_EXTENSION_KEY = re.compile(r"[A-Za-z]+")
+_EXTENSION_VALUE = re.compile(r"[\x21-\x7E \t\r\n]+")
 
 
 class OAuthBearerExchange(SaslExchange):
@@ -191,7 +200,7 @@ class OAuthBearerExchange(SaslExchange):
     def __init__(self, token: str, extensions: Mapping[str, str] | None = None) -> None:
         parts = [f"auth=Bearer {token}"]
         for key, value in (extensions or {}).items():
-            if key == "auth" or not _EXTENSION_KEY.match(key) or not _EXTENSION_VALUE.match(value):
+            if key == "auth" or not _EXTENSION_KEY.fullmatch(key) or not _EXTENSION_VALUE.fullmatch(value):
                 raise ValueError(f"invalid SASL extension {key!r}")
             parts.append(f"{key}={value}")
         self._message = ("n,,\x01" + "\x01".join(parts) + "\x01\x01").encode()
@@ -216,7 +225,11 @@ class OAuthBearerExchange(SaslExchange):
 _JAAS = re.compile(
     r"\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)\s*(?P<rest>.*?);?\s*$", re.S
 )
-_JAAS_OPTION = re.compile(r'\s*(?P<key>[\w.\-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s";]+))', re.S)
+# Kafka's JaasConfig tokenizer takes '"' and "'" as quotes.
+_JAAS_OPTION = re.compile(
+    r"""\s*(?P<key>[\w.\-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|'(?P<single>(?:[^'\\]|\\.)*)'|(?P<bare>[^\s"';]+))""",
+    re.S,
+)
 
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -249,7 +262,7 @@ def parse_jaas_config(text: str) -> JaasConfig:
         option = _JAAS_OPTION.match(rest, position)
         if option is None:
             raise ValueError(f'cannot parse the options after {len(options)} option(s): expected key="value"')
-        quoted = option.group("quoted")
+        quoted = option.group("quoted") if option.group("quoted") is not None else option.group("single")
         value = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else option.group("bare")
         options[option.group("key")] = value
         position = option.end()

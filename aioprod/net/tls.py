@@ -41,8 +41,18 @@ def build_ssl_context(
                 files += f" / ssl_key_location {key_location!r}"
             reason = str(exc).lower()
             hint = " (wrong or missing ssl_key_password?)" if "bad decrypt" in reason or "pem lib" in reason else ""
+            if key_location is None and not _holds_private_key(certificate_location):
+                hint = " (the file holds no private key: set ssl_key_location)"
             raise ConfigError(f"{files}: cannot load the client certificate and key ({_reason(exc)}){hint}") from exc
     return context
+
+
+def _holds_private_key(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return b"PRIVATE KEY-----" in f.read()
+    except OSError:
+        return True  # not ours to explain
 
 
 def _reason(exc: BaseException) -> str:

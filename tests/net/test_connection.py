@@ -14,6 +14,7 @@ from aioprod import Producer
 from aioprod.embedded import free_port
 from aioprod.errors import KafkaConnectionError
 from aioprod.net.connection import BrokerConnection
+from aioprod.protocol.framing import decode_request_header
 from aioprod.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
@@ -254,3 +255,28 @@ async def test_a_malformed_response_fails_the_other_requests_on_its_connection_a
         await asyncio.sleep(0)
     assert [type(outcome) for outcome in outcomes] == [KafkaConnectionError] * 2
     assert all(outcome.retriable and "malformed response" in str(outcome) for outcome in outcomes)
+
+
+async def test_a_broker_stopping_during_the_first_request_is_not_blamed_on_security_protocol(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A SASL listener closes a client without SASL the moment it reads its first request; a
+    # broker that goes down two seconds into it (a restart) was hinted as one.
+    cluster = scripted.cluster
+    handle = ScriptedCluster.handle
+
+    async def slow_metadata(self: ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        if decode_request_header(frame)[0].api_key == MetadataRequest.API_KEY:
+            await asyncio.sleep(10)  # a busy broker
+        return await handle(self, conn, frame)
+
+    monkeypatch.setattr(ScriptedCluster, "handle", slow_metadata)
+    node = cluster.nodes[1]
+    conn = BrokerConnection(1, node.host, node.port, client_id="t", request_timeout=30.0, max_in_flight=5)
+    await conn.open(setup_timeout=5.0)
+    request = asyncio.ensure_future(conn.send(MetadataRequest(topics=[])))
+    await asyncio.sleep(2)
+    cluster.stop(1)
+    with pytest.raises(KafkaConnectionError) as info:
+        await request
+    assert "security_protocol" not in str(info.value)

@@ -82,7 +82,7 @@ async def test_a_reauthentication_whose_token_never_comes_ends_at_the_request_ti
         1, node.host, node.port, client_id="t", request_timeout=5.0, max_in_flight=5, security=security
     )
     await conn.open(setup_timeout=5.0)
-    wall[0] += 59  # the token is due for refresh at the next authentication
+    wall[0] += 61  # the token has expired by the next authentication: nothing to fall back on
     answers: list[Any] = []
     await asyncio.sleep(SESSION_MS / 1000)  # virtual time: re-authentication has begun, and waits
     conn.send_nowait(m.MetadataRequest(topics=[]), answers.append)  # held meanwhile
@@ -272,3 +272,52 @@ async def test_a_token_that_expired_while_the_provider_ran_is_refused() -> None:
 
     with pytest.raises(AuthenticationError, match="returned a token that expired 5s ago"):
         await TokenCache(provider, clock=lambda: clock[0]).get()
+
+
+async def test_a_hanging_refresh_does_not_stop_a_producer_holding_a_valid_token(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The re-authentication waited for the identity provider's hanging call and timed out at
+    # request_timeout_ms, closing the connection; every reconnect waited on it again: nothing
+    # was produced, though the current token was valid ten more minutes (Java's refresh thread
+    # runs beside the connections, which keep the current credential).
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    cluster.create_topic("t", 1)
+    wall = [1_000_000.0]
+    monkeypatch.setattr(auth.TokenCache.__init__, "__defaults__", (lambda: wall[0],))
+    hanging = [False]
+
+    async def provider() -> OAuthBearerToken:
+        if hanging[0]:
+            await asyncio.sleep(600)
+        return OAuthBearerToken("token", wall[0] + 3600)
+
+    async with oauth_producer(cluster, provider, linger_ms=0, delivery_timeout_ms=60_000) as p:
+        await (await p.send("t", b"first"))
+        wall[0] += 3000  # past the refresh point (80 %); the token is valid 600 s more
+        hanging[0] = True
+        await asyncio.sleep(SESSION_MS / 1000)  # the re-authentication asks the provider
+        assert (await (await p.send("t", b"second"))).offset == 1
+
+
+async def test_a_provider_slower_than_the_request_timeout_still_gets_its_token_used(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each connection attempt cancelled the provider's call at request_timeout_ms and the next
+    # one started it again: a provider needing 40 s never finished, within any max_block_ms.
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    cluster.create_topic("t", 1)
+    calls = 0
+
+    async def provider() -> OAuthBearerToken:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(40)
+        return OAuthBearerToken("token", 10**10)
+
+    options: dict[str, Any] = {"request_timeout_ms": 30_000, "max_block_ms": 120_000, "delivery_timeout_ms": 180_000}
+    async with oauth_producer(cluster, provider, linger_ms=0, **options) as p:
+        assert (await (await p.send("t", b"x"))).offset == 0
+    assert calls == 1

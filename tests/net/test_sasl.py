@@ -7,7 +7,9 @@ import base64
 import pytest
 import scramp
 
+from aioprod.config import ProducerConfig
 from aioprod.net.sasl import (
+    SCRAM_MAX_ITERATIONS,
     ExchangeError,
     OAuthBearerExchange,
     PlainExchange,
@@ -140,3 +142,32 @@ def test_jaas_config_errors_never_quote_the_password() -> None:
     assert "hunter2" not in str(info.value)
     with pytest.raises(ValueError, match="LoginModule"):
         parse_jaas_config("just-a-password")
+
+
+@pytest.mark.parametrize("iterations", [SCRAM_MAX_ITERATIONS + 1, 2**31])
+def test_a_scram_iteration_count_no_kafka_asks_for_is_refused_at_once(iterations: int) -> None:
+    # PBKDF2 runs on the event loop: 2**31 - 1 rounds froze it for 20 minutes (Kafka's brokers
+    # ask for at most 16,384); 2**31 escaped the exchange as an OverflowError.
+    exchange = ScramExchange("SCRAM-SHA-512", "u", "p", nonce="abc")
+    exchange.start()
+    with pytest.raises(ExchangeError, match="more than the maximum"):
+        exchange.step(f"r=abcdef,s=c2FsdA==,i={iterations}".encode())
+
+
+@pytest.mark.parametrize("extensions", [{"logicalCluster": ""}, {"logicalCluster\n": "lkc-1"}])
+def test_oauth_extensions_a_broker_refuses_are_refused_here(extensions: dict[str, str]) -> None:
+    # An empty value, or a key with a trailing newline, went out: Kafka's pattern for the
+    # client's first message ([A-Za-z]+ keys, non-empty values) refused it as bad credentials.
+    with pytest.raises(ValueError):
+        OAuthBearerExchange("tok", extensions).start()
+
+
+def test_single_quoted_jaas_values_are_unquoted_as_kafka_reads_them() -> None:
+    config = ProducerConfig.from_options(
+        bootstrap_servers="h:9092",
+        security_protocol="SASL_PLAINTEXT",
+        sasl_jaas_config="org.apache.kafka.common.security.plain.PlainLoginModule required "
+        "username='alice' password='alice-secret';",
+    )
+    assert config.sasl_username == "alice"
+    assert config.sasl_password is not None and config.sasl_password.reveal() == "alice-secret"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
+from aioprod.certs import CertificateAuthority
 from aioprod.config import ProducerConfig
 from aioprod.errors import AuthenticationError, ConfigError
 from aioprod.net.auth import OAuthBearerToken, TokenCache, msk_iam_token_provider
@@ -147,3 +149,37 @@ async def test_msk_iam_helper_signs_locally_and_converts_the_millisecond_expiry(
     assert urllib.parse.urlparse(url).hostname == "kafka.eu-west-1.amazonaws.com"
     assert query["Action"] == ["kafka-cluster:Connect"]
     assert time.time() < token.expires_at < time.time() + 3600  # seconds, not milliseconds
+
+
+async def test_a_provider_answer_in_the_wrong_order_does_not_quote_the_token() -> None:
+    # (expires_at, token) the wrong way round: float()'s own message quoted the token, into
+    # the AuthenticationError and the warnings.
+    token = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSJ9.SECRET-SIGNATURE"
+    cache = TokenCache(lambda: ("1900000000", token))
+    with pytest.raises(AuthenticationError, match=r"in that order") as info:
+        await cache.get()
+    assert "SECRET-SIGNATURE" not in str(info.value)
+
+
+async def test_an_expiry_in_milliseconds_is_refused_naming_it() -> None:
+    # A Java habit (lifetimeMs): the token looked valid for 55,000 years, was never refreshed,
+    # and once the real JWT expired every reconnect presented it again, for good.
+    cache = TokenCache(lambda: OAuthBearerToken("jwt", (time.time() + 3600) * 1000))
+    with pytest.raises(AuthenticationError, match="not milliseconds"):
+        await cache.get()
+
+
+async def test_an_empty_extension_from_the_provider_names_the_provider() -> None:
+    cache = TokenCache(lambda: OAuthBearerToken("tok", time.time() + 3600, {"logicalCluster": ""}))
+    with pytest.raises(AuthenticationError, match="sasl_oauth_token_provider"):
+        await cache.get()
+
+
+def test_a_certificate_without_its_key_names_ssl_key_location(tmp_path: Path) -> None:
+    # OpenSSL says "PEM lib" for a missing key as for a wrong password: the hint blamed the password.
+    cert, _key = CertificateAuthority().issue("client", client=True).write(tmp_path, "client")
+    with pytest.raises(ConfigError, match="set ssl_key_location") as info:
+        ProducerConfig.from_options(
+            bootstrap_servers="h:9093", security_protocol="SSL", ssl_certificate_location=str(cert)
+        )
+    assert "ssl_key_password" not in str(info.value)
