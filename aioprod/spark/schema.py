@@ -72,7 +72,7 @@ def check_schema(schema: StructType, topic: str | None, *, case_sensitive: bool 
         if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, StructType):
             inner = {f.name: f.dataType for f in dtype.elementType.fields}
             ok = (
-                set(inner) == {"key", "value"}
+                sorted(f.name for f in dtype.elementType.fields) == ["key", "value"]  # each once
                 and isinstance(inner["key"], StringType)
                 and isinstance(inner["value"], (BinaryType, StringType))
             )

@@ -16,6 +16,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
@@ -47,6 +48,10 @@ ProgressCallback = Callable[[int, int], None]
 _GRACE = 5.0
 
 
+class _Stalled(Exception):
+    """The watchdog's verdict (not a chunk's own ``TimeoutError``)."""
+
+
 @dataclass
 class _ChunkResult:
     written: int
@@ -69,7 +74,11 @@ class _LoopState:
 
 
 async def _send_chunk(
-    producer: Producer, chunk: Chunk, state: _LoopState, futures: list[RecordFuture | None]
+    producer: Producer,
+    chunk: Chunk,
+    state: _LoopState,
+    futures: list[RecordFuture | None],
+    refused: list[tuple[int, str | None, bytes | None, BaseException]] | None = None,
 ) -> _ChunkResult:
     """Queue every row of the chunk in order, then wait for all their acknowledgements.
 
@@ -78,7 +87,8 @@ async def _send_chunk(
     """
     plan = state.plan
     stop_at_first = plan.errors == "raise"
-    failures: list[tuple[int, str | None, bytes | None, BaseException]] = []
+    # Rows refused before they were queued: the writer reads them too if it gave up on the chunk.
+    failures: list[tuple[int, str | None, bytes | None, BaseException]] = [] if refused is None else refused
     n = len(chunk.values)
     topics = chunk.topics
     rows = zip(
@@ -101,6 +111,7 @@ async def _send_chunk(
                 # raise of the one error would add this chunk's frame to its traceback, for good.
                 add(None)
                 failures.append((i, topic, key, missing[topic]))
+                state.progress += 1  # a settled row is a sign of life too
                 if stop_at_first:
                     state.stopped = True
                     break
@@ -109,11 +120,13 @@ async def _send_chunk(
                 add(await send(topic, value, key, partition=partition, headers=headers))
                 state.progress += 1
             except KafkaTimeoutError as exc:
+                exc.__traceback__ = None  # kept: its frames (this one with the chunk) must not be
                 if topics is not None and has_cause(exc, lambda e: isinstance(e, UnknownTopicOrPartitionError)):
                     # The topic column names a topic the cluster says does not exist: this row's fault.
                     missing[topic] = exc
                     add(None)
                     failures.append((i, topic, key, exc))
+                    state.progress += 1
                     if stop_at_first:
                         state.stopped = True
                         break
@@ -128,8 +141,10 @@ async def _send_chunk(
                 state.stopped = True
                 break
             except Exception as exc:
+                exc.__traceback__ = None  # kept in the report: not with this chunk's frame
                 add(None)
                 failures.append((i, topic, key, exc))
+                state.progress += 1
                 if stop_at_first:
                     state.stopped = True
                     break
@@ -144,6 +159,7 @@ async def _send_chunk(
     written = 0
     counts: Counter[str] = Counter()
     keys = chunk.keys
+    failures = list(failures)  # the delivery failures are not added to the shared list
     for i, future in enumerate(futures):
         if future is None:
             continue
@@ -183,10 +199,14 @@ class PartitionWrite:
         self._config = ProducerConfig.from_options(plan.options)
         self._producer: SyncProducer | None = None
         self._state = _LoopState(plan)
-        self._pending: deque[tuple[Chunk, list[RecordFuture | None], concurrent.futures.Future[_ChunkResult]]] = deque()
+        self._pending: deque[
+            tuple[Chunk, list[RecordFuture | None], list[Any], concurrent.futures.Future[_ChunkResult]]
+        ] = deque()
         self._pending_rows = 0
         #: Chunks the watchdog gave up on, with their records: what they delivered is counted once the producer closed.
-        self._abandoned: list[tuple[Chunk, list[RecordFuture | None]]] = []
+        self._abandoned: list[tuple[Chunk, list[RecordFuture | None], list[Any]]] = []
+        #: The watchdog tripped: chunks still unfinished are given up at once, not after a timeout each.
+        self._stalled = False
         #: A row failed because another producer took the transactional id (see ``fenced``).
         self._row_fenced = False
         # While a chunk is written, a record is queued or settled at least once per buffer wait
@@ -233,9 +253,11 @@ class PartitionWrite:
         while self._pending and self._pending_rows + len(chunk.values) > self.plan.max_in_flight_rows:
             self._collect_oldest()
         futures: list[RecordFuture | None] = []
-        self._pending.append((chunk, futures, self._producer.submit(_send_chunk, chunk, self._state, futures)))
+        refused: list[Any] = []
+        submitted = self._producer.submit(_send_chunk, chunk, self._state, futures, refused)
+        self._pending.append((chunk, futures, refused, submitted))
         self._pending_rows += len(chunk.values)
-        while self._pending and self._pending[0][2].done():
+        while self._pending and self._pending[0][3].done():
             self._collect_oldest()
         return not self._state.stopped
 
@@ -279,18 +301,29 @@ class PartitionWrite:
         if self.plan.exactly_once:
             return  # their transaction is not committed: nothing of them is visible
         tally, topic = self.tally, self.plan.topic
-        for chunk, futures in self._abandoned:
+        for chunk, futures, refused in self._abandoned:
+            failures = list(refused)
             for i, future in enumerate(futures):
-                if future is not None and future.done() and not future.cancelled() and future.exception() is None:
+                if future is None or not future.done():
+                    continue
+                name = chunk.topics[i] if chunk.topics is not None else topic
+                error = asyncio.CancelledError() if future.cancelled() else future.exception()
+                if error is None:
                     tally.written += 1
-                    name = chunk.topics[i] if chunk.topics is not None else topic
                     if name is not None:
                         tally.topics[name] += 1
+                else:
+                    failures.append((i, name, None if chunk.keys is None else chunk.keys[i], error))
+            self._add_failures(chunk, sorted(failures, key=lambda f: f[0]))
         self._abandoned.clear()
 
     def _result(self, future: concurrent.futures.Future[_ChunkResult]) -> _ChunkResult:
-        """The chunk's result; ``TimeoutError`` once a whole ``_chunk_timeout`` passed in which no
-        record of the write was queued or settled."""
+        """The chunk's result; ``_Stalled`` once a whole ``_chunk_timeout`` passed in which no
+        record of the write was queued or settled (at once, once the write stalled)."""
+        if self._stalled:
+            if not future.done():
+                raise _Stalled
+            return future.result()
         seen = self._state.progress
         while True:
             try:
@@ -299,20 +332,19 @@ class PartitionWrite:
                 if future.done():
                     raise
             if self._state.progress == seen:
-                raise TimeoutError
+                raise _Stalled
             seen = self._state.progress
 
     def _collect_oldest(self) -> None:
-        chunk, futures, future = self._pending.popleft()
+        chunk, futures, refused, future = self._pending.popleft()
         self._pending_rows -= len(chunk.values)
         try:
             result = self._result(future)
-        except TimeoutError:
-            if future.done():
-                raise
+        except _Stalled:
+            self._stalled = True
+            self._state.stopped = True  # before the cancellation: the next chunk must not start
             future.cancel()
-            self._abandoned.append((chunk, futures))
-            self._state.stopped = True
+            self._abandoned.append((chunk, futures, refused))
             if self.tally.aborted is None:
                 self.tally.aborted = (
                     f"no record was queued or acknowledged for {self._chunk_timeout:g}s (a chunk of"
@@ -322,7 +354,13 @@ class PartitionWrite:
         tally = self.tally
         tally.written += result.written
         tally.topics.update(result.topics)
-        for index, topic, key, exc in result.failures:
+        self._add_failures(chunk, result.failures)
+        if self.on_progress is not None:
+            self.on_progress(tally.written, tally.failed)
+
+    def _add_failures(self, chunk: Chunk, failures: list[tuple[int, str | None, bytes | None, BaseException]]) -> None:
+        tally = self.tally
+        for index, topic, key, exc in failures:
             if not self._row_fenced and _fenced(exc):
                 self._row_fenced = True  # kept apart from tally.errors, which max_errors may cap at none
             tally.add_error(
@@ -336,8 +374,6 @@ class PartitionWrite:
                 ),
                 self.plan.max_errors,
             )
-        if self.on_progress is not None:
-            self.on_progress(tally.written, tally.failed)
 
 
 class TransactionalPartitionWrite(PartitionWrite):

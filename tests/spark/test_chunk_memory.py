@@ -62,3 +62,19 @@ async def test_chunks_written_after_a_missing_topic_are_not_kept_alive() -> None
     while tb is not None:
         entries, tb = entries + 1, tb.tb_next
     assert alive <= 1, f"{alive} of 20 chunks still alive; the kept error's traceback has {entries} entries"
+
+
+async def test_chunks_are_not_kept_alive_by_the_errors_of_many_missing_topics() -> None:
+    # Each missing topic's remembered error (and a row error in the report) kept, through its
+    # traceback, the frame of the chunk that met it: N topics, N chunks alive.
+    state = _LoopState(_plan())
+    producer = _MissingTopicProducer()
+    refs = []
+    for c in range(20):
+        values = _Rows(bytes(1000) for _ in range(100))
+        refs.append(weakref.ref(values))
+        chunk = Chunk(first_row=c * 100, values=values, topics=[f"nope-{c}"] * 100)
+        await _send_chunk(producer, chunk, state, [])  # type: ignore[arg-type]
+        del chunk, values
+    gc.collect()
+    assert sum(ref() is not None for ref in refs) <= 1

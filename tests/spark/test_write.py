@@ -339,6 +339,17 @@ def test_schema_errors_name_the_column_and_type(spark: Any, ddl: str, topic: str
     assert isinstance(info.value, ValueError)
 
 
+def test_a_header_field_twice_is_a_schema_error(spark: Any) -> None:
+    # The nested case of a column twice: it passed the check, then pyspark raised
+    # AMBIGUOUS_REFERENCE_TO_FIELDS.
+    from pyspark.sql import functions as F
+
+    element = F.struct(F.lit("a").alias("key"), F.lit("b").alias("key"), F.lit(b"x").alias("value"))
+    df = spark.range(1).select(F.lit("v").alias("value"), F.array(element).alias("headers"))
+    with pytest.raises(DataFrameSchemaError, match="headers"):
+        write_dataframe(df, bootstrap_servers=f"127.0.0.1:{refused_port()}", topic="t")
+
+
 def test_columns_differing_in_case_are_two_with_case_sensitive_names(spark: Any, tansu_broker: TansuBroker) -> None:
     spark.conf.set("spark.sql.caseSensitive", "true")
     try:
@@ -635,6 +646,45 @@ def test_a_stalled_chunk_stops_the_write_counting_what_it_delivered(
         write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, **quicker)
     assert (info.value.report.rows_written, info.value.report.topics) == (100, {topic: 100})
     assert len(read_topic(tansu_broker.bootstrap, topic)) == 100
+
+
+def test_an_abandoned_chunk_still_reports_the_rows_it_failed(
+    spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given up by the watchdog, a chunk counted only its delivered rows: the row it had refused
+    # was in neither rows_failed nor report.errors.
+    send_chunk = writer._send_chunk
+
+    async def hangs_after_sending(*args: Any) -> Any:
+        await send_chunk(*args)
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(writer, "_GRACE", 0.0)
+    monkeypatch.setattr(writer, "_send_chunk", hangs_after_sending)
+    topic = new_topic("stall")
+    rows = [(topic, str(i)) for i in range(10)] + [("not a topic!", "x")] + [(topic, str(i)) for i in range(10, 20)]
+    df = spark.createDataFrame(rows, "topic string, value string").coalesce(1)
+    quicker = {**QUICK_WATCHDOG, "max_block_ms": 250, "request_timeout_ms": 250, "delivery_timeout_ms": 250}
+    with pytest.raises(WriteError, match="no record was queued or acknowledged") as info:
+        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, errors="report", **quicker)
+    report = info.value.report
+    assert (report.rows_written, report.rows_failed, [e.row for e in report.errors]) == (20, 1, [10])
+
+
+def test_rows_for_several_missing_topics_do_not_trip_the_watchdog(
+    spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each new missing topic takes a max_block_ms to be known missing; a failed row was not
+    # progress, so three of them in a row outlasted the watchdog and stopped a healthy write.
+    monkeypatch.setattr(writer, "_GRACE", 0.0)  # the watchdog: max_block_ms + delivery_timeout_ms = 1.5 s
+    good = new_topic("good")
+    create_topic(tansu_broker.bootstrap, good, 1)
+    rows = [(good, "a")] + [(new_topic("missing"), "x") for _ in range(3)] + [(good, "b")]
+    df = spark.createDataFrame(rows, "topic string, value string").coalesce(1)
+    options = {**QUICK_WATCHDOG, "max_block_ms": 1000, "allow_auto_create_topics": False}
+    report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, errors="report", **options)
+    assert (report.rows_written, report.rows_failed) == (2, 3)
+    assert sorted(r.value for r in read_topic(tansu_broker.bootstrap, good)) == [b"a", b"b"]
 
 
 # -- progress -------------------------------------------------------------------------------------
