@@ -27,6 +27,7 @@ from aioprod.errors import (
     OutOfOrderSequenceNumberError,
     ProducerFatalError,
     TransactionAbortedError,
+    copy_error,
     error_for_code,
 )
 from aioprod.metrics import ProducerMetrics
@@ -48,6 +49,8 @@ from aioprod.protocol.messages import (
 
 log = logging.getLogger(__name__)
 
+#: The largest producer epoch (int16); past it, a new producer id is needed.
+_MAX_EPOCH = 32767
 #: A sleep long enough to mean "until something wakes me".
 _IDLE = 3600.0
 #: Requests in flight to a leader from which its batches due only by their linger wait (see
@@ -104,6 +107,9 @@ class Sender:
         self._stopping = False
         self._init_task: asyncio.Task[None] | None = None
         self._init_failures = 0
+        #: The broker refused sequence 0 of our id as an unknown producer: bumping the epoch
+        #: will not do, InitProducerId gives a new id.
+        self._fresh_id_needed = False
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -282,6 +288,19 @@ class Sender:
                 txn.sequence_in_doubt()
                 return 0.0  # sweep what the transaction can no longer send, at once
         elif ident is not None and ident.needs_producer_id and acc.has_queued:
+            if (
+                ident.has_producer_id
+                and ident.producer_epoch < _MAX_EPOCH
+                and not self._fresh_id_needed
+                and not self._init_running
+            ):
+                # Java's bumpIdempotentProducerEpoch: the same id at the next epoch, taken here. A
+                # broker answers InitProducerId without a transactional id with a new id whatever
+                # it is sent (TransactionCoordinator.handleInitProducerId), and attempts of the old
+                # id still queued in a broker (a connection given up on) would then be taken as
+                # another producer's: the new epoch fences them where the partition restarts.
+                self._new_epoch()
+                return 0.0
             self._ensure_producer_id()
         if drained:
             # A drain takes one batch per partition: look again at once for the rest.
@@ -437,7 +456,14 @@ class Sender:
                 acc.split_and_reenqueue(batch, decision.retry_at)
             else:
                 assert decision.error is not None
-                self._finish(batch, decision.error)
+                error = decision.error
+                if batch.maybe_written:
+                    # The broker's last word, but an earlier attempt's answer never came: the
+                    # record may be in the log, and a resend would write it twice.
+                    error = copy_error(error)
+                    error.possibly_persisted = True  # type: ignore[attr-defined]
+                    error.add_note("an earlier attempt's answer never came: the record may be in the log")
+                self._finish(batch, error)
         if refresh:
             self._metadata.request_update()
 
@@ -494,6 +520,10 @@ class Sender:
             self._set_fatal(fatal)
             self._finish(batch, _fatal_as(fatal, batch.possibly_persisted))
             return False
+        if gap and fresh and decision.unknown_producer:
+            # Sequence 0 of our identity refused as an unknown producer: this broker does not take
+            # the id at any epoch (it lost it, or it only takes ids it gave out, as Tansu): a new id.
+            self._fresh_id_needed = True
         if gap:
             self._doubt = (
                 f"{describe_node(node)} does not continue the sequence of {batch.tp.topic}-{batch.tp.partition} "
@@ -532,6 +562,27 @@ class Sender:
             self.transactions.record_failed(error)
 
     # -- producer id -------------------------------------------------------------------
+
+    @property
+    def _init_running(self) -> bool:
+        return self._init_task is not None and not self._init_task.done()
+
+    def _new_epoch(self) -> None:
+        ident = self.idempotence
+        assert ident is not None
+        self._metrics.record_identity_reset()
+        self._metrics.events.problem(
+            log,
+            "identity",
+            self._doubt,
+            "took a new producer identity %s/%s (was %s/%s): %s",
+            ident.producer_id,
+            ident.producer_epoch + 1,
+            ident.producer_id,
+            ident.producer_epoch,
+            self._doubt,
+        )
+        ident.set_producer_id(ident.producer_id, ident.producer_epoch + 1)
 
     def _ensure_producer_id(self) -> None:
         if self._init_task is None or self._init_task.done():
@@ -597,6 +648,7 @@ class Sender:
                 )
             ident.set_producer_id(response.producer_id, response.producer_epoch)
             self._init_failures = 0
+            self._fresh_id_needed = False
             self.wakeup()
             return
 

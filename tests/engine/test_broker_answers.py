@@ -19,6 +19,7 @@ from aioprod.errors import (
     UnknownProducerIdError,
 )
 from aioprod.protocol.messages import InitProducerIdRequest, ProduceRequest
+from aioprod.protocol.records import read_batch
 from tests.conftest import Scripted
 from tests.fakes.cluster import ScriptedCluster
 
@@ -41,7 +42,15 @@ def producer(cluster: ScriptedCluster, **options: object) -> Producer:
 
 
 def init_calls(cluster: ScriptedCluster) -> int:
-    return len(cluster.requests_of(InitProducerIdRequest))
+    """Identities the producer used: InitProducerId answers, and epochs it bumped itself (as Java's
+    idempotent producer does) — each distinct (producer id, epoch) its batches carried."""
+    stamps = set()
+    for request in cluster.requests_of(ProduceRequest):
+        for topic in request.body.topic_data:
+            for part in topic.partition_data:
+                batch = read_batch(part.records)
+                stamps.add((batch.producer_id, batch.producer_epoch))
+    return max(len(stamps), len(cluster.requests_of(InitProducerIdRequest)))
 
 
 async def test_duplicate_sequence_counts_as_success(cluster: ScriptedCluster) -> None:
@@ -77,7 +86,7 @@ async def test_unknown_producer_id_takes_a_new_identity_invisibly(cluster: Scrip
         assert md.offset == 0
     assert init_calls(cluster) == 2
     (accepted,) = cluster.partition("t").log
-    assert (accepted.producer_id, accepted.base_sequence) == (1001, 0)
+    assert (accepted.producer_id, accepted.base_sequence) == (1001, 0)  # sequence 0 refused: a new id
 
 
 async def test_out_of_order_when_the_broker_forgot_resets_sequences(cluster: ScriptedCluster) -> None:
@@ -86,7 +95,8 @@ async def test_out_of_order_when_the_broker_forgot_resets_sequences(cluster: Scr
         cluster.nodes[1].script.append(OUT_OF_ORDER)  # the broker lost what it knew of us
         await p.send_and_wait("t", b"second")
     assert init_calls(cluster) == 2
-    assert [(a.producer_id, a.base_sequence) for a in cluster.partition("t").log] == [(1000, 0), (1001, 0)]
+    log = cluster.partition("t").log
+    assert [(a.producer_id, a.producer_epoch, a.base_sequence) for a in log] == [(1000, 0, 0), (1000, 1, 0)]
 
 
 async def test_unexplainable_sequence_gap_is_fatal(cluster: ScriptedCluster) -> None:
@@ -170,7 +180,8 @@ async def test_a_partition_whose_last_batch_is_lost_in_doubt_renumbers_under_a_n
     # The producer cannot know that: rather than guess the broker's next sequence, the
     # partition starts again from 0 under a new identity.
     assert init_calls(cluster) == 2
-    assert [(a.values, a.producer_id, a.base_sequence) for a in cluster.partition("t").log] == [((b"after",), 1001, 0)]
+    log = cluster.partition("t").log
+    assert [(a.values, a.producer_id, a.producer_epoch, a.base_sequence) for a in log] == [((b"after",), 1000, 1, 0)]
 
 
 async def test_never_sent_is_reported_as_not_sent(cluster: ScriptedCluster) -> None:

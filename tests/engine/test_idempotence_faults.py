@@ -8,7 +8,7 @@ from collections import deque
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import InvalidRecordError, OutOfOrderSequenceNumberError
+from aioprod.errors import InvalidRecordError, MessageTooLargeError, OutOfOrderSequenceNumberError
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import Hold
@@ -62,7 +62,7 @@ async def test_retries_of_a_partition_survive_an_identity_change_caused_elsewher
         c = await p.send("t", b"C", partition=1)
         await asyncio.gather(c, return_exceptions=True)
         await p.send_and_wait("t", b"D", partition=1)
-        assert len(cluster.requests_of(m.InitProducerIdRequest)) == 2
+        assert p.metrics()["producer-id-reset-total"] == 1  # a new identity (the epoch bumped, as Java)
         # Node 1 answers A with a retriable error (not written); B's answer is lost.
         node1.script = deque([NOT_ENOUGH_REPLICAS, Hold])
         node1.release()
@@ -177,3 +177,55 @@ async def test_a_batch_a_stateless_broker_skipped_is_not_reported_as_delivered(s
         await second
         await flushing
     assert cluster.partition("t").values == [b"second"]
+
+
+async def test_a_renumbered_batch_is_not_written_twice_by_a_late_earlier_attempt(scripted: Scripted) -> None:
+    # After an unexplained gap the producer took a new producer id (Kafka answers InitProducerId
+    # without a transactional id with a new id, whatever it is sent), renumbered B under it, and
+    # the old id's attempts still queued in the broker (on a connection given up on) were then
+    # written too: B twice. As Java's, the producer now bumps its own epoch: the broker refuses
+    # the old epoch's attempts where the new one was written.
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1])
+    node = cluster.nodes[1]
+    options = {"request_timeout_ms": 1000, "delivery_timeout_ms": 2500, "retry_backoff_ms": 100}
+    # Each record fills a batch: each goes at once, not with W's answer.
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, **options) as p:
+        await p.send_and_wait("t", b"w0" * 100)  # connected, identity taken (sequence 0)
+        node.delay = 5.0  # a slow broker: it appends at once, answers 5 s later
+        w = await p.send("t", b"W" * 100)  # sequence 1
+        await asyncio.sleep(0.01)
+        node.delay = 0.0  # W's answer holds up those of A and B, behind it on that connection
+        a = await p.send("t", b"A" * 100)  # sequence 2
+        await asyncio.sleep(0.8)  # B's delivery deadline comes well after A's
+        b = await p.send("t", b"B" * 100)  # sequence 3
+        # At 1 s the request timeout closes the connection; W, A and B are retried on a new one:
+        # W's retry is a duplicate (success), A's refused until A's delivery timeout.
+        node.script = deque([0] + [NOT_ENOUGH_REPLICAS] * 40)
+        await asyncio.gather(w, a, return_exceptions=True)
+        node.script.clear()
+        await asyncio.gather(b, return_exceptions=True)  # refused as out of order, then renumbered
+        await asyncio.sleep(10)  # the old connection's queued requests are handled meanwhile
+    assert cluster.partition("t").values.count(b"B" * 100) == 1
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+async def test_a_broker_error_after_an_attempt_that_may_be_written_says_so(
+    scripted: Scripted, idempotent: bool
+) -> None:
+    # Written, its answer lost; the retry refused as too large (the limit lowered meanwhile): a
+    # plain MessageTooLargeError said nothing of the record in the log, and a resend wrote it twice.
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1])
+    options: dict[str, object] = {} if idempotent else {"enable_idempotence": False, "acks": 1}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10, **options) as p:
+        await p.send_and_wait("t", b"w")
+        cluster.nodes[1].script = deque([Hold])
+        future = await p.send("t", b"v" * 200)
+        await asyncio.sleep(0.01)
+        cluster.partition("t").max_batch_bytes = 150
+        cluster.disconnect(1)
+        with pytest.raises(MessageTooLargeError) as info:
+            await future
+    assert b"v" * 200 in cluster.partition("t").values
+    assert getattr(info.value, "possibly_persisted", None) is True

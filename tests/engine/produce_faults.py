@@ -1,0 +1,711 @@
+"""Seeded randomized fault harness for the non-transactional producer on the scripted cluster.
+
+Each seed draws the producer's settings (idempotence on or off, acks, in-flight limit, linger,
+small batches and buffer memory, compression, delivery timeout, retries), sends records over
+several partitions of three brokers (send, send_many, some cancelled part-way, flush) under
+random produce faults in virtual time, closes the producer (with a random timeout), then
+checks: every future resolved; with idempotence no record is in the log twice and the
+acknowledged records of a partition are in the order their sends were made (without
+idempotence too when one request is in flight); every acknowledged offset holds its record;
+no record said not to be written is in the log, nor one whose send() was cancelled; the
+buffer memory is all given back and no batch is left; the record metrics agree with the
+outcomes. The suite runs a few seeds (test_produce_faults.py); for a long hunt:
+
+    PYTHONPATH=. .venv/bin/python tests/engine/produce_faults.py 0 300      (seeds [0, 300))
+    PYTHONPATH=. .venv/bin/python tests/engine/produce_faults.py 17 18 -v   (one seed, with its trace)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import sys
+import traceback
+from collections import deque
+from dataclasses import dataclass
+
+from aioprod import Producer
+from aioprod.errors import BrokerResponseError, KafkaError, KafkaTimeoutError, SendManyError
+from aioprod.producer.outcomes import _NOT_WRITTEN
+from aioprod.protocol.records import read_batch
+from tests.fakes.clock import VirtualClock
+from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.network import MemoryNetwork
+
+HANG = 900.0  # virtual seconds: far beyond every bound the producer has
+TOPICS = {"a": [1, 2, 3], "b": [2, 3, 1, 2]}
+#: NOT_LEADER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, CORRUPT_MESSAGE (OUT_OF_ORDER_SEQUENCE_NUMBER
+#: comes from the partitions' own checks: see HonestCluster).
+PRODUCE_ERRORS = [6, 19, 7, 2]
+#: Errors a broker may give after it appended the batch (a produce that waited for its replicas).
+AFTER_APPEND = [7, 6]
+
+
+@dataclass
+class Written:
+    """A scripted answer: append the batch as usual, then answer ``code``."""
+
+    code: int
+
+
+@dataclass
+class Rec:
+    value: bytes
+    topic: str
+    future: object = None  # RecordFuture
+    group: object = None  # (send_many future, index)
+    queued: bool = True  # False: the call raised or was cancelled before queuing it
+    start: int = 0
+    end: int = 1 << 60
+    call: int = 0
+    index: int = 0
+
+
+class Violation(Exception):
+    pass
+
+
+class HonestCluster(ScriptedCluster):
+    """Scripted answers a real broker would not give are not given. A sequence refusal (45, 59)
+    goes only to a batch the partition's own checks refuse too: a broker checks duplicates
+    first, and refuses an in-order sequence of a producer it knows for no reason (scripted
+    anyway, the producer renumbers the batch while an earlier attempt of it may still land).
+    So those codes come from the partition's checks (a batch sent behind one refused with a
+    retriable error gets OUT_OF_ORDER). A :class:`Written` answer appends the batch and then
+    answers its error code (a produce that waited for its replicas)."""
+
+    on_answer = None
+
+    def _produce(self, node, request, version):
+        script = list(node.script)
+        after: dict[int, int] = {}
+        count = sum(len(t.partition_data) for t in request.topic_data)
+        for i, answer in enumerate(script[:count]):
+            if isinstance(answer, Written):
+                after[i] = answer.code
+                script[i] = 0
+            elif answer in (45, 59):
+                script[i] = 0
+        node.script = deque(script)
+        response, hold = super()._produce(node, request, version)
+        i = 0
+        for t, td in zip(response.responses, request.topic_data, strict=True):
+            for part, pd in zip(t.partition_responses, td.partition_data, strict=True):
+                if i in after and part.error_code == 0:
+                    part.error_code, part.base_offset = after[i], -1
+                if self.on_answer is not None:
+                    batch = read_batch(pd.records)
+                    first = batch.records[0].value[:8] if batch.records else None
+                    self.on_answer(
+                        f"  node {node.node_id} {t.name}-{part.index} pid={batch.producer_id}/{batch.producer_epoch} "
+                        f"seq={batch.base_sequence} n={len(batch.records)} first={first!r} -> code {part.error_code} "
+                        f"offset {part.base_offset}{' (written)' if i in after else ''}"
+                    )
+                i += 1
+        return response, hold
+
+
+class Run:
+    def __init__(self, seed: int, verbose: bool = False) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.verbose = verbose
+        self.trace: list[str] = []
+        self.recs: list[Rec] = []
+        self.counter = 0
+        self.problems: list[str] = []
+        self.stopped: set[int] = set()
+        self.aliases: dict[int, list[tuple[str, int]]] = {}
+        self.calm = False
+        self.ticks = 0
+        self.background: list[asyncio.Future] = []
+        self.opts: dict = {}
+        self.metrics: dict = {}
+        #: What the producer does not promise but a user may want to know (retriable broker
+        #: errors out of retries after an attempt that may have been written say nothing of it).
+        self.notes: list[str] = []
+        self.lanes = False
+        self.chaos_mean = self.rng.choice([0.05, 0.3, 2.0])
+        self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
+
+    def log(self, msg: str) -> None:
+        line = f"[{asyncio.get_running_loop().time() - self.t0:9.3f}] {msg}"
+        self.trace.append(line)
+        if self.verbose:
+            print(line)
+
+    async def guarded(self, what: str, aw):
+        try:
+            async with asyncio.timeout(HANG):
+                return await aw
+        except TimeoutError as exc:
+            if isinstance(exc, KafkaError):
+                raise
+            self.problems.append(f"HANG: {what} did not return within {HANG} virtual seconds")
+            raise Violation(what) from None
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def fault(self) -> None:
+        if self.calm:
+            return
+        c, rng = self.cluster, self.rng
+        kind = rng.choice(
+            [
+                "produce_err",
+                "produce_err",
+                "produce_err",
+                "written_err",
+                "too_large",
+                "hold",
+                "stall",
+                "disconnect",
+                "stop",
+                "move_leader",
+                "move_leader",
+                "stale",
+                "address",
+                "delay",
+                "throttle",
+                "deaf",
+                "black_hole",
+            ]
+        )
+        loop = asyncio.get_running_loop()
+        nodes = list(c.nodes)
+        n = rng.choice(nodes)
+        node = c.nodes[n]
+        if kind == "produce_err":
+            code = rng.choice(PRODUCE_ERRORS)
+            node.script.append(code)
+            self.log(f"FAULT node {n} next produce partition answers {code}")
+        elif kind == "written_err":
+            code = rng.choice(AFTER_APPEND)
+            node.script.append(Written(code))
+            self.log(f"FAULT node {n} next produce partition is written, then answered {code}")
+        elif kind == "too_large":
+            topic = rng.choice(list(TOPICS))
+            idx = rng.randrange(len(TOPICS[topic]))
+            limit = rng.choice([150, 400, 1200])
+            c.topics[topic][idx].max_batch_bytes = limit
+            after = rng.choice([0.05, 1.0, 10.0])
+            self.log(f"FAULT {topic}-{idx} refuses batches over {limit} bytes for {after}s")
+            loop.call_later(after, self._unlimit, topic, idx)
+        elif kind in ("hold", "stall"):
+            setattr(node, "holding" if kind == "hold" else "stalling", True)
+            after = rng.choice([0.01, 0.2, 2.0, 40.0])
+            self.log(f"FAULT node {n} {kind}s produce for {after}s")
+            loop.call_later(after, self._release, n)
+        elif kind == "disconnect":
+            self.log(f"FAULT disconnect node {n}")
+            c.disconnect(n)
+        elif kind == "stop":
+            if n in self.stopped:
+                return
+            after = rng.choice([0.05, 1.0, 10.0])
+            self.log(f"FAULT stop node {n} for {after}s")
+            self.stopped.add(n)
+            for host, port in [node.address, *self.aliases.get(n, [])]:
+                c.network.stop_listening(host, port)
+            c.disconnect(n)
+            loop.call_later(after, self._start, n)
+        elif kind == "move_leader":
+            topic = rng.choice(list(TOPICS))
+            idx = rng.randrange(len(TOPICS[topic]))
+            self.log(f"FAULT leader of {topic}-{idx} -> {n}")
+            c.move_leader(topic, idx, n)
+        elif kind == "stale":
+            topic = rng.choice(list(TOPICS))
+            idx = rng.randrange(len(TOPICS[topic]))
+            part = c.topics[topic][idx]
+            old = rng.choice([m for m in nodes if m != part.leader])
+            node.stale[(topic, idx)] = (old, max(0, part.epoch - 1))
+            after = rng.choice([0.5, 5.0])
+            self.log(f"FAULT node {n} says {topic}-{idx} is led by {old} for {after}s")
+            loop.call_later(after, lambda: node.stale.pop((topic, idx), None))
+        elif kind == "address":
+            new = f"broker{n}-{len(self.aliases.get(n, [])) + 1}.example"
+            self.log(f"FAULT node {n} now advertised as {new}")
+            if n not in self.stopped:
+                c.network.listen(new, node.port, node)
+            self.aliases.setdefault(n, []).append(node.address)
+            node.host = new
+        elif kind == "delay":
+            d = rng.choice([0.05, 0.5, 5.0])  # past a 1 s request timeout: the client gives the connection up
+            node.delay = d
+            self.log(f"FAULT node {n} delays produce answers {d}s")
+            loop.call_later(rng.choice([0.5, 3.0]), self._undelay, n)
+
+        elif kind == "throttle":
+            node.throttle_ms = rng.choice([10, 300, 2000])
+            self.log(f"FAULT node {n} throttles {node.throttle_ms} ms")
+            loop.call_later(rng.choice([0.5, 3.0]), setattr, node, "throttle_ms", 0)
+        elif kind == "deaf":
+            after = rng.choice([0.1, 2.0, 20.0])
+            self.log(f"FAULT node {n} stops reading its connections for {after}s")
+            node.stop_reading()
+            loop.call_later(after, self._hear, n)
+        elif kind == "black_hole":
+            address = node.address
+            after = rng.choice([0.5, 5.0, 20.0])
+            self.log(f"FAULT connecting to node {n} at {address} hangs for {after}s")
+            c.network.black_holes.add(address)
+            loop.call_later(after, c.network.black_holes.discard, address)
+
+    def _hear(self, n: int) -> None:
+        for conn in self.cluster.nodes[n].connections:
+            conn.side.reading = True
+
+    def _unlimit(self, topic: str, idx: int) -> None:
+        self.cluster.topics[topic][idx].max_batch_bytes = None
+
+    def _release(self, n: int) -> None:
+        self.cluster.nodes[n].release()
+
+    def _undelay(self, n: int) -> None:
+        self.cluster.nodes[n].delay = 0.0
+
+    def _start(self, n: int) -> None:
+        if n not in self.stopped:
+            return
+        self.log(f"start node {n}")
+        self.stopped.discard(n)
+        node = self.cluster.nodes[n]
+        for host, port in [node.address, *self.aliases.get(n, [])]:
+            self.cluster.network.listen(host, port, node)
+
+    async def chaos(self) -> None:
+        while True:
+            await asyncio.sleep(self.rng.expovariate(1 / self.chaos_mean))
+            if self.rng.random() < 0.5:
+                self.fault()
+
+    def heal(self) -> None:
+        c = self.cluster
+        self.calm = True
+        for n, node in c.nodes.items():
+            node.script.clear()
+            node.stale.clear()
+            node.release()
+            node.delay = 0.0
+            node.throttle_ms = 0
+            self._hear(n)
+            self._start(n)
+        c.network.black_holes.clear()
+        for parts in c.topics.values():
+            for part in parts:
+                part.max_batch_bytes = None
+
+    # -- the workload --------------------------------------------------------------------------
+
+    def value(self) -> bytes:
+        self.counter += 1
+        r = self.rng.random()
+        pad = b"" if r < 0.6 else b":" + b"x" * self.rng.choice([40, 300, 1500])
+        return b"%d" % self.counter + pad
+
+    async def one_send(self, p: Producer) -> None:
+        rng = self.rng
+        topic = rng.choice(list(TOPICS))
+        v = self.value()
+        key = rng.choice([None, None, b"k1", b"k2", b"k3"])
+        part = rng.choice([None, None, rng.randrange(len(TOPICS[topic]))])
+        headers = [("h", b"x"), ("n", None)] if rng.random() < 0.2 else None
+        rec = Rec(v, topic)
+        self.ticks += 1
+        rec.start = rec.call = self.ticks
+        self.recs.append(rec)
+        cancel = rng.choice([None] * 9 + [0.0, 0.01, 0.3])
+        self.log(f"send {topic} {v[:12]!r} key={key} partition={part} headers={bool(headers)} cancel={cancel}")
+        call = p.send(topic, v, key=key, partition=part, headers=headers)
+        try:
+            if cancel is None:
+                rec.future = await self.guarded("send", call)
+            else:
+                rec.future = await asyncio.wait_for(call, cancel)
+            self.ticks += 1
+            rec.end = self.ticks
+        except KafkaError as exc:
+            rec.queued = False
+            self.log(f"  send raised {type(exc).__name__}: {exc}")
+        except TimeoutError:
+            rec.queued = False
+            self.log("  send cancelled by wait_for")
+
+    async def one_send_many(self, p: Producer) -> None:
+        rng = self.rng
+        topic = rng.choice(list(TOPICS))
+        n = rng.randint(1, 12)
+        vals = [self.value() for _ in range(n)]
+        keys = [rng.choice([b"k1", b"k2", b"k3", None]) for _ in range(n)] if rng.random() < 0.3 else None
+        part = rng.randrange(len(TOPICS[topic])) if keys is None and rng.random() < 0.5 else None
+        headers = [[("h", b"%d" % i)] if i % 2 else None for i in range(n)] if rng.random() < 0.2 else None
+        recs = [Rec(v, topic) for v in vals]
+        self.ticks += 1
+        for i, r in enumerate(recs):
+            r.start = r.call = self.ticks
+            r.index = i
+        self.recs.extend(recs)
+        cancel = rng.choice([None] * 6 + [0.0, 0.001, 0.05, 0.5])
+        self.log(f"send_many {topic} {len(vals)} records keys={keys is not None} partition={part} cancel={cancel}")
+        call = p.send_many(topic, vals, keys=keys, partition=part, headers=headers)
+        try:
+            if cancel is None:
+                fut = await self.guarded("send_many", call)
+            else:
+                fut = await asyncio.wait_for(call, cancel)
+        except KafkaError as exc:
+            for r in recs:
+                r.queued = False
+            self.log(f"  send_many raised {type(exc).__name__}: {exc}")
+            return
+        except TimeoutError as exc:
+            queued = getattr(exc.__cause__, "_aioprod_queued", None)
+            count, fut = queued if queued is not None else (0, None)
+            self.log(f"  send_many cancelled by wait_for after queuing {count}")
+            self.ticks += 1
+            for i, r in enumerate(recs):
+                if i < count:
+                    r.group = (fut, i)
+                    r.end = self.ticks
+                else:
+                    r.queued = False
+            return
+        self.ticks += 1
+        for i, r in enumerate(recs):
+            r.group = (fut, i)
+            r.end = self.ticks
+
+    async def workload(self, p: Producer) -> None:
+        workers = self.rng.choice([1, 1, 2, 3])
+        if workers == 1:
+            await self.worker(p, self.rng.randint(10, 40))
+            return
+        self.log(f"{workers} workers")
+        await asyncio.gather(*(self.worker(p, self.rng.randint(5, 20)) for _ in range(workers)))
+
+    async def worker(self, p: Producer, steps: int) -> None:
+        rng = self.rng
+        for _ in range(steps):
+            if rng.random() < self.step_fault:
+                self.fault()
+            r = rng.random()
+            if r < 0.1:
+                self.log("background send")
+                self.background.append(asyncio.ensure_future(self.one_send(p)))
+            elif r < 0.5:
+                await self.one_send(p)
+            elif r < 0.75:
+                await self.one_send_many(p)
+            elif r < 0.9:
+                await asyncio.sleep(rng.choice([0.001, 0.05, 0.5, 3.0]))
+            else:
+                timeout = rng.choice([None, None, 0.0, 1.0])
+                self.log(f"flush timeout={timeout}")
+                try:
+                    await self.guarded("flush", p.flush(timeout))
+                except KafkaTimeoutError as exc:
+                    self.log(f"  flush: {exc}")
+
+    def options(self) -> dict:
+        rng = self.rng
+        idem = rng.random() < 0.6
+        opts: dict = {
+            "enable_idempotence": idem,
+            "acks": "all" if idem else rng.choice(["all", 1, 1, 0]),
+            "max_in_flight_requests_per_connection": rng.choice([1, 5]),
+            "linger_ms": rng.choice([0, 5, 50]),
+            "batch_size": rng.choice([200, 1000, 16384]),
+            "buffer_memory": rng.choice([4000, 12000, 32 * 1024 * 1024]),
+            "compression_type": rng.choice(["none", "none", "gzip", "lz4"]),
+            "request_timeout_ms": rng.choice([30_000, 1_000]),
+            "retry_backoff_ms": rng.choice([10, 100]),
+            "max_block_ms": rng.choice([60_000, 2_000, 200]),
+            "metadata_max_age_ms": rng.choice([300_000, 1_000]),
+        }
+        opts["delivery_timeout_ms"] = rng.choice(
+            [120_000, opts["request_timeout_ms"] + opts["linger_ms"] + rng.choice([5, 2000])]
+        )
+        retries = rng.choice([None, 3, 0])
+        if retries is not None and not (idem and retries == 0):
+            opts["retries"] = retries
+        return opts
+
+    async def main(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.t0 = loop.time()
+        network = MemoryNetwork()
+        asyncio.open_connection = network.open_connection  # type: ignore[assignment]
+        c = self.cluster = HonestCluster(network, nodes=3)
+        c.on_answer = self.log if self.verbose else None
+        for t, leaders in TOPICS.items():
+            c.create_topic(t, leaders=leaders)
+        rng = self.rng
+        opts = self.opts = self.options()
+        c.duplicate_error = rng.random() < 0.25
+        c.kip951 = rng.random() < 0.7
+        c.accepts_unknown_producers = rng.random() < 0.5
+        self.log(
+            f"options {opts} dup_error={c.duplicate_error} kip951={c.kip951} "
+            f"accepts_unknown_producers={c.accepts_unknown_producers} lanes={self.lanes}"
+        )
+        p = self.producer = Producer(bootstrap_servers=c.bootstrap, **opts)
+        p._partitioner._random = random.Random(self.seed)  # keyless records' partitions repeat
+        if not self.lanes:
+            p._lanes_on = False  # record timestamps follow the virtual clock: sizes repeat
+        try:
+            await self.guarded("start", p.start())
+        except KafkaError as exc:
+            self.problems.append(f"start failed {exc!r}")
+            return
+        if self.verbose:
+            self.trace_sender(p)
+        chaos = asyncio.ensure_future(self.chaos())
+        try:
+            await self.workload(p)
+        except Violation:
+            pass
+        finally:
+            chaos.cancel()
+            close_timeout = rng.choice([None, None, None, 0, 0.5, 5.0])
+            if rng.random() < 0.5:
+                self.log("heal before close")
+                self.heal()
+            self.log(f"close timeout={close_timeout}")
+            with contextlib.suppress(Violation):
+                await self.guarded("close", p.close(close_timeout))
+            self.metrics = p.metrics()
+            self.check_closed(p)
+            self.heal()
+            for task in self.background:
+                if not task.done():
+                    self.problems.append("HANG: a background send never returned")
+                    task.cancel()
+        await asyncio.sleep(2.0)  # held and delayed answers land; nothing more is written
+        self.check()
+
+    def trace_sender(self, p: Producer) -> None:
+        """Log each produce request the sender writes and what came of it (instance attributes
+        in front of the methods: nothing outlives this producer)."""
+        sender = p._sender
+        send, on_response = sender._send, sender._on_response
+        conns: dict[int, int] = {}
+
+        def describe(batches) -> str:
+            return ", ".join(
+                f"{b.tp.topic}-{b.tp.partition}:{b.producer_id}/{b.producer_epoch}/{b.base_sequence}x{b.record_count}"
+                for b in batches
+            )
+
+        def traced_send(conn, batches, cluster, now):
+            send(conn, batches, cluster, now)
+            number = conns.setdefault(id(conn), len(conns))
+            self.log(f"> node {conn.node_id} conn#{number} {conn.host}: {describe(batches)}")
+
+        def traced_on_response(batches, answer, node, sent_at):
+            what = type(answer).__name__ if not isinstance(answer, BaseException) else repr(answer)[:100]
+            self.log(f"< node {node} (sent {sent_at - self.t0:.3f}) {what}: {describe(batches)}")
+            on_response(batches, answer, node, sent_at)
+
+        sender._send = traced_send
+        sender._on_response = traced_on_response
+
+    # -- the checks ------------------------------------------------------------------------------
+
+    def outcome(self, rec: Rec):
+        if rec.future is not None:
+            f = rec.future
+            if not f.done():
+                return "pending"
+            e = f.exception()
+            return e if e is not None else f.result()
+        if rec.group is not None:
+            fut, i = rec.group
+            if not fut.done():
+                return "pending"
+            e = fut.exception()
+            if e is None:
+                return fut.result()[i]
+            if isinstance(e, SendManyError):
+                return e.results[i]
+            return e
+        return None
+
+    def check_closed(self, p: Producer) -> None:
+        for rec in self.recs:
+            if rec.queued and self.outcome(rec) == "pending":
+                self.problems.append(f"HANG: record {rec.value[:12]!r} unresolved after close()")
+        acc = p._accumulator
+        if acc.pool.used != 0:
+            self.problems.append(f"MEMORY: {acc.pool.used} bytes of buffer_memory still reserved after close()")
+        if acc.incomplete or acc.open_batches:
+            self.problems.append(
+                f"LEFTOVER: {len(acc.incomplete)} incomplete batches, {len(acc.open_batches)} queues after close()"
+            )
+
+    def check(self) -> None:
+        c, opts = self.cluster, self.opts
+        idem = opts["enable_idempotence"]
+        acks0 = opts["acks"] == 0
+        ordered = idem or (opts["max_in_flight_requests_per_connection"] == 1 and not acks0)
+        by_value = {r.value: r for r in self.recs}
+        raw: dict[bytes, list[tuple[str, int, int]]] = {}
+        log_count = 0
+        for t in TOPICS:
+            for idx, part in enumerate(c.topics[t]):
+                for batch in part.log:
+                    for j, v in enumerate(batch.values):
+                        raw.setdefault(v, []).append((t, idx, batch.base_offset + j))
+                        log_count += 1
+        if idem:
+            for v, where in raw.items():
+                if len(where) > 1:
+                    self.problems.append(f"DUPLICATE: {v[:12]!r} written {len(where)} times: {where}")
+        for v in raw:
+            if v not in by_value:
+                self.problems.append(f"UNKNOWN record {v[:12]!r} in the log")
+        acked: dict[tuple[str, int], list[tuple[int, Rec]]] = {}
+        failed_queued = 0
+        acked_count = 0
+        for rec in self.recs:
+            out = self.outcome(rec)
+            where = raw.get(rec.value, [])
+            if not rec.queued:
+                if where:
+                    self.problems.append(
+                        f"NOT-QUEUED-WRITTEN: {rec.value[:12]!r} (its call raised) is in the log {where}"
+                    )
+                continue
+            if out == "pending":
+                continue  # reported by check_closed
+            if isinstance(out, tuple):  # RecordMetadata
+                acked_count += 1
+                if acks0:
+                    continue
+                mine = [w for w in where if w[:2] == (out.topic, out.partition)]
+                if out.offset == -1 and c.duplicate_error and mine:
+                    pos = mine[0][2]  # DUPLICATE_SEQUENCE_NUMBER carries no offset (as Java: -1)
+                elif (out.topic, out.partition, out.offset) not in where:
+                    self.problems.append(
+                        f"ACK-LIE: {rec.value[:12]!r} acked at {out.topic}-{out.partition}@{out.offset}, "
+                        f"log has {where}"
+                    )
+                    continue
+                else:
+                    pos = out.offset
+                acked.setdefault((out.topic, out.partition), []).append((pos, rec))
+            elif isinstance(out, BaseException):
+                if _queued(out):
+                    failed_queued += 1
+                pp = getattr(out, "possibly_persisted", None)
+                if pp is False and where:
+                    self.problems.append(
+                        f"ERROR-LIE: {rec.value[:12]!r} failed {type(out).__name__}(possibly_persisted=False) "
+                        f"but is in the log {where}: {out}"
+                    )
+                elif (
+                    pp is None
+                    and isinstance(out, BrokerResponseError)
+                    and out.code in _NOT_WRITTEN
+                    and where
+                    and "may be in the log" not in str(out)
+                ):
+                    (self.problems if not out.retriable else self.notes).append(
+                        f"BROKER-ERROR-LIE: {rec.value[:12]!r} failed {type(out).__name__} (not written, says the "
+                        f"code) but is in the log {where}"
+                    )
+                if not isinstance(out, KafkaError):
+                    self.problems.append(f"record {rec.value[:12]!r} failed with non-Kafka {out!r}")
+        if ordered:
+            for tp, items in acked.items():
+                items.sort(key=lambda x: x[0])
+                for i, (pa, a) in enumerate(items):
+                    for pb, b in items[i + 1 :]:
+                        # b is before a in the log: wrong if a's call returned before b's began
+                        if b.end < a.start or (b.call == a.call and b.index < a.index):
+                            self.problems.append(
+                                f"ORDER: {tp[0]}-{tp[1]} has {a.value[:12]!r}@{pa} before {b.value[:12]!r}@{pb}"
+                            )
+        m = self.metrics
+        if m["record-error-total"] != failed_queued:
+            self.problems.append(f"METRICS: record-error-total {m['record-error-total']} but {failed_queued} failed")
+        if not acks0 and m["record-send-total"] < log_count:
+            self.problems.append(f"METRICS: record-send-total {m['record-send-total']} < {log_count} records written")
+        if not acks0 and m["record-send-total"] < acked_count:
+            self.problems.append(f"METRICS: record-send-total {m['record-send-total']} < {acked_count} acknowledged")
+
+
+def _queued(error: BaseException) -> bool:
+    """False for the error of a send_many's records that the call could not queue (the buffer
+    stayed full, or the producer closed or failed meanwhile): they were never in a batch."""
+    text = str(error)
+    return not any(
+        s in text for s in ("stayed full for max_block_ms", "accepts no more records", "no more records are")
+    )
+
+
+def run_seed(seed: int, verbose: bool = False) -> Run:
+    run = Run(seed, verbose)
+    run.lanes = run.rng.random() < 0.3
+    saved = asyncio.open_connection
+
+    async def go() -> None:
+        import aioprod.producer.producer as producer_module
+
+        clock = VirtualClock(asyncio.get_running_loop())
+        clock.now = 1000.0  # every run starts at the same virtual time ...
+        clock.install()
+        # ... and record timestamps follow it (wall-clock deltas change record sizes); the
+        # compiled send lanes read the wall clock themselves, so they run only when asked.
+        now_ms = producer_module._now_ms
+        if not run.lanes:
+            producer_module._now_ms = lambda: 1_700_000_000_000 + int(clock.now * 1000)
+        state = random.getstate()
+        random.seed(seed)
+        try:
+            await run.main()
+        finally:
+            random.setstate(state)
+            producer_module._now_ms = now_ms
+            clock.uninstall()
+
+    try:
+        asyncio.run(go())
+    except Exception as exc:
+        run.problems.append(f"CRASH: {exc!r}\n{traceback.format_exc()}")
+    finally:
+        asyncio.open_connection = saved
+    return run
+
+
+class _ErrorCatcher(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record.getMessage())
+
+
+if __name__ == "__main__":
+    lo, hi = int(sys.argv[1]), int(sys.argv[2])
+    verbose = "-v" in sys.argv
+    catcher = _ErrorCatcher()
+    logging.getLogger("aioprod").addHandler(catcher)
+    logging.getLogger("aioprod").addHandler(logging.NullHandler())  # retries warn by design: not on stderr
+    logging.getLogger("asyncio").addHandler(catcher)
+    bad = 0
+    for seed in range(lo, hi):
+        catcher.records.clear()
+        run = run_seed(seed, verbose)
+        problems = run.problems + [f"LOGGED ERROR: {r}" for r in catcher.records]
+        if problems:
+            bad += 1
+            print(f"seed {seed}: {len(run.recs)} records {run.opts}")
+            for pr in problems[:8]:
+                print("   ", pr[:600])
+        elif verbose:
+            print(f"seed {seed}: ok")
+    print(f"{hi - lo} seeds, {bad} with problems")
