@@ -681,7 +681,9 @@ def test_rows_for_several_missing_topics_do_not_trip_the_watchdog(
     create_topic(tansu_broker.bootstrap, good, 1)
     rows = [(good, "a")] + [(new_topic("missing"), "x") for _ in range(3)] + [(good, "b")]
     df = spark.createDataFrame(rows, "topic string, value string").coalesce(1)
-    options = {**QUICK_WATCHDOG, "max_block_ms": 1000, "allow_auto_create_topics": False}
+    # Each missing topic: max_block_ms, 1 s; refreshes at least every 0.1 s, so that each is
+    # known missing by the cluster's answer (not by a wait no refresh answered).
+    options = {**QUICK_WATCHDOG, "max_block_ms": 1000, "allow_auto_create_topics": False, "retry_backoff_max_ms": 100}
     report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, errors="report", **options)
     assert (report.rows_written, report.rows_failed) == (2, 3)
     assert sorted(r.value for r in read_topic(tansu_broker.bootstrap, good)) == [b"a", b"b"]
