@@ -570,19 +570,27 @@ class Sender:
     def _new_epoch(self) -> None:
         ident = self.idempotence
         assert ident is not None
-        self._metrics.record_identity_reset()
-        self._metrics.events.problem(
-            log,
-            "identity",
-            self._doubt,
-            "took a new producer identity %s/%s (was %s/%s): %s",
-            ident.producer_id,
-            ident.producer_epoch + 1,
-            ident.producer_id,
-            ident.producer_epoch,
-            self._doubt,
-        )
-        ident.set_producer_id(ident.producer_id, ident.producer_epoch + 1)
+        self._take_identity(ident.producer_id, ident.producer_epoch + 1)
+
+    def _take_identity(self, producer_id: int, epoch: int) -> None:
+        """Stamp what comes next with ``producer_id``/``epoch``; a change of identity (not the
+        first one) is counted and warned of, with why."""
+        ident = self.idempotence
+        assert ident is not None
+        if ident.has_producer_id:
+            self._metrics.record_identity_reset()
+            self._metrics.events.problem(
+                log,
+                "identity",
+                self._doubt,
+                "took a new producer identity %s/%s (was %s/%s): %s",
+                producer_id,
+                epoch,
+                ident.producer_id,
+                ident.producer_epoch,
+                self._doubt,
+            )
+        ident.set_producer_id(producer_id, epoch)
 
     def _ensure_producer_id(self) -> None:
         if self._init_task is None or self._init_task.done():
@@ -633,20 +641,7 @@ class Sender:
                     )
                 )
                 continue
-            if ident.has_producer_id:
-                self._metrics.record_identity_reset()
-                self._metrics.events.problem(
-                    log,
-                    "identity",
-                    self._doubt,
-                    "took a new producer identity %s/%s (was %s/%s): %s",
-                    response.producer_id,
-                    response.producer_epoch,
-                    ident.producer_id,
-                    ident.producer_epoch,
-                    self._doubt,
-                )
-            ident.set_producer_id(response.producer_id, response.producer_epoch)
+            self._take_identity(response.producer_id, response.producer_epoch)
             self._init_failures = 0
             self._fresh_id_needed = False
             self.wakeup()

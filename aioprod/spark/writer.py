@@ -105,15 +105,21 @@ async def _send_chunk(
         send = producer.send
         add = futures.append
         missing = state.missing_topics
+
+        def fail_row(i: int, topic: str | None, key: bytes | None, exc: BaseException) -> bool:
+            """The row failed (a settled row is a sign of life too); whether to stop here."""
+            add(None)
+            failures.append((i, topic, key, exc))
+            state.progress += 1
+            if stop_at_first:
+                state.stopped = True
+            return stop_at_first
+
         for i, (topic, value, key, partition, headers) in enumerate(rows):
             if missing and topic in missing:
                 # Known missing: fail now, not after another max_block_ms. Not raised again: each
                 # raise of the one error would add this chunk's frame to its traceback, for good.
-                add(None)
-                failures.append((i, topic, key, missing[topic]))
-                state.progress += 1  # a settled row is a sign of life too
-                if stop_at_first:
-                    state.stopped = True
+                if fail_row(i, topic, key, missing[topic]):
                     break
                 continue
             try:
@@ -124,11 +130,7 @@ async def _send_chunk(
                 if topics is not None and has_cause(exc, lambda e: isinstance(e, UnknownTopicOrPartitionError)):
                     # The topic column names a topic the cluster says does not exist: this row's fault.
                     missing[topic] = exc
-                    add(None)
-                    failures.append((i, topic, key, exc))
-                    state.progress += 1
-                    if stop_at_first:
-                        state.stopped = True
+                    if fail_row(i, topic, key, exc):
                         break
                     continue
                 # Not this row's fault: the broker is unreachable or the buffer stays full.
@@ -142,11 +144,7 @@ async def _send_chunk(
                 break
             except Exception as exc:
                 exc.__traceback__ = None  # kept in the report: not with this chunk's frame
-                add(None)
-                failures.append((i, topic, key, exc))
-                state.progress += 1
-                if stop_at_first:
-                    state.stopped = True
+                if fail_row(i, topic, key, exc):
                     break
     # Records are acknowledged a whole batch at a time, so awaiting them in order suspends
     # about once per batch (one asyncio.wait over all of them would add a callback to every
