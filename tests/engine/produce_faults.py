@@ -19,22 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import random
 import sys
-import traceback
 from collections import deque
 from dataclasses import dataclass
 
 from aioprod import Producer
-from aioprod.errors import BrokerResponseError, KafkaError, KafkaTimeoutError, SendManyError
+from aioprod.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
 from aioprod.producer.outcomes import _NOT_WRITTEN
 from aioprod.protocol.records import read_batch
-from tests.fakes.clock import VirtualClock
+from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.network import MemoryNetwork
 
-HANG = 900.0  # virtual seconds: far beyond every bound the producer has
 TOPICS = {"a": [1, 2, 3], "b": [2, 3, 1, 2]}
 #: NOT_LEADER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, CORRUPT_MESSAGE (OUT_OF_ORDER_SEQUENCE_NUMBER
 #: comes from the partitions' own checks: see HonestCluster).
@@ -61,10 +58,6 @@ class Rec:
     end: int = 1 << 60
     call: int = 0
     index: int = 0
-
-
-class Violation(Exception):
-    pass
 
 
 class HonestCluster(ScriptedCluster):
@@ -107,15 +100,11 @@ class HonestCluster(ScriptedCluster):
         return response, hold
 
 
-class Run:
+class Run(SeededRun):
     def __init__(self, seed: int, verbose: bool = False) -> None:
-        self.seed = seed
-        self.rng = random.Random(seed)
-        self.verbose = verbose
-        self.trace: list[str] = []
+        super().__init__(seed, verbose)
         self.recs: list[Rec] = []
         self.counter = 0
-        self.problems: list[str] = []
         self.stopped: set[int] = set()
         self.aliases: dict[int, list[tuple[str, int]]] = {}
         self.calm = False
@@ -129,22 +118,6 @@ class Run:
         self.lanes = False
         self.chaos_mean = self.rng.choice([0.05, 0.3, 2.0])
         self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
-
-    def log(self, msg: str) -> None:
-        line = f"[{asyncio.get_running_loop().time() - self.t0:9.3f}] {msg}"
-        self.trace.append(line)
-        if self.verbose:
-            print(line)
-
-    async def guarded(self, what: str, aw):
-        try:
-            async with asyncio.timeout(HANG):
-                return await aw
-        except TimeoutError as exc:
-            if isinstance(exc, KafkaError):
-                raise
-            self.problems.append(f"HANG: {what} did not return within {HANG} virtual seconds")
-            raise Violation(what) from None
 
     # -- faults --------------------------------------------------------------------------------
 
@@ -514,25 +487,6 @@ class Run:
 
     # -- the checks ------------------------------------------------------------------------------
 
-    def outcome(self, rec: Rec):
-        if rec.future is not None:
-            f = rec.future
-            if not f.done():
-                return "pending"
-            e = f.exception()
-            return e if e is not None else f.result()
-        if rec.group is not None:
-            fut, i = rec.group
-            if not fut.done():
-                return "pending"
-            e = fut.exception()
-            if e is None:
-                return fut.result()[i]
-            if isinstance(e, SendManyError):
-                return e.results[i]
-            return e
-        return None
-
     def check_closed(self, p: Producer) -> None:
         for rec in self.recs:
             if rec.queued and self.outcome(rec) == "pending":
@@ -648,64 +602,10 @@ def _queued(error: BaseException) -> bool:
 
 def run_seed(seed: int, verbose: bool = False) -> Run:
     run = Run(seed, verbose)
-    run.lanes = run.rng.random() < 0.3
-    saved = asyncio.open_connection
-
-    async def go() -> None:
-        import aioprod.producer.producer as producer_module
-
-        clock = VirtualClock(asyncio.get_running_loop())
-        clock.now = 1000.0  # every run starts at the same virtual time ...
-        clock.install()
-        # ... and record timestamps follow it (wall-clock deltas change record sizes); the
-        # compiled send lanes read the wall clock themselves, so they run only when asked.
-        now_ms = producer_module._now_ms
-        if not run.lanes:
-            producer_module._now_ms = lambda: 1_700_000_000_000 + int(clock.now * 1000)
-        state = random.getstate()
-        random.seed(seed)
-        try:
-            await run.main()
-        finally:
-            random.setstate(state)
-            producer_module._now_ms = now_ms
-            clock.uninstall()
-
-    try:
-        asyncio.run(go())
-    except Exception as exc:
-        run.problems.append(f"CRASH: {exc!r}\n{traceback.format_exc()}")
-    finally:
-        asyncio.open_connection = saved
+    run.lanes = run.rng.random() < 0.3  # the compiled lanes read the wall clock: timestamps then are not pinned
+    run_in_virtual_time(seed, run.main, run.problems, pin_timestamps=not run.lanes)
     return run
 
 
-class _ErrorCatcher(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record.getMessage())
-
-
 if __name__ == "__main__":
-    lo, hi = int(sys.argv[1]), int(sys.argv[2])
-    verbose = "-v" in sys.argv
-    catcher = _ErrorCatcher()
-    logging.getLogger("aioprod").addHandler(catcher)
-    logging.getLogger("aioprod").addHandler(logging.NullHandler())  # retries warn by design: not on stderr
-    logging.getLogger("asyncio").addHandler(catcher)
-    bad = 0
-    for seed in range(lo, hi):
-        catcher.records.clear()
-        run = run_seed(seed, verbose)
-        problems = run.problems + [f"LOGGED ERROR: {r}" for r in catcher.records]
-        if problems:
-            bad += 1
-            print(f"seed {seed}: {len(run.recs)} records {run.opts}")
-            for pr in problems[:8]:
-                print("   ", pr[:600])
-        elif verbose:
-            print(f"seed {seed}: ok")
-    print(f"{hi - lo} seeds, {bad} with problems")
+    command_line(run_seed, lambda run: f"{len(run.recs)} records {run.opts}", sys.argv)

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import random
 import sys
-import traceback
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -26,17 +23,15 @@ from aioprod.errors import (
     KafkaError,
     KafkaTimeoutError,
     ProducerFatalError,
-    SendManyError,
     TransactionAbortableError,
     TransactionStateError,
 )
 from aioprod.protocol import messages as m
-from tests.fakes.clock import VirtualClock
+from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.coordinator import Lost
 from tests.fakes.network import MemoryNetwork
 
-HANG = 900.0  # virtual seconds: far beyond every bound the producer has
 TOPICS = {"a": [1, 2, 3], "b": [2, 3]}
 PRODUCE_ERRORS = [6, 19, 7, 45, 47, 120]
 COORD_ERRORS = [16, 14, 51, 7, Lost]
@@ -71,10 +66,6 @@ class Txn:
     status: str = "open"  # committed / aborted / unknown
 
 
-class Violation(Exception):
-    pass
-
-
 class HonestCluster(ScriptedCluster):
     """A scripted sequence or epoch refusal (45, 47) is not given to a retry of a batch the
     partition already holds: a real broker answers that as a duplicate (it checks for
@@ -107,15 +98,11 @@ class HonestCluster(ScriptedCluster):
         return super()._produce(node, request, version)
 
 
-class Run:
+class Run(SeededRun):
     def __init__(self, seed: int, verbose: bool, options: dict | None = None, faults: bool = True) -> None:
-        self.seed = seed
-        self.rng = random.Random(seed)
-        self.verbose = verbose
-        self.trace: list[str] = []
+        super().__init__(seed, verbose)
         self.txns: list[Txn] = []
         self.counter = 0
-        self.problems: list[str] = []
         self.options = options
         self.faults = faults
         self.stopped: set[int] = set()
@@ -125,22 +112,6 @@ class Run:
         self.background: list = []
         self.chaos_mean = self.rng.choice([0.002, 0.02, 0.2])
         self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
-
-    def log(self, msg: str) -> None:
-        line = f"[{asyncio.get_running_loop().time() - self.t0:9.3f}] {msg}"
-        self.trace.append(line)
-        if self.verbose:
-            print(line)
-
-    async def guarded(self, what: str, aw):
-        try:
-            async with asyncio.timeout(HANG):
-                return await aw
-        except TimeoutError as exc:
-            if isinstance(exc, KafkaError):
-                raise
-            self.problems.append(f"HANG: {what} did not return within {HANG} virtual seconds")
-            raise Violation(what) from None
 
     # -- faults --------------------------------------------------------------------------------
 
@@ -503,25 +474,6 @@ class Run:
 
     # -- the checks ------------------------------------------------------------------------------
 
-    def outcome(self, rec: Rec):
-        if rec.future is not None:
-            f = rec.future
-            if not f.done():
-                return "pending"
-            e = f.exception()
-            return e if e is not None else f.result()
-        if rec.group is not None:
-            fut, i = rec.group
-            if not fut.done():
-                return "pending"
-            e = fut.exception()
-            if e is None:
-                return fut.result()[i]
-            if isinstance(e, SendManyError):
-                return e.results[i]
-            return e
-        return None
-
     def check(self) -> None:
         c = self.cluster
         self.by_value = {r.value: r for txn in self.txns for r in txn.records}
@@ -619,65 +571,17 @@ class Run:
                 self.problems.append(f"OFFSETS: group g {tp} expected {off}, not committed")
 
 
-def run_seed(seed: int, verbose: bool = False, extra: bool = False, **kw) -> Run:
-    run = Run(seed, verbose, **kw)
+def run_seed(seed: int, verbose: bool = False, extra: bool = False) -> Run:
+    run = Run(seed, verbose)
     run.extra = extra
-    saved = asyncio.open_connection
-
-    async def go() -> None:
-        import aioprod.producer.producer as producer_module
-
-        clock = VirtualClock(asyncio.get_running_loop())
-        clock.now = 1000.0  # every run starts at the same virtual time ...
-        clock.install()
-        # ... and record timestamps follow it (wall-clock deltas change record sizes)
-        now_ms = producer_module._now_ms
-        producer_module._now_ms = lambda: 1_700_000_000_000 + int(clock.now * 1000)
-        state = random.getstate()
-        random.seed(seed)
-        try:
-            await run.main()
-        finally:
-            random.setstate(state)
-            producer_module._now_ms = now_ms
-            clock.uninstall()
-
-    try:
-        asyncio.run(go())
-    except Exception as exc:
-        run.problems.append(f"CRASH: {exc!r}\n{traceback.format_exc()}")
-    finally:
-        asyncio.open_connection = saved
+    run_in_virtual_time(seed, run.main, run.problems)
     return run
 
 
-class _ErrorCatcher(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record.getMessage())
-
-
 if __name__ == "__main__":
-    lo, hi = int(sys.argv[1]), int(sys.argv[2])
-    verbose = "-v" in sys.argv
-    EXTRA = "-x" in sys.argv
-    catcher = _ErrorCatcher()
-    logging.getLogger("aioprod").addHandler(catcher)
-    logging.getLogger("asyncio").addHandler(catcher)
-    bad = 0
-    for seed in range(lo, hi):
-        catcher.records.clear()
-        run = run_seed(seed, verbose, extra=EXTRA)
-        problems = run.problems + [f"LOGGED ERROR: {r}" for r in catcher.records]
-        statuses = [t.status for t in run.txns]
-        if problems:
-            bad += 1
-            print(f"seed {seed}: {statuses}")
-            for pr in problems:
-                print("   ", pr[:600])
-        elif verbose:
-            print(f"seed {seed}: ok {statuses}")
-    print(f"{hi - lo} seeds, {bad} with problems")
+    extra = "-x" in sys.argv
+    command_line(
+        lambda seed, verbose: run_seed(seed, verbose, extra=extra),
+        lambda run: str([t.status for t in run.txns]),
+        sys.argv,
+    )
