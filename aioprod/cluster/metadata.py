@@ -398,7 +398,6 @@ class Metadata:
         that is kept about them (as Java's Metadata drops their leader epochs), so that a
         producer that sees topics come and go keeps no state for the ones gone; a topic error
         learned long ago is not raised again without asking (an ACL granted since)."""
-        gone = set(topics)
         for topic in topics:
             del self._topics[topic]
             self._troubled.pop(topic, None)
@@ -406,10 +405,13 @@ class Metadata:
             self._topic_ids.pop(topic, None)
             self._metrics.events.forget(("topic", topic))
             self._metrics.events.forget(("leader", topic))
-        for key in [k for k in self._leader_epochs if k[0] in gone]:
-            del self._leader_epochs[key]
+        self._drop_leader_epochs(set(topics))
         for listener in self._evict_listeners:
             listener(topics)
+
+    def _drop_leader_epochs(self, topics: set[str]) -> None:
+        for key in [k for k in self._leader_epochs if k[0] in topics]:
+            del self._leader_epochs[key]
 
     def _apply(self, response: MetadataResponse, node: int | None = None) -> bool:
         """Install what ``response`` (from ``node``) says; returns whether leaders, brokers
@@ -432,8 +434,7 @@ class Metadata:
             known = old.topics.get(t.name)
             if t.topic_id.int and self._topic_ids.get(t.name, t.topic_id) != t.topic_id:
                 known = None  # recreated: what was known of it is about another topic
-                for key in [k for k in self._leader_epochs if k[0] == t.name]:
-                    del self._leader_epochs[key]
+                self._drop_leader_epochs({t.name})
             if t.topic_id.int:
                 self._topic_ids[t.name] = t.topic_id
             parts: dict[int, PartitionInfo] = {}

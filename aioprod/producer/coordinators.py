@@ -141,10 +141,7 @@ class Coordinators:
             try:
                 return await self._pool.get(node)
             except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                self._nodes.pop((key_type, key), None)
-                await self.backoff(exc)
+                await self._unreachable(key_type, key, exc)
 
     async def request(
         self,
@@ -160,15 +157,11 @@ class Coordinators:
         """Send to the coordinator of ``key`` until it answers without a retriable error.
         An answer in ``tolerate`` is returned as it is."""
         while True:
-            node = await self.node(key_type, key)
+            conn = await self.connection(key_type, key)
             try:
-                conn = await self._pool.get(node)
                 response: R = await conn.send(build(), max_version=max_version)
             except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                self._nodes.pop((key_type, key), None)
-                await self.backoff(exc)
+                await self._unreachable(key_type, key, exc)
                 continue
             assert isinstance(response, response_cls)
             codes = [code for code in error_codes(response) if code]
@@ -186,6 +179,14 @@ class Coordinators:
             elif code not in RETRY:
                 raise error
             await self.backoff(error)
+
+    async def _unreachable(self, key_type: int, key: str, error: KafkaError) -> None:
+        """The coordinator of ``key`` could not be reached or answer: a retriable ``error`` means
+        finding it again after a backoff; any other is raised."""
+        if not error.retriable:
+            raise error
+        self._nodes.pop((key_type, key), None)
+        await self.backoff(error)
 
     def _raise_if_fatal(self, code: int, error: KafkaError) -> None:
         """An answer in ``fatal_codes`` ends the caller, whichever request it came to."""

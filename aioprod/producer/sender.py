@@ -299,7 +299,7 @@ class Sender:
                 # it is sent (TransactionCoordinator.handleInitProducerId), and attempts of the old
                 # id still queued in a broker (a connection given up on) would then be taken as
                 # another producer's: the new epoch fences them where the partition restarts.
-                self._new_epoch()
+                self._take_identity(ident.producer_id, ident.producer_epoch + 1)
                 return 0.0
             self._ensure_producer_id()
         if drained:
@@ -567,11 +567,6 @@ class Sender:
     def _init_running(self) -> bool:
         return self._init_task is not None and not self._init_task.done()
 
-    def _new_epoch(self) -> None:
-        ident = self.idempotence
-        assert ident is not None
-        self._take_identity(ident.producer_id, ident.producer_epoch + 1)
-
     def _take_identity(self, producer_id: int, epoch: int) -> None:
         """Stamp what comes next with ``producer_id``/``epoch``; a change of identity (not the
         first one) is counted and warned of, with why."""
@@ -593,7 +588,7 @@ class Sender:
         ident.set_producer_id(producer_id, epoch)
 
     def _ensure_producer_id(self) -> None:
-        if self._init_task is None or self._init_task.done():
+        if not self._init_running:
             self._init_task = asyncio.get_running_loop().create_task(
                 self._init_producer_id(), name="aioprod-init-producer-id"
             )
@@ -674,8 +669,8 @@ def _fatal_as(error: KafkaError, persisted: bool) -> KafkaError:
     may be in the log is theirs, not the producer's."""
     if type(error) is not ProducerFatalError or error.possibly_persisted == persisted:
         return error
-    copy = ProducerFatalError(str(error), possibly_persisted=persisted)
-    copy.__cause__ = error.__cause__
+    copy = copy_error(error)
+    copy.possibly_persisted = persisted  # type: ignore[attr-defined]
     return copy
 
 
