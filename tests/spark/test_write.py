@@ -626,11 +626,10 @@ def test_a_chunk_slower_than_the_watchdog_but_moving_is_written(
     assert len(read_topic(bootstrap, topic)) == 10_000
 
 
-def test_a_stalled_chunk_stops_the_write_counting_what_it_delivered(
-    spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A chunk whose coroutine hangs once its records are delivered (what the watchdog is for): the
-    # write stops after one timeout with nothing moving, and the delivered rows are counted (they were 0).
+@pytest.fixture
+def hanging_chunks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Every chunk's coroutine hangs once its records are delivered (what the watchdog is for);
+    the options that make the watchdog's timeout 0.5 s."""
     send_chunk = writer._send_chunk
 
     async def hangs_after_sending(*args: Any) -> Any:
@@ -639,34 +638,32 @@ def test_a_stalled_chunk_stops_the_write_counting_what_it_delivered(
 
     monkeypatch.setattr(writer, "_GRACE", 0.0)
     monkeypatch.setattr(writer, "_send_chunk", hangs_after_sending)
+    return {**QUICK_WATCHDOG, "max_block_ms": 250, "request_timeout_ms": 250, "delivery_timeout_ms": 250}
+
+
+def test_a_stalled_chunk_stops_the_write_counting_what_it_delivered(
+    spark: Any, tansu_broker: TansuBroker, hanging_chunks: dict[str, Any]
+) -> None:
+    # A chunk whose coroutine hangs once its records are delivered (what the watchdog is for): the
+    # write stops after one timeout with nothing moving, and the delivered rows are counted (they were 0).
     topic = new_topic("stall")
     df = spark.createDataFrame([(str(i),) for i in range(100)], "value string").coalesce(1)
-    quicker = {**QUICK_WATCHDOG, "max_block_ms": 250, "request_timeout_ms": 250, "delivery_timeout_ms": 250}
     with pytest.raises(WriteError, match=r"no record was queued or acknowledged for 0.5s") as info:
-        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, **quicker)
+        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, topic=topic, **hanging_chunks)
     assert (info.value.report.rows_written, info.value.report.topics) == (100, {topic: 100})
     assert len(read_topic(tansu_broker.bootstrap, topic)) == 100
 
 
 def test_an_abandoned_chunk_still_reports_the_rows_it_failed(
-    spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+    spark: Any, tansu_broker: TansuBroker, hanging_chunks: dict[str, Any]
 ) -> None:
     # Given up by the watchdog, a chunk counted only its delivered rows: the row it had refused
     # was in neither rows_failed nor report.errors.
-    send_chunk = writer._send_chunk
-
-    async def hangs_after_sending(*args: Any) -> Any:
-        await send_chunk(*args)
-        await asyncio.Event().wait()
-
-    monkeypatch.setattr(writer, "_GRACE", 0.0)
-    monkeypatch.setattr(writer, "_send_chunk", hangs_after_sending)
     topic = new_topic("stall")
     rows = [(topic, str(i)) for i in range(10)] + [("not a topic!", "x")] + [(topic, str(i)) for i in range(10, 20)]
     df = spark.createDataFrame(rows, "topic string, value string").coalesce(1)
-    quicker = {**QUICK_WATCHDOG, "max_block_ms": 250, "request_timeout_ms": 250, "delivery_timeout_ms": 250}
     with pytest.raises(WriteError, match="no record was queued or acknowledged") as info:
-        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, errors="report", **quicker)
+        write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, errors="report", **hanging_chunks)
     report = info.value.report
     assert (report.rows_written, report.rows_failed, [e.row for e in report.errors]) == (20, 1, [10])
 
