@@ -59,6 +59,13 @@ def _whole_ms(now: float) -> float:
     return math.floor(now * 1000.0 + 1e-6) / 1000.0
 
 
+def _resent_before(queued: ProducerBatch, batch: ProducerBatch) -> bool:
+    """Does the stamped ``queued`` go before the stamped ``batch`` coming back for a retry?"""
+    if queued.needs_new_sequence != batch.needs_new_sequence:
+        return batch.needs_new_sequence
+    return sequence_before(queued.base_sequence, batch.base_sequence)
+
+
 # Per-record bytes beyond key/value/headers: the record's framing on the wire (at most
 # ~26 bytes) plus the Python objects that hold it while queued (future, list slots).
 RECORD_OVERHEAD = 64
@@ -600,17 +607,16 @@ class RecordAccumulator:
             del self.on_wire[batch.tp]
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Put a batch back at the head of its partition, in sequence order."""
+        """Put a batch back at the head of its partition: batches that keep their stamps
+        first, in sequence order, then those waiting for new sequences, in their old order.
+        A batch that keeps its stamp may be in the log, and only its own stamp lets the broker
+        say so: it must be resolved before the partition is renumbered (see idempotence.py)."""
         batch.retry_at = retry_at
         batch.in_flight = False
         queue = self._queue_for(batch.tp)
         if batch.stamped:
             index = 0
-            while (
-                index < len(queue)
-                and queue[index].stamped
-                and sequence_before(queue[index].base_sequence, batch.base_sequence)
-            ):
+            while index < len(queue) and queue[index].stamped and _resent_before(queue[index], batch):
                 index += 1
             queue.insert(index, batch)
         else:
@@ -643,6 +649,19 @@ class RecordAccumulator:
             ):
                 return True
         return False
+
+    def withdraw(self, tp: TopicPartition, which: Callable[[ProducerBatch], bool]) -> list[ProducerBatch]:
+        """Take the queued batches of ``tp`` that ``which`` picks out of their queue."""
+        queue = self._batches.get(tp)
+        if queue is None:
+            return []
+        taken = [batch for batch in queue if which(batch)]
+        for batch in taken:
+            queue.remove(batch)
+        if not queue:
+            del self._batches[tp]
+            self._spare_queues.append(queue)
+        return taken
 
     def queue(self, tp: TopicPartition) -> deque[ProducerBatch]:
         return self._batches.get(tp) or deque()

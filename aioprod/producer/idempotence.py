@@ -3,11 +3,13 @@
 A batch is *stamped* (producer id, epoch, base sequence) when it is first sent, and keeps
 its stamp on every retry, whatever identity the producer has meanwhile: that is what lets
 the broker recognise a batch it already wrote (among the last five it holds: a batch
-refused after later sequences were acknowledged fails as possibly written, see
-``overtaken``). A stamp is dropped only for a batch the broker refused for a sequence gap
-nothing of ours explains (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID), and the stamp
-cannot work any more. Batches behind it in the partition cannot be in the log either
-(the broker writes a partition's sequences without gaps), so they are renumbered with it.
+refused after later sequences were acknowledged is not sent again, see ``overtaken``). A
+stamp is dropped only for a batch the broker refused for a sequence gap nothing of ours
+explains (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID), and the stamp cannot work any
+more. Such batches wait behind those that keep their stamps (the accumulator's ``reenqueue``):
+a batch whose answer never came may be in the log even so, since a broker without state for
+the producer takes a batch at any sequence (KIP-360), and only its own stamp lets the broker
+say so. Once it is resolved, the refused batches are renumbered.
 
 Each partition numbers its batches under its own identity: the producer's identity when
 the partition last started from sequence 0 (Java's ``TxnPartitionMap``). When a
@@ -23,6 +25,7 @@ is outstanding. Only the sender task touches this state.
 from __future__ import annotations
 
 from collections import deque
+from itertools import chain
 
 from aioprod.producer.batch import ProducerBatch, TopicPartition
 
@@ -51,7 +54,8 @@ class PartitionSequences:
         self.in_doubt = False
 
     def restart(self, identity: Identity, queue: deque[ProducerBatch]) -> None:
-        """Number from 0 under ``identity``; queued batches (none is in the log) lose their stamps."""
+        """Number from 0 under ``identity``; queued batches lose their stamps (only refused
+        ones are stamped at the head of a queue whose partition restarts: none is in the log)."""
         for batch in queue:
             if not batch.stamped:
                 break
@@ -186,6 +190,17 @@ class IdempotenceState:
             and (other.producer_id, other.producer_epoch) == (batch.producer_id, batch.producer_epoch)
             and sequence_before(other.base_sequence, batch.base_sequence)
             for other in self.partition(batch.tp).on_wire
+        )
+
+    def written_later(self, batch: ProducerBatch, queue: deque[ProducerBatch]) -> bool:
+        """A later batch of ``batch``'s identity may be in the log: it is on the wire, or an
+        answer of it never came. A broker without state for the producer takes a batch at any
+        sequence (KIP-360), and then refuses the earlier ones as out of order, even sequence 0."""
+        stamp = (batch.producer_id, batch.producer_epoch)
+        return any(
+            (other.producer_id, other.producer_epoch) == stamp
+            and sequence_before(batch.base_sequence, other.base_sequence)
+            for other in chain(self.partition(batch.tp).on_wire, (q for q in queue if q.maybe_written))
         )
 
 

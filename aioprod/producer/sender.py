@@ -418,15 +418,11 @@ class Sender:
                     ),
                 )
             elif decision.sequence_refused and ident is not None and ident.overtaken(batch):
-                # Refused after later sequences of its identity were acknowledged: it may be in the
-                # log, out of the broker's duplicate window (renumbered, it was written twice).
-                batch.maybe_written = True
-                overtaken = OutOfOrderSequenceNumberError(
-                    f"{batch.tp.topic}-{batch.tp.partition}: the broker acknowledged later records of the partition "
-                    f"and no longer recognises this batch (beyond its duplicate window of five): it may be in the "
-                    f"log, and is not sent again ({decision.error})"
-                )
-                self._finish(batch, overtaken)
+                # Refused after later sequences of its identity were acknowledged. If an attempt
+                # may have been written, it may be in the log, out of the broker's duplicate
+                # window (renumbered, it was written twice); if not, written now it would land
+                # behind records sent after it.
+                self._finish(batch, _overtaken(batch, decision.error))
             elif action is Action.ACK and txn is not None and (txn.state in _SWEPT or txn.failed):
                 # Written, but its transaction cannot commit or is being aborted: never visible,
                 # so not acknowledged (docs/transactions.md: records not acknowledged when the
@@ -441,6 +437,8 @@ class Sender:
             elif action is Action.ACK:
                 if ident is not None:
                     ident.acked(batch)
+                    if ident.partition(batch.tp).in_doubt:
+                        self._fail_overtaken(batch.tp)
                 batch.succeed(decision.base_offset, decision.log_append_time)
                 acc.complete(batch)
                 if self._retry_warned:
@@ -509,9 +507,16 @@ class Sender:
         explained = ident.earlier_on_wire(batch) or self._acc.stamped_before(batch)
         gap = decision.unknown_producer or entry.in_doubt or not explained
         fresh = (batch.producer_id, batch.producer_epoch) == entry.identity[:2] and batch.base_sequence == 0
-        if gap and fresh and not decision.unknown_producer and not entry.in_doubt:
-            # Sequence 0 under an identity is always in order: a broker that refuses it is
-            # not following the protocol, and carrying on could hide lost records. Stop.
+        if (
+            gap
+            and fresh
+            and not decision.unknown_producer
+            and not entry.in_doubt
+            and not ident.written_later(batch, self._acc.queue(batch.tp))
+        ):
+            # Sequence 0 under an identity is always in order, unless the broker took a later
+            # batch of it first: a broker that refuses it otherwise is not following the
+            # protocol, and carrying on could hide lost records. Stop.
             fatal = ProducerFatalError(
                 f"{batch.tp.topic}-{batch.tp.partition}: the broker reported a sequence gap at "
                 f"{batch.base_sequence} that the producer cannot explain ({decision.error})"
@@ -532,6 +537,16 @@ class Sender:
             log.debug("%s; renumbering under a new identity", self._doubt)
         ident.rejected_sequence(batch, gap)
         return True
+
+    def _fail_overtaken(self, tp: TopicPartition) -> None:
+        """Fail the batches of ``tp`` waiting for new sequences that a later batch of their
+        identity was written ahead of (a broker without state for the producer takes any
+        sequence, KIP-360): the broker refused them, so they are not in the log, and written
+        now they would land out of order."""
+        ident = self.idempotence
+        assert ident is not None
+        for batch in self._acc.withdraw(tp, lambda queued: queued.needs_new_sequence and ident.overtaken(queued)):
+            self._finish(batch, _overtaken(batch, None))
 
     def _set_fatal(self, error: KafkaError) -> None:
         """From now on nothing is sent: queued batches fail with ``error``, and batches
@@ -672,6 +687,25 @@ def _fatal_as(error: KafkaError, persisted: bool) -> KafkaError:
     copy = copy_error(error)
     copy.possibly_persisted = persisted  # type: ignore[attr-defined]
     return copy
+
+
+def _overtaken(batch: ProducerBatch, refusal: KafkaError | None) -> OutOfOrderSequenceNumberError:
+    """Why a batch that later sequences of its identity were acknowledged ahead of is not sent again."""
+    where = f"{batch.tp.topic}-{batch.tp.partition}"
+    if batch.maybe_written:
+        text = (
+            f"{where}: the broker acknowledged later records of the partition and no longer recognises this "
+            f"batch (beyond its duplicate window of five): it may be in the log, and is not sent again"
+        )
+    else:
+        text = (
+            f"{where}: the broker wrote later records of the partition first (a broker without state for the "
+            f"producer takes any sequence) and refused these: they are not in the log, and are not sent again, "
+            f"as they would land out of order"
+        )
+    error = OutOfOrderSequenceNumberError(text if refusal is None else f"{text} ({refusal})")
+    error.possibly_persisted = batch.maybe_written  # type: ignore[attr-defined]
+    return error
 
 
 def _aborted(cause: KafkaError | None, persisted: bool = False) -> TransactionAbortedError:

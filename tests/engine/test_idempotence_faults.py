@@ -8,7 +8,12 @@ from collections import deque
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import InvalidRecordError, MessageTooLargeError, OutOfOrderSequenceNumberError
+from aioprod.errors import (
+    InvalidRecordError,
+    MessageTooLargeError,
+    NotEnoughReplicasError,
+    OutOfOrderSequenceNumberError,
+)
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import Hold
@@ -154,8 +159,8 @@ async def test_a_batch_a_stateless_broker_skipped_is_not_reported_as_delivered(s
     # A Kafka 2.5+ broker holding no state for the producer takes a later sequence without the
     # earlier ones. Here the first batch is refused before it is written, the second taken,
     # and the first's retry refused OUT_OF_ORDER: later sequences were acknowledged, yet it is
-    # not in the log. It must not count as delivered (nor be written twice); it fails, saying
-    # it may be in the log.
+    # not in the log. It must not count as delivered (nor be written twice, nor behind the
+    # second); it fails, saying it is not in the log.
     cluster = scripted.cluster
     cluster.accepts_unknown_producers = True
     cluster.create_topic("t", 1)
@@ -172,8 +177,9 @@ async def test_a_batch_a_stateless_broker_skipped_is_not_reported_as_delivered(s
             await asyncio.sleep(0)
         node.script = deque([19, 0])  # NOT_ENOUGH_REPLICAS (not written), then taken
         node.release()
-        with pytest.raises(OutOfOrderSequenceNumberError, match="may be in the log"):
+        with pytest.raises(OutOfOrderSequenceNumberError, match="not in the log") as refused:
             await first
+        assert refused.value.possibly_persisted is False  # its one attempt was refused before the append
         await second
         await flushing
     assert cluster.partition("t").values == [b"second"]
@@ -229,3 +235,46 @@ async def test_a_broker_error_after_an_attempt_that_may_be_written_says_so(
             await future
     assert b"v" * 200 in cluster.partition("t").values
     assert getattr(info.value, "possibly_persisted", None) is True
+
+
+@pytest.mark.parametrize("retries", [2, None])
+async def test_a_batch_written_ahead_of_refused_ones_is_resolved_and_they_fail(
+    scripted: Scripted, retries: int | None
+) -> None:
+    # A broker with no state for a producer id takes its batch at any sequence (Apache Kafka 2.5+,
+    # KIP-360). A new identity's A, B and C go out pipelined; A and B are refused before the append
+    # (NOT_ENOUGH_REPLICAS), C is written and its answer lost. The broker now expects sequence 3:
+    # A's and B's retries are refused as out of order. C must be resolved under its own stamp before
+    # the partition is renumbered (renumbered, it was written twice), and A's refusal at sequence 0,
+    # explained by C, must not stop the producer (it did). A and B are not in the log, and written
+    # now they would land behind C: they fail, saying so.
+    cluster = scripted.cluster
+    cluster.accepts_unknown_producers = True
+    cluster.create_topic("t", leaders=[1])
+    node = cluster.nodes[1]
+    options = {} if retries is None else {"retries": retries}
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10, **options
+    ) as p:
+        await p.partitions_for("t")
+        node.stalling = True  # A, B and C go out (sequences 0..2) before the broker looks at any
+        futures = []
+        for name in (b"A", b"B", b"C"):
+            futures.append(await p.send("t", name * 100))
+            await asyncio.sleep(0.01)
+        node.script = deque([NOT_ENOUGH_REPLICAS] * 2 + [Hold])
+        node.release()
+        await asyncio.sleep(0.01)
+        node.script = deque([NOT_ENOUGH_REPLICAS] * 2)  # A's retries refused again (retries=2: A fails)
+        cluster.disconnect(1)
+        a, b, c = await asyncio.gather(*futures, return_exceptions=True)
+        after = await p.send_and_wait("t", b"D")  # the partition goes on, under a new identity
+    assert [v[:1] for v in cluster.partition("t").values] == [b"C", b"D"]
+    assert not isinstance(c, BaseException)
+    assert (c.offset, after.offset) == (0, 1)
+    assert isinstance(b, OutOfOrderSequenceNumberError) and "not in the log" in str(b)
+    assert b.possibly_persisted is False
+    if retries is None:
+        assert isinstance(a, OutOfOrderSequenceNumberError) and a.possibly_persisted is False, a
+    else:
+        assert isinstance(a, NotEnoughReplicasError), a
