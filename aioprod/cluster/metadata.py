@@ -129,6 +129,8 @@ class Metadata:
         self._failures = 0
         #: Demanded refreshes in a row that found nothing new (their backoff grows).
         self._fruitless = 0
+        #: Set when a topic not asked for before is waited for: it ends that backoff.
+        self._new_topic = asyncio.Event()
         self._last_refresh = float("-inf")
         #: Refreshes started, and the number of the latest one that succeeded (a wait for a
         #: partition needs an answer asked for after it began, not a failure or an older answer).
@@ -251,6 +253,11 @@ class Metadata:
                 raise KafkaTimeoutError(
                     f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms" + hint
                 ) from answer
+            if topic not in self._topics:
+                # Not asked for before: no backoff that other topics' refreshes earned applies
+                # (Java's requestUpdateForNewTopics), or a short max_block_ms would run out.
+                self._fruitless = 0
+                self._new_topic.set()
             self.touch(topic)
             self.request_update()
             if self._updated is None or self._updated.done():
@@ -343,7 +350,10 @@ class Metadata:
                 if loop.time() - self._last_refresh > self._config.retry_backoff_max_ms / 1000:
                     self._fruitless = 0  # a demand after a quiet spell starts afresh
                 if self._fruitless:
-                    await asyncio.sleep(self._backoff(self._fruitless))
+                    self._new_topic.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self._backoff(self._fruitless)):
+                            await self._new_topic.wait()
             self._need_update.clear()
             try:
                 self._refreshes_started += 1

@@ -151,6 +151,29 @@ async def test_refreshes_for_a_leaderless_partition_back_off_while_records_wait(
     assert max(gaps) <= 1.0 + 1e-6
 
 
+async def test_a_new_topic_is_described_at_once_while_refreshes_for_another_back_off(scripted: Scripted) -> None:
+    # Refreshes for a leaderless partition have backed off to retry_backoff_max_ms; a send to a
+    # topic not asked for before must not wait out that backoff (as Java's requestUpdateForNewTopics),
+    # or a max_block_ms shorter than it times out with the topic there all along.
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1, -1])
+    cluster.create_topic("fresh", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=0,
+        retry_backoff_ms=100,
+        retry_backoff_max_ms=5000,
+        max_block_ms=300,
+    ) as p:
+        await p.send_and_wait("t", b"v", partition=0)
+        waiting = await p.send("t", b"waits for a leader", partition=1)
+        await asyncio.sleep(30)  # refreshes that find nothing new: 100 ms doubling to 5 s apart
+        metadata = await p.send_and_wait("fresh", b"new topic")
+        cluster.partition("t", 1).leader = 1
+        await waiting
+    assert metadata.topic == "fresh"
+
+
 async def test_throttled_broker_gets_no_requests_until_the_throttle_ends(scripted: Scripted) -> None:
     cluster, clock = scripted.cluster, scripted.clock
     cluster.create_topic("t", 1)
