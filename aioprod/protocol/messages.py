@@ -853,7 +853,7 @@ class SaslAuthenticateRequest(Request):
     FLEXIBLE_FROM = 2
     RESPONSE = SaslAuthenticateResponse
 
-    auth_bytes: bytes = field(BYTES)
+    auth_bytes: bytes = field(BYTES, secret=True)  # PLAIN sends the password in it
 
 
 ALL_REQUESTS: tuple[type[Request], ...] = (

@@ -179,18 +179,21 @@ def field(
     tag: int | None = None,
     default: Any = dataclasses.MISSING,
     ignorable: bool = True,
+    secret: bool = False,
 ) -> Any:
-    """Declare a message field: its wire type, versions, nullability and tag."""
+    """Declare a message field: its wire type, versions, nullability and tag. A ``secret``
+    field (credentials) is left out of the message's repr, which logs and tracebacks show."""
     wire = type_ if isinstance(type_, WireType) else StructType(type_)
     spec = FieldSpec(wire, VersionRange(versions), VersionRange(nullable), VersionRange(tagged), tag, ignorable)
     meta = {"kafka": spec}
+    shown = not secret
     if default is not dataclasses.MISSING:
-        return dataclasses.field(default=default, metadata=meta)
+        return dataclasses.field(default=default, metadata=meta, repr=shown)
     if isinstance(wire, Array):
-        return dataclasses.field(default_factory=list, metadata=meta)
+        return dataclasses.field(default_factory=list, metadata=meta, repr=shown)
     if isinstance(wire, StructType):
-        return dataclasses.field(default_factory=wire.cls, metadata=meta)
-    return dataclasses.field(default=wire.default(), metadata=meta)
+        return dataclasses.field(default_factory=wire.cls, metadata=meta, repr=shown)
+    return dataclasses.field(default=wire.default(), metadata=meta, repr=shown)
 
 
 class Struct:

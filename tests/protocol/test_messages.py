@@ -707,3 +707,10 @@ def test_golden_response_decode(
     flexible = cls.is_flexible(version)
     assert decode_struct(cls, body, version, flexible) == expected
     assert encode_struct(expected, version, flexible) == body
+
+
+def test_credentials_are_not_in_a_sasl_request_repr() -> None:
+    # A request's repr reaches logs and tracebacks (a request that failed to encode, a debugger).
+    request = m.SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00s3cret")
+    assert "s3cret" not in repr(request)
+    assert request.auth_bytes.endswith(b"s3cret")
