@@ -369,6 +369,12 @@ class ProducerMetrics:
             metrics = self._topics[name] = TopicMetrics(self._sensor)
         return metrics
 
+    def forget_topics(self, names: list[str]) -> None:
+        """Topics unused for metadata_max_idle_ms leave the per-topic metrics with their
+        metadata: a producer writing to a topic per tenant would otherwise keep them all."""
+        for name in names:
+            self._topics.pop(name, None)
+
     def broker(self, node_id: int) -> BrokerMetrics:
         metrics = self._brokers.get(node_id)
         if metrics is None:

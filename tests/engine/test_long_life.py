@@ -31,7 +31,8 @@ async def test_one_offline_partition_does_not_keep_the_other_partitions_batches(
 
 async def test_the_state_of_topics_no_longer_used_goes_with_their_metadata(scripted: Scripted) -> None:
     # Topic per tenant: a topic idle for metadata_max_idle_ms leaves the refreshes, but its
-    # leader epochs, topic id, TopicPartitions, partitioner state and warnings stayed for good.
+    # leader epochs, topic id, TopicPartitions, partitioner state, warnings and per-topic
+    # metrics stayed for good.
     cluster, clock = scripted.cluster, scripted.clock
     options = {"metadata_max_idle_ms": 5000, "metadata_max_age_ms": 1000}
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, **options) as p:
@@ -49,6 +50,7 @@ async def test_the_state_of_topics_no_longer_used_goes_with_their_metadata(scrip
             "topic partitions": len(p._tps),
             "sticky partitions": len(p._partitioner._sticky),
             "warnings": len(p._metrics.events._problems),
+            "topic metrics": len(p.metrics_snapshot().topics),
         }
         assert metadata.snapshot.topics == {}
         assert kept == dict.fromkeys(kept, 0)
