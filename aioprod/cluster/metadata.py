@@ -350,11 +350,11 @@ class Metadata:
                 if loop.time() - self._last_refresh > self._config.retry_backoff_max_ms / 1000:
                     self._fruitless = 0  # a demand after a quiet spell starts afresh
                 if self._fruitless:
-                    self._new_topic.clear()
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(self._backoff(self._fruitless)):
                             await self._new_topic.wait()
             self._need_update.clear()
+            self._new_topic.clear()  # the refresh about to start describes every topic asked for so far
             try:
                 self._refreshes_started += 1
                 started = self._refreshes_started

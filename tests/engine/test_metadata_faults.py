@@ -174,6 +174,41 @@ async def test_a_new_topic_is_described_at_once_while_refreshes_for_another_back
     assert metadata.topic == "fresh"
 
 
+async def test_a_new_topic_asked_for_during_a_fruitless_refresh_is_described_at_once(scripted: Scripted) -> None:
+    # As above, the wait beginning while such a refresh is in flight: its end counted one more
+    # fruitless refresh and the backoff after it forgot the new topic, which then waited a
+    # retry_backoff_ms (here longer than max_block_ms).
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1, -1])
+    cluster.create_topic("fresh", 1)
+    handle = cluster.handle
+
+    async def slow_metadata(conn: Any, frame: bytes) -> bytes | None:  # a broker 50 ms away for metadata
+        answer = await handle(conn, frame)
+        if type(cluster.requests[-1].body) is MetadataRequest:
+            await asyncio.sleep(0.05)
+        return answer
+
+    cluster.handle = slow_metadata  # type: ignore[method-assign]
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=0,
+        retry_backoff_ms=500,
+        retry_backoff_max_ms=5000,
+        max_block_ms=400,
+    ) as p:
+        await p.send_and_wait("t", b"v", partition=0)
+        waiting = await p.send("t", b"waits for a leader", partition=1)
+        await asyncio.sleep(30)  # the refreshes for the leaderless partition back off to 5 s
+        seen = len(cluster.requests_of(MetadataRequest))
+        while len(cluster.requests_of(MetadataRequest)) == seen:  # until the next fruitless refresh goes out
+            await asyncio.sleep(0.001)
+        metadata = await p.send_and_wait("fresh", b"new topic")
+        cluster.partition("t", 1).leader = 1
+        await waiting
+    assert metadata.topic == "fresh"
+
+
 async def test_throttled_broker_gets_no_requests_until_the_throttle_ends(scripted: Scripted) -> None:
     cluster, clock = scripted.cluster, scripted.clock
     cluster.create_topic("t", 1)
