@@ -35,7 +35,7 @@ from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool, describe_node, exponential_backoff
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import ProducerBatch, TopicPartition
-from aioprod.producer.idempotence import IdempotenceState
+from aioprod.producer.idempotence import IdempotenceState, sequence_before
 from aioprod.producer.outcomes import Action, Decision, RetryPolicy, decide
 from aioprod.producer.transactions import TransactionManager, TxnState
 from aioprod.protocol.messages import (
@@ -548,6 +548,20 @@ class Sender:
         for batch in self._acc.withdraw(tp, lambda queued: queued.needs_new_sequence and ident.overtaken(queued)):
             self._finish(batch, _overtaken(batch, None))
 
+    def _fail_behind(self, failed: ProducerBatch) -> None:
+        """``failed`` may be in the log and will never be resolved: refused batches of its
+        identity with earlier sequences (not in the log) would land behind it, renumbered."""
+        stamp = (failed.producer_id, failed.producer_epoch)
+        for batch in self._acc.withdraw(
+            failed.tp,
+            lambda queued: (
+                queued.needs_new_sequence
+                and (queued.producer_id, queued.producer_epoch) == stamp
+                and sequence_before(queued.base_sequence, failed.base_sequence)
+            ),
+        ):
+            self._finish(batch, _overtaken(batch, None, certain=False))
+
     def _set_fatal(self, error: KafkaError) -> None:
         """From now on nothing is sent: queued batches fail with ``error``, and batches
         still in flight fail with it when they come back."""
@@ -573,6 +587,8 @@ class Sender:
             if batch.stamped:
                 self._doubt = f"a batch of {batch.tp.topic}-{batch.tp.partition} failed ({error})"
             self.idempotence.failed(batch)
+            if batch.stamped and not batch.needs_new_sequence and (batch.maybe_written or batch.in_flight):
+                self._fail_behind(batch)
         if self.transactions is not None:
             self.transactions.record_failed(error)
 
@@ -689,10 +705,17 @@ def _fatal_as(error: KafkaError, persisted: bool) -> KafkaError:
     return copy
 
 
-def _overtaken(batch: ProducerBatch, refusal: KafkaError | None) -> OutOfOrderSequenceNumberError:
-    """Why a batch that later sequences of its identity were acknowledged ahead of is not sent again."""
+def _overtaken(batch: ProducerBatch, refusal: KafkaError | None, certain: bool = True) -> OutOfOrderSequenceNumberError:
+    """Why a batch that later sequences of its identity were (``certain``) or may have been
+    written ahead of is not sent again."""
     where = f"{batch.tp.topic}-{batch.tp.partition}"
-    if batch.maybe_written:
+    if not certain:
+        text = (
+            f"{where}: the broker refused these records (they are not in the log), and a later batch of the "
+            f"partition whose outcome is unknown may have been written ahead of them: they are not sent again, "
+            f"as they would land out of order"
+        )
+    elif batch.maybe_written:
         text = (
             f"{where}: the broker acknowledged later records of the partition and no longer recognises this "
             f"batch (beyond its duplicate window of five): it may be in the log, and is not sent again"

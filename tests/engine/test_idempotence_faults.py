@@ -278,3 +278,65 @@ async def test_a_batch_written_ahead_of_refused_ones_is_resolved_and_they_fail(
         assert isinstance(a, OutOfOrderSequenceNumberError) and a.possibly_persisted is False, a
     else:
         assert isinstance(a, NotEnoughReplicasError), a
+
+
+async def test_refused_batches_are_not_written_behind_a_later_one_that_failed_possibly_persisted(
+    scripted: Scripted,
+) -> None:
+    # As above, but C (written ahead of A and B, its answer lost) is never resolved: its retries are
+    # refused before the append until it is out of retries, and it fails, possibly persisted. A and
+    # B were renumbered and written behind it: the log read C, A, B, all three sent in that order.
+    cluster = scripted.cluster
+    cluster.accepts_unknown_producers = True
+    cluster.create_topic("t", leaders=[1])
+    node = cluster.nodes[1]
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10, retries=2
+    ) as p:
+        await p.partitions_for("t")
+        node.stalling = True  # A, B, C (sequences 0..2) go out before the broker looks at any
+        futures = []
+        for name in (b"A", b"B", b"C"):
+            futures.append(await p.send("t", name * 100))
+            await asyncio.sleep(0.01)
+        node.script = deque([NOT_ENOUGH_REPLICAS] * 2 + [Hold])  # A, B refused; C written, held
+        node.release()
+        await asyncio.sleep(0.01)
+        # C's answer is lost; A's and B's retries are refused as out of order (the broker expects 3),
+        # C's refused before the append until it is out of retries.
+        node.script = deque([0, 0, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS])
+        cluster.disconnect(1)
+        a, b, c = await asyncio.gather(*futures, return_exceptions=True)
+    assert [v[:1] for v in cluster.partition("t").values] == [b"C"]
+    assert isinstance(c, NotEnoughReplicasError) and c.possibly_persisted is True
+    for refused in (a, b):
+        assert isinstance(refused, OutOfOrderSequenceNumberError) and refused.possibly_persisted is False, refused
+
+
+async def test_refused_batches_are_not_written_behind_a_later_one_refused_as_too_large(scripted: Scripted) -> None:
+    # The same with unlimited retries: C's retry is refused MESSAGE_TOO_LARGE (the topic's limit was
+    # lowered meanwhile), so C fails, possibly persisted, and A and B must not land behind it.
+    cluster = scripted.cluster
+    cluster.accepts_unknown_producers = True
+    cluster.create_topic("t", leaders=[1])
+    node = cluster.nodes[1]
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10) as p:
+        await p.partitions_for("t")
+        node.stalling = True
+        futures = []
+        for value in (b"A" * 10, b"B" * 10, b"C" * 100):  # C larger than A and B
+            futures.append(await p.send("t", value))
+            await asyncio.sleep(0.01)
+        node.script = deque([NOT_ENOUGH_REPLICAS] * 2 + [Hold])
+        node.release()
+        await asyncio.sleep(0.01)
+        cluster.partition("t").max_batch_bytes = 130  # A and B (~90 bytes) fit, C (~180) does not
+        node.script = deque([0, 0])
+        cluster.disconnect(1)
+        await asyncio.sleep(0.2)  # A's and B's retries refused out of order, C's refused too large
+        cluster.partition("t").max_batch_bytes = None
+        a, b, c = await asyncio.gather(*futures, return_exceptions=True)
+    assert [v[:1] for v in cluster.partition("t").values] == [b"C"]
+    assert isinstance(c, MessageTooLargeError) and c.possibly_persisted is True
+    for refused in (a, b):
+        assert isinstance(refused, OutOfOrderSequenceNumberError) and refused.possibly_persisted is False, refused
