@@ -535,6 +535,8 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "bootstrap_servers":
         return parse_bootstrap_servers(value)
     if name == "acks":
+        if isinstance(value, bool):  # True == 1: "acknowledge" would mean acks=1, and no idempotence
+            raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {value!r}")
         if value in ("all", "-1", -1):
             return -1
         if value in ("0", "1", 0, 1):

@@ -37,7 +37,7 @@ from anyio.from_thread import BlockingPortal
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, TransactionAbortableError
 from aioprod.metrics import MetricsSnapshot
 from aioprod.producer.batch import TopicPartition
-from aioprod.producer.producer import Producer
+from aioprod.producer.producer import Producer, check_timeout
 from aioprod.producer.record_future import RecordMetadata
 from aioprod.producer.transactions import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction
 
@@ -100,6 +100,7 @@ class SyncProducer:
         **options: Any,
     ) -> None:
         producer = Producer(config, **options)  # validates the configuration in this thread
+        check_timeout("SyncProducer", start_timeout)
         self._producer = producer
         self.config = producer.config
         self._max_block = producer.config.max_block_ms / 1000
@@ -183,6 +184,7 @@ class SyncProducer:
         ``delivery_timeout_ms``); when it runs out this raises ``KafkaTimeoutError`` but the
         record stays queued and may still be delivered.
         """
+        check_timeout("send_and_wait", timeout)  # before the record is queued
         future = self.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
         limit = self._delivery_timeout + _GRACE if timeout is None else timeout
         return self._wait(future, limit, "the acknowledgement")
@@ -226,6 +228,7 @@ class SyncProducer:
         """
         self._check_thread()
         self._check_process()
+        check_timeout("flush", timeout)
         limit = self._delivery_timeout if timeout is None else timeout
         closing = self._closing
         if closing is not None:
@@ -342,6 +345,7 @@ class SyncProducer:
         first. If the calling thread is interrupted, the close goes on in the background.
         """
         self._check_thread()
+        check_timeout("close", timeout)
         if os.getpid() != self._pid:
             return  # a forked child: the producer and its thread live in the parent process
         limit = self._delivery_timeout if timeout is None else timeout

@@ -471,3 +471,19 @@ def test_a_call_gives_up_when_the_producers_loop_does_not_answer(call: str, monk
     finally:
         release.set()
         producer.close(2)
+
+
+def test_sync_timeouts_of_the_wrong_type_are_refused_by_name_before_anything_happens() -> None:
+    with pytest.raises(TypeError, match=r"SyncProducer\(\) timeout must be a number"):
+        SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", start_timeout="5")  # type: ignore[arg-type]
+    producer = SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", max_block_ms=500)
+    try:
+        with pytest.raises(TypeError, match=r"send_and_wait\(\) timeout must be a number"):
+            producer.send_and_wait("t", b"v", timeout="5")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"flush\(\) timeout must be a number"):
+            producer.flush("5")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"close\(\) timeout must be a number"):
+            producer.close("5")  # type: ignore[arg-type]
+        assert producer.metrics()["record-send-total"] == 0  # send_and_wait queued nothing
+    finally:
+        producer.close(0)  # still closes

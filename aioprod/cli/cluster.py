@@ -162,7 +162,9 @@ async def check_first(check: asyncio.Task[str | None], producer: Producer, topic
     except KafkaTimeoutError:
         raise
     except TimeoutError:
-        raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {max_block_ms} ms") from None
+        # The producer's own reason (no broker reachable: ..., the cluster's last answer), as its
+        # own wait would have said it.
+        raise producer._metadata.topic_timeout(topic, max_block_ms) from None
 
 
 def topic_problem(check: asyncio.Task[str | None]) -> str:

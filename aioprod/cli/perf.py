@@ -57,6 +57,7 @@ from aioprod.cli.common import (
 )
 from aioprod.cli.metrics_table import java_style_lines
 from aioprod.cli.stats import AckTracker, LatencySummary
+from aioprod.config import ProducerConfig
 from aioprod.metrics import MetricsSnapshot
 
 _MIN_SLEEP = 0.002  # as Java's throttler: shorter waits are not worth a sleep
@@ -365,6 +366,13 @@ def perf(
         values: Callable[[int], bytes] = lambda _i: payloads[rng.randrange(len(payloads))]  # noqa: E731
     else:
         assert record_size is not None
+        limit = ProducerConfig.from_options(options).max_request_size
+        if record_size > limit:
+            # Every record would fail as too large: say so before building a payload that size.
+            raise CliUsageError(
+                f"--record-size {record_size:,} is larger than max.request.size ({limit:,}): every record would "
+                "fail (raise it with -X max.request.size=..., and the broker's message.max.bytes)"
+            )
         fixed = payload(record_size)
         values = lambda _i: fixed  # noqa: E731
     rate = throughput if throughput > 0 else None

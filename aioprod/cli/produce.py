@@ -26,6 +26,7 @@ from aioprod.cli.cluster import check_first, topic_problem, watch_topic
 from aioprod.cli.common import (
     ClientOptions,
     CliError,
+    CliUsageError,
     client_options,
     debug_option,
     describe,
@@ -198,6 +199,10 @@ async def produce_lines(
                 try:
                     future = await producer.send(topic, value, key, partition=partition, headers=headers)
                 except (TypeError, ValueError) as exc:  # this record is wrong (too large, no such partition)
+                    info = producer.cluster().topics.get(topic)
+                    if partition is not None and info is not None and partition not in info.partitions:
+                        # -p is wrong for every line, not this one: one usage error, not one per line.
+                        raise CliUsageError(f"--partition {partition}: {exc}") from exc
                     tracker.fail(exc, line_number)
                     continue
                 except KafkaError as exc:  # the cluster is: every later line would wait max.block.ms too

@@ -244,15 +244,7 @@ class Metadata:
                     )
             remaining = deadline - loop.time()
             if remaining <= 0:
-                trouble = self._troubled.get(topic)
-                hint = self._reachability_hint()
-                answer = None
-                if not hint and trouble is not None:
-                    answer = trouble[1]  # the cause: UNKNOWN_TOPIC_OR_PARTITION tells "no such topic" from "no answer"
-                    hint = f" (the cluster's last answer: {answer})"
-                raise KafkaTimeoutError(
-                    f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms" + hint
-                ) from answer
+                raise self.topic_timeout(topic, timeout * 1000)
             if topic not in self._topics:
                 # Not asked for before: no backoff that other topics' refreshes earned applies
                 # (Java's requestUpdateForNewTopics), or a short max_block_ms would run out.
@@ -265,6 +257,18 @@ class Metadata:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await asyncio.shield(self._updated)
+
+    def topic_timeout(self, topic: str, waited_ms: float) -> KafkaTimeoutError:
+        """The error for a wait for ``topic`` that ran out, saying why as far as it is known."""
+        trouble = self._troubled.get(topic)
+        hint = self._reachability_hint()
+        answer = None
+        if not hint and trouble is not None:
+            answer = trouble[1]  # the cause: UNKNOWN_TOPIC_OR_PARTITION tells "no such topic" from "no answer"
+            hint = f" (the cluster's last answer: {answer})"
+        error = KafkaTimeoutError(f"topic {topic!r} not present in metadata after {waited_ms:.0f} ms" + hint)
+        error.__cause__ = answer
+        return error
 
     def _reachability_hint(self) -> str:
         if self.snapshot.brokers:

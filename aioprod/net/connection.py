@@ -168,6 +168,8 @@ class BrokerConnection:
         self._held: list[tuple[Request, int, bool, _Outcome]] | None = None
         #: Set by retire(): take no new request, close with this once nothing is in flight.
         self._retiring: KafkaError | None = None
+        #: The peer answered in another protocol (HTTP): no security_protocol hint for it.
+        self._not_kafka = False
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -313,7 +315,7 @@ class BrokerConnection:
                 )
             else:
                 error = KafkaConnectionError(f"{self.phase} with {self.host}:{self.port} failed: {exc!r}")
-            if not self.api_versions and type(error) is KafkaConnectionError:
+            if not self.api_versions and type(error) is KafkaConnectionError and not self._not_kafka:
                 hint = (
                     "right after the TLS handshake (a broker that requires client certificates closes like this "
                     "when it rejects ours: check ssl_certificate_location)"
@@ -486,9 +488,12 @@ class BrokerConnection:
         assert self._reader is not None
         decoder = FrameDecoder()
         reader = self._reader
+        first = b""  # the stream's first bytes, to tell what answered when it is not Kafka
         try:
             while True:
                 data = await reader.read(_READ_CHUNK)
+                if len(first) < 4:
+                    first += data[: 4 - len(first)]
                 if not data:
                     raise KafkaConnectionError(
                         f"broker {self.node_id} ({self.host}:{self.port}) closed the connection{self._closed_hint()}"
@@ -513,12 +518,15 @@ class BrokerConnection:
             # A response that could not be read (its own request has the ProtocolError) leaves
             # the stream unreadable: for the other requests on it, a lost connection (retriable),
             # not a verdict on them.
-            self.close(
-                KafkaConnectionError(
-                    f"connection to broker {self.node_id} ({self.host}:{self.port}) dropped after a malformed "
-                    f"response: {exc}"
+            what = f"connection to broker {self.node_id} ({self.host}:{self.port}) dropped after a malformed response"
+            if not self.api_versions and first[:4] == b"HTTP":
+                # The first answer on the port is HTTP's: a REST proxy, Schema Registry, a web UI.
+                self._not_kafka = True
+                what += (
+                    f" (it answered in HTTP: {self.host}:{self.port} is not a Kafka listener; check the port in "
+                    "bootstrap_servers)"
                 )
-            )
+            self.close(KafkaConnectionError(f"{what}: {exc}"))
         except KafkaError as exc:
             self.close(exc)
         except OSError as exc:

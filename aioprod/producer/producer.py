@@ -242,6 +242,7 @@ class Producer:
         cancels close(), delivery stops there: pending records fail and every connection
         and task is released at once.
         """
+        check_timeout("close", timeout)
         if self._state == _NEW:
             self._state = _CLOSED
             return
@@ -497,8 +498,8 @@ class Producer:
 
         The bulk path: records carry no future each, which makes it several times cheaper
         per record than ``send``. ``keys`` and ``headers``, when given, run parallel to
-        ``values``; all records get the same timestamp (``timestamp_ms``, or now). The
-        future resolves with the metadata in input order once every record is
+        ``values`` (each a sequence, or an iterator, made a list); all records get the same
+        timestamp (``timestamp_ms``, or now). The future resolves with the metadata in input order once every record is
         acknowledged, or fails with :class:`~aioprod.errors.SendManyError` (whose
         ``results`` hold each record's metadata or error) once every record has an outcome
         and any failed.
@@ -518,6 +519,12 @@ class Producer:
         if not isinstance(values, Sequence) or isinstance(values, str | bytes | bytearray):
             raise TypeError(f"values must be a sequence of values (a list, say), got {type(values).__name__}")
         count = len(values)
+        keys, headers = send_many_values(keys), send_many_values(headers)  # a generator as a list
+        for name, given in (("keys", keys), ("headers", headers)):
+            if given is not None and (not isinstance(given, Sequence) or isinstance(given, str | bytes | bytearray)):
+                raise TypeError(
+                    f"{name} must be a sequence parallel to values (a list, say), got {type(given).__name__}"
+                )
         if keys is not None and len(keys) != count:
             raise ValueError(f"keys has {len(keys)} items but values has {count}")
         if headers is not None and len(headers) != count:
@@ -665,6 +672,7 @@ class Producer:
         the wait; :class:`~aioprod.errors.KafkaTimeoutError` when it runs out, with the
         records still on their way.
         """
+        check_timeout("flush", timeout)
         if self._state not in (_STARTED, _CLOSING):
             return
         self._check_loop()
@@ -972,6 +980,16 @@ class Producer:
         if self._state == _NEW:
             raise ProducerClosedError("the producer is not started: use 'async with' or await start() first")
         raise ProducerClosedError(f"the producer is {self._state}; no more records are accepted")
+
+
+def check_timeout(method: str, timeout: Any) -> None:
+    """A ``timeout`` argument (seconds, or None): refused by name before anything starts."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"{method}() timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if math.isnan(timeout):
+        raise ValueError(f"{method}() timeout must be a number of seconds or None, got nan")
 
 
 def _as_bytes(field: str, data: Any) -> bytes:

@@ -167,3 +167,11 @@ def test_the_payload_is_random_uppercase_letters_the_same_each_run() -> None:
     value = payload(100_000)
     assert len(value) == 100_000 and set(value) == set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
     assert payload(100_000) == value
+
+
+def test_a_record_size_over_max_request_size_is_a_usage_error() -> None:
+    # Every record would fail as too large; -s 10000000000 raised OverflowError, and a size of a
+    # few GB built its payload (twice) first.
+    result = aioprod("perf", "-t", "p", "-n", "1", "-s", "10000000000", "-b", "127.0.0.1:9")
+    assert result.exit_code == 2, result.stderr
+    assert "--record-size 10,000,000,000 is larger than max.request.size (1,048,576)" in result.stderr

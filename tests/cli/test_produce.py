@@ -59,12 +59,13 @@ def test_a_failing_line_is_reported_and_the_others_still_go(bootstrap: str, topi
     assert sorted(r.value for r in read_topic(bootstrap, topic)) == [b"ok 1", b"ok 3"]
 
 
-def test_a_partition_that_does_not_exist_fails_every_line(bootstrap: str, topic: str) -> None:
+def test_a_partition_that_does_not_exist_is_one_usage_error(bootstrap: str, topic: str) -> None:
     create_topic(bootstrap, topic, partitions=1)
     result = aioprod("produce", topic, "-b", bootstrap, "-p", "7", input="a\nb\n")
-    assert result.exit_code == 1
-    assert "line 1: ValueError: partition 7 does not exist" in result.stderr
-    assert "line 2: ValueError" in result.stderr
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"aioprod: error: --partition 7: partition 7 does not exist: topic {topic!r} has 1 partition (0-0)"
+    ]
 
 
 def test_bootstrap_from_the_environment(bootstrap: str, topic: str) -> None:

@@ -40,6 +40,14 @@ async def test_produce_fails_when_max_block_ms_runs_out_not_a_head_start_later(s
     assert scripted.clock.now - start == pytest.approx(MAX_BLOCK_MS / 1000)
 
 
+async def test_produce_says_why_the_topic_was_not_found_as_the_producer_would(scripted: Scripted) -> None:
+    # The check's own timeout said only "not present in metadata", dropping the producer's reason.
+    # The check outlasts its head start; the producer's handshake times out before max_block_ms.
+    options = {**silent_cluster(scripted), "request_timeout_ms": 3000, "max_block_ms": 8000}
+    with pytest.raises(CliError, match=r"after 8000 ms \(no broker reachable: ApiVersions handshake with"):
+        await produce_lines(options, "t", io.BytesIO(b"one\n"), b"\n", LineFormat(), None, AckTracker())
+
+
 async def test_smoke_fails_when_max_block_ms_runs_out_not_a_head_start_later(scripted: Scripted) -> None:
     options = silent_cluster(scripted)
     start = scripted.clock.now

@@ -12,7 +12,7 @@ import pytest
 
 from aioprod import Producer
 from aioprod.embedded import free_port
-from aioprod.errors import KafkaConnectionError
+from aioprod.errors import KafkaConnectionError, KafkaTimeoutError
 from aioprod.net.connection import BrokerConnection
 from aioprod.protocol.framing import decode_request_header
 from aioprod.protocol.messages import (
@@ -280,3 +280,25 @@ async def test_a_broker_stopping_during_the_first_request_is_not_blamed_on_secur
     with pytest.raises(KafkaConnectionError) as info:
         await request
     assert "security_protocol" not in str(info.value)
+
+
+async def test_an_http_port_is_called_not_a_kafka_listener_not_a_tls_one() -> None:
+    # A REST proxy, Schema Registry or web UI in bootstrap_servers: its "HTTP" read as a frame
+    # size of 1213486160, and the hint sent the user to security_protocol.
+    async def http_400(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(http_400, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=1500) as p:
+            with pytest.raises(KafkaTimeoutError) as failed:
+                await p.send("t", b"v")
+            await p.close(0)
+    finally:
+        server.close()
+    assert f"it answered in HTTP: 127.0.0.1:{port} is not a Kafka listener" in str(failed.value)
+    assert "TLS" not in str(failed.value)

@@ -307,3 +307,27 @@ def test_a_closed_producer_says_closed_on_the_next_loop() -> None:
     asyncio.run(first())
     with pytest.raises(ProducerClosedError):
         asyncio.run(second())
+
+
+async def test_send_many_takes_keys_and_headers_as_it_takes_values() -> None:
+    async with Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}", max_block_ms=200) as p:
+        with pytest.raises(TypeError, match="keys must be a sequence parallel to values"):
+            await p.send_many("t", [b"a"], keys=5)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="headers must be a sequence parallel to values"):
+            await p.send_many("t", [b"a"], headers=5)  # type: ignore[arg-type]
+        with pytest.raises(KafkaTimeoutError):  # past the argument checks: then no broker
+            await p.send_many("t", [b"a"], keys=(k for k in [b"k"]))
+
+
+@pytest.mark.parametrize("timeout", ["5", b"5", [5], True, float("nan")])
+async def test_a_bad_close_or_flush_timeout_is_refused_by_name_and_the_producer_still_closes(timeout: Any) -> None:
+    # close("5") raised "unsupported operand type(s) for +" after the producer was already
+    # closing: no later close() could close it, and its tasks ran on.
+    p = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
+    await p.start()
+    with pytest.raises((TypeError, ValueError), match=r"flush\(\) timeout must be a number of seconds or None"):
+        await p.flush(timeout)
+    with pytest.raises((TypeError, ValueError), match=r"close\(\) timeout must be a number of seconds or None"):
+        await p.close(timeout)
+    await p.close(0)
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("aioprod")]

@@ -179,3 +179,10 @@ def test_a_java_serializer_class_is_an_unsupported_option_in_the_library_too(nam
     java_class = "org.apache.kafka.common.serialization.StringSerializer"
     with pytest.raises(UnsupportedOptionError, match=f"names a Java class \\({java_class}\\): give aioprod a callable"):
         Producer(bootstrap_servers="h:1", **{name: java_class})
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_acks_refuses_a_bool(value: bool) -> None:
+    # True == 1 in Python: acks=True was acks=1, which also turned idempotence off.
+    with pytest.raises(ConfigError, match="acks must be 'all', -1, 0 or 1, got"):
+        Producer(bootstrap_servers="127.0.0.1:9092", acks=value)
