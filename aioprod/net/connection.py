@@ -272,9 +272,13 @@ class BrokerConnection:
                     **options,
                 )
         except TimeoutError as exc:
+            # With TLS the timeout covers the handshake too, which a plaintext listener that
+            # waits for more bytes (Tansu does) leaves hanging.
+            hint = "; with TLS, a plaintext listener can leave the handshake waiting: check security_protocol"
             raise KafkaConnectionError(
                 f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: "
                 f"no connection within {setup_timeout:.3g}s (socket_connection_setup_timeout_ms)"
+                + (hint if tls is not None else "")
             ) from exc
         except OSError as exc:
             failure = connection_error(exc, self.host, self.port, f"connecting to broker {self.node_id} at")

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from aioprod import Producer
+from aioprod.config import ProducerConfig
 from aioprod.embedded import free_port
 from aioprod.errors import KafkaConnectionError, KafkaTimeoutError
+from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
 from aioprod.protocol.framing import decode_request_header
 from aioprod.protocol.messages import (
@@ -302,3 +304,32 @@ async def test_an_http_port_is_called_not_a_kafka_listener_not_a_tls_one() -> No
         server.close()
     assert f"it answered in HTTP: 127.0.0.1:{port} is not a Kafka listener" in str(failed.value)
     assert "TLS" not in str(failed.value)
+
+
+async def test_a_tls_handshake_a_plaintext_listener_leaves_waiting_says_check_security_protocol() -> None:
+    # A plaintext listener that waits for a request (Tansu does) never answers a ClientHello:
+    # the setup timeout, with no word of TLS, was all the user saw.
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    config = ProducerConfig.from_options({"bootstrap_servers": f"127.0.0.1:{port}", "security_protocol": "SSL"})
+    conn = BrokerConnection(
+        -1,
+        "127.0.0.1",
+        port,
+        client_id="test",
+        request_timeout=1.0,
+        max_in_flight=1,
+        security=ConnectionSecurity.from_config(config),
+    )
+    try:
+        with pytest.raises(KafkaConnectionError, match="a plaintext listener can leave the handshake waiting"):
+            await conn.open(0.2)
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
