@@ -498,7 +498,10 @@ class ProducerMetrics:
                     stopped = not loop.is_running()
                     if (stopped or time.monotonic() >= deadline) and future.cancel():
                         if not stopped:
-                            raise
+                            raise TimeoutError(
+                                f"metrics snapshot: the producer's event loop did not take it within "
+                                f"{SNAPSHOT_TIMEOUT:.0f} s (is the loop blocked?)"
+                            ) from None
                         break
             # The loop is not running: nothing changes the figures now, take them here.
         return self._take()

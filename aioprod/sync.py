@@ -256,10 +256,12 @@ class SyncProducer:
 
     def metrics(self) -> dict[str, float]:
         """The producer's metrics now (see :meth:`Producer.metrics <aioprod.Producer.metrics>`)."""
+        self._check_process()  # the loop that takes the snapshot does not exist in a forked child
         return self._producer.metrics()
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         """Every metric at one moment: producer-wide, per topic and per broker."""
+        self._check_process()
         return self._producer.metrics_snapshot()
 
     def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:

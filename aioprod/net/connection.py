@@ -289,8 +289,8 @@ class BrokerConnection:
             ):
                 # Not chained: the pool logs a cause's text alone, and the hint is the point.
                 raise KafkaConnectionError(
-                    f"{failure} during the TLS handshake (a plaintext listener closes like this: "
-                    "check security_protocol)"
+                    f"broker {self.node_id} at {self.host}:{self.port} closed the connection during the TLS "
+                    "handshake (a plaintext listener closes like this: check security_protocol)"
                 ) from None
             raise failure from exc
         except UnicodeError as exc:  # a name IDNA cannot encode ("kafka..example.com"): no OSError

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import aioprod.metrics as metrics_module
 from aioprod import Producer
 from aioprod.errors import DeliveryTimeoutError, KafkaTimeoutError, MessageTooLargeError, NotLeaderOrFollowerError
 from aioprod.metrics import BROKER_METRICS, PRODUCER_METRICS, TOPIC_METRICS, MetricsSnapshot
@@ -326,3 +327,25 @@ def test_metrics_from_another_thread_while_the_loop_stops_are_the_final_figures(
         loop.run_until_complete(producer.close(0))
         loop.close()
     assert figures["record-send-total"] == 0
+
+
+def test_metrics_from_another_thread_while_the_loop_is_blocked_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A loop blocked past SNAPSHOT_TIMEOUT (a callback that never yields) raised a TimeoutError
+    # with no text at all.
+    monkeypatch.setattr(metrics_module, "SNAPSHOT_TIMEOUT", 0.2)
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
+    asyncio.run_coroutine_threadsafe(producer.start(), loop).result()
+    unblock = threading.Event()
+    loop.call_soon_threadsafe(unblock.wait)  # the loop is stuck here
+    try:
+        with pytest.raises(TimeoutError, match="the producer's event loop did not take it within 0 s"):
+            producer.metrics()
+    finally:
+        unblock.set()
+        asyncio.run_coroutine_threadsafe(producer.close(0), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join()
+        loop.close()

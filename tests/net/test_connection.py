@@ -333,3 +333,20 @@ async def test_a_tls_handshake_a_plaintext_listener_leaves_waiting_says_check_se
         for writer in held:
             writer.close()
         server.close()
+
+
+async def test_a_plaintext_listener_closing_on_the_tls_handshake_is_said_to_have_closed() -> None:
+    # Apache Kafka's plaintext listener closes on a ClientHello; asyncio raises a
+    # ConnectionResetError whose text is empty, and the message read "failed:  during the TLS
+    # handshake", never saying the broker closed the connection.
+    async def closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.close()
+
+    server = await asyncio.start_server(closing, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    options = {"bootstrap_servers": f"127.0.0.1:{port}", "security_protocol": "SSL", "max_block_ms": 1500}
+    async with server, Producer(**options) as p:
+        with pytest.raises(KafkaTimeoutError) as failed:
+            await p.send("t", b"x")
+    assert f"127.0.0.1:{port} closed the connection during the TLS handshake" in str(failed.value), failed.value
