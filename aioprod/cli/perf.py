@@ -357,7 +357,8 @@ def perf(
       aioprod perf -t perf -n 100000 -s 100 --print-metrics
     """
     if (record_size is None) == (payload_file is None):
-        raise CliUsageError("give either --record-size or --payload-file (not both)")
+        given = "not both" if record_size is not None else "one of them is needed"
+        raise CliUsageError(f"give either --record-size or --payload-file ({given})")
     servers = client.resolve_bootstrap()
     options = client.producer_options(servers or "127.0.0.1:9092")
     if payload_file is not None:

@@ -85,7 +85,9 @@ def test_payload_file_and_keys(bootstrap: str, topic: str, tmp_path: Path) -> No
     # One key, one partition (murmur2, as the Java client).
     assert all(len({r.partition for r in records if r.key == key}) == 1 for key in (b"key-0", b"key-1", b"key-2"))
     both = aioprod("perf", "-b", bootstrap, "-t", topic, "-n", "1", "-s", "1", "--payload-file", str(payloads))
-    assert both.exit_code == 2 and "either --record-size or --payload-file" in both.stderr
+    assert both.exit_code == 2 and "either --record-size or --payload-file (not both)" in both.stderr
+    neither = aioprod("perf", "-b", bootstrap, "-t", topic, "-n", "1")
+    assert neither.exit_code == 2 and "either --record-size or --payload-file (one of them is needed)" in neither.stderr
 
 
 def test_a_terminal_gets_a_progress_bar_with_rate_and_eta(bootstrap: str, topic: str) -> None:
