@@ -394,7 +394,18 @@ class Sender:
             hint = decision.leader
             if hint is not None:
                 tp = batch.tp
-                self._metadata.update_leader(tp.topic, tp.partition, hint.leader, hint.epoch, hint.address)
+                taken = self._metadata.update_leader(tp.topic, tp.partition, hint.leader, hint.epoch, hint.address)
+                if not taken and decision.action is Action.RETRY and decision.retry_at <= now:
+                    # The retry was to go at once, to the leader the answer named; the metadata
+                    # did not take it (it knows a newer epoch than the hint's, and so no longer
+                    # the leader it names): unless the metadata leads elsewhere since the batch
+                    # went, the batch would go straight back to the broker that refused it.
+                    info = self._metadata.snapshot.topics.get(tp.topic)
+                    part = None if info is None else info.partitions.get(tp.partition)
+                    if part is None or part.leader_epoch <= batch.leader_epoch:
+                        decision.retry_at = now + exponential_backoff(
+                            self._policy.backoff, self._policy.backoff_max, batch.attempts
+                        )
             refresh = refresh or decision.refresh_metadata
             action = decision.action
             if batch.done:

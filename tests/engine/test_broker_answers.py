@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,13 @@ from aioprod.errors import (
     SendManyError,
     UnknownProducerIdError,
 )
-from aioprod.protocol.messages import InitProducerIdRequest, ProduceRequest
+from aioprod.protocol.messages import (
+    InitProducerIdRequest,
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponseTopic,
+    ProduceRequest,
+)
 from aioprod.protocol.records import read_batch
 from tests.conftest import Scripted
 from tests.fakes.cluster import ScriptedCluster
@@ -311,3 +318,63 @@ async def test_a_timed_out_batch_that_expires_waiting_to_retry_is_possibly_persi
 
     assert info.value.possibly_persisted is True, str(info.value)
     assert "possibly persisted" in str(info.value)
+
+
+async def test_a_leader_hint_the_metadata_refuses_does_not_make_a_zero_backoff_loop(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A NOT_LEADER_OR_FOLLOWER answer names the new leader (KIP-951) at an epoch newer than the
+    # batch's: the retry went at once. But the metadata refused the hint (it remembered an epoch
+    # as new, from before a lagging answer put the old leader back), so the batch went straight
+    # back to the broker that refused it: hundreds of requests at one instant, for good.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.add_node(3)
+    cluster.create_topic("t", leaders=[2])
+    cluster.create_topic("u", leaders=[2])
+    cluster.partition("t").epoch = 5  # moved about: led by node 2 at epoch 5
+    handle = ScriptedCluster.handle
+    produced: list[tuple[float, int]] = []
+
+    async def counting(self: ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        if int.from_bytes(frame[:2], "big") == ProduceRequest.API_KEY:
+            produced.append((self.clock(), conn.node.node_id))
+            if len(produced) > 300:
+                await asyncio.sleep(0.01)  # let virtual time move on: the loop is proven
+        return await handle(self, conn, frame)
+
+    monkeypatch.setattr(ScriptedCluster, "handle", counting)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=100, max_in_flight_requests_per_connection=1
+    ) as p:
+        await p.send_and_wait("t", b"learns node 2 at epoch 5")
+        # Node 2, the new leader, is slow (acks=all waiting for its followers): its one request
+        # in flight is held, so refreshes go to the other brokers, which lag.
+        cluster.nodes[2].holding = True
+        slow = await p.send("u", b"slow")
+        await asyncio.sleep(0.01)
+        # Lagging answers reach the producer (as refreshes to a lagging broker would): first it
+        # does not know the topic yet, then it has it led by node 1 at epoch 0 (node 3 lags;
+        # nodes 1 and 2 are up to date: node 1 answers NOT_LEADER naming node 2 at epoch 5).
+        request = MetadataRequest(topics=[MetadataRequestTopic(name="t")])
+        unknown = cluster._metadata(cluster.nodes[3], request)
+        unknown.topics = [MetadataResponseTopic(3, "t", partitions=[])]
+        p._metadata._apply(unknown, 3)
+        cluster.nodes[3].stale[("t", 0)] = (1, 0)
+        p._metadata._apply(cluster._metadata(cluster.nodes[3], request), 3)
+        assert p.cluster().leader_for("t", 0) == 1  # the old leader is back in the snapshot
+        before = len(produced)
+        started = scripted.clock.now
+        record = await p.send("t", b"after the lagging answers")
+        await asyncio.sleep(1)
+        took = scripted.clock.now - started
+        cluster.nodes[3].stale.clear()
+        cluster.nodes[2].release()
+        await asyncio.gather(slow, record)
+    to_old_leader = [at for at, node in produced[before:] if node == 1]
+    # Java: the hint is taken (or, not taken, the retry backs off retry_backoff_ms): a request or
+    # two to node 1, not hundreds at one instant.
+    assert len(to_old_leader) <= 3, (
+        f"{len(to_old_leader)} produce requests to the old leader in {took:.3f} s "
+        f"({sum(1 for at in to_old_leader if at == to_old_leader[0])} at one instant)"
+    )
