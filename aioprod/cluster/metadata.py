@@ -350,12 +350,21 @@ class Metadata:
                 async with asyncio.timeout(max_age):
                     await self._need_update.wait()
             demanded = self._need_update.is_set()
-            if demanded:
-                if loop.time() - self._last_refresh > self._config.retry_backoff_max_ms / 1000:
+            if demanded and not self._new_topic.is_set():
+                now = loop.time()
+                if now - self._last_refresh > self._config.retry_backoff_max_ms / 1000:
                     self._fruitless = 0  # a demand after a quiet spell starts afresh
-                if self._fruitless:
+                # At least retry_backoff_ms after the last refresh (Java's timeToAllowUpdate):
+                # answers that keep changing (brokers lagging by different amounts) refreshed
+                # back to back; longer while demanded refreshes find nothing new.
+                wait = (
+                    self._backoff(self._fruitless)
+                    if self._fruitless
+                    else self._last_refresh + self._config.retry_backoff_ms / 1000 - now
+                )
+                if wait > 0:
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self._backoff(self._fruitless)):
+                        async with asyncio.timeout(wait):
                             await self._new_topic.wait()
             self._need_update.clear()
             self._new_topic.clear()  # the refresh about to start describes every topic asked for so far

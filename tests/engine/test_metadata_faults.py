@@ -11,7 +11,7 @@ import pytest
 
 from aioprod import Producer
 from aioprod.errors import KafkaTimeoutError, NotLeaderOrFollowerError
-from aioprod.protocol.messages import MetadataRequest, ProduceRequest
+from aioprod.protocol.messages import MetadataRequest, MetadataResponseBroker, ProduceRequest
 from tests.conftest import Scripted
 from tests.fakes.cluster import ScriptedCluster
 
@@ -207,6 +207,43 @@ async def test_a_new_topic_asked_for_during_a_fruitless_refresh_is_described_at_
         cluster.partition("t", 1).leader = 1
         await waiting
     assert metadata.topic == "fresh"
+
+
+async def test_refreshes_whose_answers_keep_changing_are_a_retry_backoff_apart(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Demanded refreshes back off only while they find nothing new; answers that change every
+    # time (brokers lagging by different amounts) made them go back to back, a storm at one
+    # instant while a record waited for a leader. Java keeps them retry_backoff_ms apart.
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1, -1])
+    answer_of = ScriptedCluster._metadata
+    answers = itertools.count()
+
+    def changing(self: ScriptedCluster, node: Any, request: MetadataRequest) -> Any:
+        response = answer_of(self, node, request)
+        if next(answers) % 2:  # a broker in every other answer
+            response.brokers.append(MetadataResponseBroker(9, "elsewhere.example", 9092))
+        return response
+
+    handle = ScriptedCluster.handle
+
+    async def slowed(self: ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        if len(self.requests_of(MetadataRequest)) > 150:
+            await asyncio.sleep(0.01)  # a storm at one instant: let virtual time move, for the assert
+        return await handle(self, conn, frame)
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", changing)
+    monkeypatch.setattr(ScriptedCluster, "handle", slowed)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=100) as p:
+        await p.send_and_wait("t", b"v", partition=0)
+        before = len(cluster.requests_of(MetadataRequest))
+        waiting = await p.send("t", b"waits for a leader", partition=1)
+        await asyncio.sleep(1)
+        refreshes = len(cluster.requests_of(MetadataRequest)) - before
+        cluster.partition("t", 1).leader = 1
+        await waiting
+    assert refreshes <= 12  # one per 100 ms over a second, not hundreds
 
 
 async def test_throttled_broker_gets_no_requests_until_the_throttle_ends(scripted: Scripted) -> None:
