@@ -423,7 +423,8 @@ class ScriptedCluster:
                 if code == NONE:
                     code, offset = self._append(node, t.name, p.index, p.records, request.transactional_id, version)
                 answer = m.ProduceResponsePartition(index=p.index, error_code=code, base_offset=offset)
-                part = self.topics.get(t.name, [None] * (p.index + 1))[p.index]
+                parts = self.topics.get(t.name)
+                part = parts[p.index] if parts is not None and p.index < len(parts) else None
                 if code == NOT_LEADER_OR_FOLLOWER and self.kip951 and version >= 10 and part is not None:
                     leader = self.nodes[part.leader]
                     answer.current_leader = m.ProduceResponseLeaderIdAndEpoch(part.leader, part.epoch)

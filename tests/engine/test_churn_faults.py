@@ -1,0 +1,29 @@
+"""The producer under cluster topology churn: a few seeds of tests/engine/churn_faults.py.
+
+Each seed draws the settings and sends over three topics while leaders move (KIP-951 hints or
+not), brokers fail, shut down, come back elsewhere, swap addresses or join, partitions are added,
+topics are deleted and created again, and brokers' metadata lags; then checks that every future
+resolved, nothing is written twice in a partition (with idempotence), acknowledged records are in
+order and where their offsets say, no error says "not written" of a record in the log, memory is
+all given back, the metrics agree, and no request loop runs without waiting (a storm).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+import aioprod.producer.producer as producer_module
+from tests.engine.churn_faults import run_seed
+
+
+@pytest.mark.parametrize("seed", [0, 3, 7, 16, 38, 85, 89])
+def test_the_producer_keeps_its_promises_under_topology_churn(seed: int) -> None:
+    state, connect, now_ms = random.getstate(), asyncio.open_connection, producer_module._now_ms
+    run = run_seed(seed)
+    assert not run.problems, "\n".join(run.problems + run.trace[-40:])
+    assert random.getstate() == state
+    assert asyncio.open_connection is connect
+    assert producer_module._now_ms is now_ms
