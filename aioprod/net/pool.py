@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aioprod.config import ProducerConfig
-from aioprod.errors import AuthenticationError, KafkaConnectionError, KafkaError
+from aioprod.errors import AuthenticationError, KafkaConnectionError, KafkaError, ProducerClosedError
 from aioprod.metrics import ProducerMetrics
 from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
@@ -130,7 +130,9 @@ class ConnectionPool:
         """Wait for a connection to ``node_id``; raises the connect error on failure."""
         while True:
             if self._closed:
-                raise KafkaConnectionError("the producer is closing: no new connections")
+                # Not retriable: a caller retrying (a coordinator request of close()'s abort) would
+                # back off until its own deadline for a connection that never comes.
+                raise ProducerClosedError("the producer is closing: no new connections")
             conn = self.connection(node_id)
             if conn is not None:
                 return conn

@@ -384,6 +384,8 @@ class Producer:
             self._check_loop()
             deadline = self._loop.time() + self._max_block
             info = await self._metadata.topic(topic, self._max_block, partition)
+            if self._state is not _STARTED or self._fatal is not None:
+                self._raise_not_open()  # close() began while this waited: as docs/delivery.md says
         if tps is None or len(tps) < len(info.all_partitions):
             tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(max(info.all_partitions) + 1)]
         if partition is None:
@@ -551,6 +553,8 @@ class Producer:
         info = self._metadata.snapshot.topics.get(topic)
         if info is None or not info.partitions or (partition is not None and partition not in info.partitions):
             info = await self._metadata.topic(topic, self._max_block, partition)
+            if self._state is not _STARTED or self._fatal is not None:
+                self._raise_not_open()
         self._metadata.touch(topic)
         tps = self._tps.get(topic)
         if tps is None or len(tps) < len(info.all_partitions):

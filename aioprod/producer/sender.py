@@ -25,6 +25,7 @@ from aioprod.errors import (
     KafkaConnectionError,
     KafkaError,
     OutOfOrderSequenceNumberError,
+    ProducerClosedError,
     ProducerFatalError,
     TransactionAbortedError,
     copy_error,
@@ -658,6 +659,8 @@ class Sender:
                 )
                 if response.error_code:
                     raise error_for_code(response.error_code, "InitProducerId")
+            except ProducerClosedError:
+                return  # close() released the connections: nothing more will be sent
             except KafkaError as exc:
                 self._init_failures += 1
                 if bump and not exc.retriable:

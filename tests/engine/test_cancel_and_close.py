@@ -121,3 +121,54 @@ async def test_a_send_many_that_close_interrupts_between_its_runs_still_resolves
     with pytest.raises(KafkaError) as info:
         await future
     assert "the producer is closing" in str(info.value)
+
+
+async def test_a_send_waiting_for_metadata_when_close_begins_fails_though_the_topic_appears(
+    scripted: Scripted,
+) -> None:
+    # docs/delivery.md: "A send() waiting for metadata when close begins fails with
+    # ProducerClosedError". If the topic appeared while close() delivered a slow batch, the send
+    # returned a future (its record appended after the sender stopped, then failed).
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1])
+    p = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10)
+    await p.start()
+    await p.send_and_wait("t", b"warm-up")
+    cluster.nodes[1].holding = True  # close() waits for the next record's answer
+    await p.send("t", b"in flight")
+    waiting = asyncio.ensure_future(p.send("late", b"sent before close, waiting for metadata"))
+    many = asyncio.ensure_future(p.send_many("late", [b"also waiting"]))
+    await asyncio.sleep(0.5)
+    closing = asyncio.ensure_future(p.close())
+    await asyncio.sleep(0.1)
+    cluster.create_topic("late", leaders=[2])  # the topic appears while close() delivers
+    await asyncio.sleep(2)
+    cluster.nodes[1].release()
+    await closing
+    for call in (waiting, many):
+        with pytest.raises(ProducerClosedError):
+            await call
+
+
+async def test_close_after_a_cancelled_close_of_a_transactional_producer_returns_promptly(
+    scripted: Scripted,
+) -> None:
+    # The cancelled close() released the connections, but the abort it had begun went on asking
+    # the closed pool for a connection (a retriable error) until transaction_timeout_ms (60 s):
+    # the next close() waited that long, on a healthy cluster.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    loop = asyncio.get_running_loop()
+    p = Producer(bootstrap_servers=cluster.bootstrap, transactional_id="tx", linger_ms=0)
+    await p.start()
+    p.begin_transaction()
+    await p.send_and_wait("t", b"in the open transaction")
+    closing = asyncio.ensure_future(p.close())
+    for _ in range(5):  # close() is aborting the open transaction
+        await asyncio.sleep(0)
+    closing.cancel()
+    await asyncio.gather(closing, return_exceptions=True)
+    started = loop.time()
+    await p.close()
+    assert loop.time() - started < 5  # not transaction_timeout_ms
