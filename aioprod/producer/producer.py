@@ -272,7 +272,9 @@ class Producer:
                     async with asyncio.timeout_at(deadline):
                         await txn.end_on_close(self._fail_unsent, self._settle_transaction)
                 except (TimeoutError, KafkaError) as exc:
-                    log.warning("could not abort transaction %r while closing: %r", txn.transactional_id, exc)
+                    # (A start() cancelled or timed out has no transaction to abort: not worth a warning.)
+                    report = log.warning if txn.has_transaction else log.debug
+                    report("could not abort transaction %r while closing: %r", txn.transactional_id, exc)
             if timeout is None or timeout > 0:  # close(0): nothing more is sent, even what lingers
                 self._accumulator.closing = True
                 self._sender.stop()

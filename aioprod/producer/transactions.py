@@ -241,6 +241,11 @@ class TransactionManager:
     def in_transaction(self) -> bool:
         return self.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
 
+    @property
+    def has_transaction(self) -> bool:
+        """A transaction exists, open, ending or prepared (not: starting up, ready, failed)."""
+        return self.state not in (TxnState.UNINITIALIZED, TxnState.INITIALIZING, TxnState.READY, TxnState.FATAL_ERROR)
+
     def accepts(self, generation: int) -> bool:
         """Records may still be queued into transaction ``generation``."""
         return self.state is TxnState.IN_TRANSACTION and generation == self.generation

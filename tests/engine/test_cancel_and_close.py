@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -172,3 +173,21 @@ async def test_close_after_a_cancelled_close_of_a_transactional_producer_returns
     started = loop.time()
     await p.close()
     assert loop.time() - started < 5  # not transaction_timeout_ms
+
+
+@pytest.mark.parametrize("turns", [1, 5, 22])
+async def test_a_cancelled_transactional_start_warns_of_no_transaction(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture, turns: int
+) -> None:
+    # start()'s own close(timeout=0) timed out waiting for the cancelled initialisation and
+    # warned "could not abort transaction" where there was none.
+    scripted.cluster.create_topic("t", 1)
+    p = Producer(bootstrap_servers=scripted.cluster.bootstrap, transactional_id="tx")
+    starting = asyncio.ensure_future(p.start())
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    starting.cancel()
+    with caplog.at_level(logging.WARNING, logger="aioprod"):
+        await asyncio.gather(starting, return_exceptions=True)
+        await p.close()
+    assert "could not abort" not in caplog.text
