@@ -15,10 +15,12 @@ in-flight limit, linger, batch size, delivery timeout, metadata max age and idle
 
 The fake stays an honest Kafka (ChurnCluster): one log per partition whoever leads it, a leader
 epoch that only grows, a producer's sequences checked per partition across leaders, a topic
-created again starting with empty logs and no producer state. The checks are produce_faults.py's:
-every future resolved; with idempotence no record in the log twice and the acknowledged records
-of a partition in send order; every acknowledged offset holds its record; no record said not to
-be written is in the log; buffer memory given back; the metrics agree.
+created again starting with empty logs and no producer state. The workload, the run and the
+checks are produce_faults.py's (Run here subclasses its Run: churn's faults, topics and draws go
+in through its hooks): every future resolved; with idempotence no record in the log twice and
+the acknowledged records of a partition in send order; every acknowledged offset holds its
+record; no record said not to be written is in the log; buffer memory given back; the metrics
+agree; no request storm.
 
     PYTHONPATH=. .venv/bin/python tests/engine/churn_faults.py 0 300      (seeds [0, 300))
     PYTHONPATH=. .venv/bin/python tests/engine/churn_faults.py 17 18 -v   (one seed, with its trace)
@@ -27,19 +29,15 @@ be written is in the log; buffer memory given back; the metrics agree.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
 import sys
 import uuid
 from dataclasses import dataclass
 
-from aioprod import Producer
-from aioprod.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
-from aioprod.producer.outcomes import _NOT_WRITTEN
 from aioprod.protocol import messages as m
-from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
-from tests.engine.produce_faults import HonestCluster, Rec, _queued
-from tests.fakes.cluster import NONE, UNKNOWN_TOPIC_OR_PARTITION, FakeNode, Partition
+from tests.engine import produce_faults
+from tests.engine.fault_runs import command_line
+from tests.engine.produce_faults import HonestCluster, Rec
+from tests.fakes.cluster import FakeNode, Partition
 
 #: Topic -> the leaders of its partitions at the start. "c" is the one most often deleted.
 TOPICS = {"a": [1, 2, 3], "b": [2, 3, 1, 2], "c": [3, 1]}
@@ -88,25 +86,12 @@ class ChurnCluster(HonestCluster):
         self.frozen[node_id] = k
         return now - k
 
-    def _metadata(self, node: FakeNode, request: m.MetadataRequest) -> m.MetadataResponse:
+    def metadata_view(self, node: FakeNode) -> tuple[tuple[tuple[int, str, int], ...], dict]:
+        """A lagging node answers from its frozen view, the others from the newest."""
         k = self.frozen.get(node.node_id, len(self.views) - 1)
         self.served[node.node_id] = max(self.served.get(node.node_id, 0), k)
         view = self.views[k]
-        names = list(view.topics) if request.topics is None else [t.name for t in request.topics]
-        topics = []
-        for name in names:
-            known = view.topics.get(name)
-            if known is None:
-                topics.append(m.MetadataResponseTopic(UNKNOWN_TOPIC_OR_PARTITION, name, partitions=[]))
-                continue
-            topic_id, parts = known
-            described = [
-                m.MetadataResponsePartition(NONE, i, leader, epoch, [leader], [leader], [])
-                for i, (leader, epoch) in enumerate(parts)
-            ]
-            topics.append(m.MetadataResponseTopic(NONE, name, topic_id=topic_id, partitions=described))
-        brokers = [m.MetadataResponseBroker(n, host, port) for n, host, port in view.brokers]
-        return m.MetadataResponse(brokers=brokers, cluster_id="scripted", controller_id=1, topics=topics)
+        return view.brokers, view.topics
 
     #: Requests answered per 10 ms of virtual time; past STORM the fake answers 10 ms late
     #: (so virtual time moves on: a loop that never waits would stall it) and the run reports it.
@@ -157,24 +142,45 @@ class ChurnCluster(HonestCluster):
         self.snap()
 
 
-class Run(SeededRun):
+class Run(produce_faults.Run):
+    """One seed's run under topology churn: produce_faults.py's workload, run and checks, with
+    churn's faults on a :class:`ChurnCluster`."""
+
+    TOPICS = TOPICS
+    Cluster = ChurnCluster
+    CHAOS_MEANS = [0.1, 0.5, 2.0, 8.0]
+    PAUSES = [0.001, 0.05, 0.5, 3.0, 8.0]
+    HEADERS = False
+    KIP951 = 0.6
+    #: A send to a partition the producer's metadata does not have (yet, or any more) is refused.
+    REFUSALS = (ValueError,)
+    #: The faults the chaos and the workers draw from (one name a chance).
+    FAULTS = [
+        "move_leader",
+        "move_leader",
+        "move_leader",
+        "failover",
+        "controlled_shutdown",
+        "restart",
+        "address",
+        "swap",
+        "join",
+        "add_partitions",
+        "delete_topic",
+        "recreate_topic",
+        "lag",
+        "lag",
+        "disconnect",
+        "hold",
+        "stall",
+    ]
+    cluster: ChurnCluster
+
     def __init__(self, seed: int, verbose: bool = False) -> None:
         super().__init__(seed, verbose)
-        self.recs: list[Rec] = []
-        self.counter = 0
-        self.stopped: set[int] = set()
         #: node -> the addresses it listens on (its advertised one and older ones kept).
         self.listening: dict[int, set[tuple[str, int]]] = {}
-        self.calm = False
-        self.ticks = 0
-        self.background: list[asyncio.Future] = []
-        self.opts: dict = {}
-        self.metrics: dict = {}
-        self.notes: list[str] = []
-        self.lanes = False
         self.moves = 0
-        self.chaos_mean = self.rng.choice([0.1, 0.5, 2.0, 8.0])
-        self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
         #: (topic, partition) explicitly sent to that the producer refused as non-existent.
         self.refused_partitions: list[str] = []
 
@@ -245,34 +251,13 @@ class Run(SeededRun):
 
     # -- faults --------------------------------------------------------------------------------
 
-    def fault(self) -> None:
-        if self.calm:
-            return
+    def fault_targets(self) -> list[int]:
+        return self.members()
+
+    def inflict(self, kind: str, n: int) -> None:
         c, rng = self.cluster, self.rng
-        kind = rng.choice(
-            [
-                "move_leader",
-                "move_leader",
-                "move_leader",
-                "failover",
-                "controlled_shutdown",
-                "restart",
-                "address",
-                "swap",
-                "join",
-                "add_partitions",
-                "delete_topic",
-                "recreate_topic",
-                "lag",
-                "lag",
-                "disconnect",
-                "hold",
-                "stall",
-            ]
-        )
         loop = asyncio.get_running_loop()
         members = self.members()
-        n = rng.choice(members)
         node = c.nodes[n]
         if kind in ("delete_topic", "recreate_topic") and rng.random() < 0.7:
             kind = "move_leader"  # the topic's logs start over: not too often
@@ -401,12 +386,6 @@ class Run(SeededRun):
     def _catch_up(self, n: int) -> None:
         self.cluster.frozen.pop(n, None)
 
-    async def chaos(self) -> None:
-        while True:
-            await asyncio.sleep(self.rng.expovariate(1 / self.chaos_mean))
-            if self.rng.random() < 0.5:
-                self.fault()
-
     def heal(self) -> None:
         c = self.cluster
         self.calm = True
@@ -421,13 +400,17 @@ class Run(SeededRun):
             if name not in c.topics and self.rng.random() < 0.5:
                 self._recreate(name)
 
-    # -- the workload --------------------------------------------------------------------------
+    # -- hooks -------------------------------------------------------------------------------
 
-    def value(self) -> bytes:
-        self.counter += 1
-        r = self.rng.random()
-        pad = b"" if r < 0.6 else b":" + b"x" * self.rng.choice([40, 300, 1500])
-        return b"%d" % self.counter + pad
+    def cluster_built(self) -> None:
+        c = self.cluster
+        c.storms = []
+        for n in c.nodes:
+            self.listening[n] = {c.nodes[n].address}
+        c.snap()
+
+    def connection(self, conn) -> str:
+        return f"{conn.host}:{conn.port}"
 
     def count(self, topic: str) -> int:
         parts = self.cluster.topics.get(topic)
@@ -440,114 +423,32 @@ class Run(SeededRun):
         if exists:
             self.refused_partitions.append(f"{topic}-{part}: {exc}")
 
-    async def one_send(self, p: Producer) -> None:
-        rng = self.rng
-        topic = rng.choice(list(TOPICS))
-        v = self.value()
-        key = rng.choice([None, None, b"k1", b"k2", b"k3"])
-        part = rng.choice([None, None, rng.randrange(self.count(topic))])
-        rec = Rec(v, topic)
-        self.ticks += 1
-        rec.start = rec.call = self.ticks
-        self.recs.append(rec)
-        cancel = rng.choice([None] * 9 + [0.0, 0.01, 0.3])
-        self.log(f"send {topic} {v[:12]!r} key={key} partition={part} cancel={cancel}")
-        call = p.send(topic, v, key=key, partition=part)
-        try:
-            if cancel is None:
-                rec.future = await self.guarded("send", call)
-            else:
-                rec.future = await asyncio.wait_for(call, cancel)
-            self.ticks += 1
-            rec.end = self.ticks
-        except KafkaError as exc:
-            rec.queued = False
-            self.log(f"  send raised {type(exc).__name__}: {exc}")
-        except ValueError as exc:
-            rec.queued = False
-            self.refused(topic, part, exc)
-        except TimeoutError:
-            rec.queued = False
-            self.log("  send cancelled by wait_for")
+    # -- the checks ------------------------------------------------------------------------------
 
-    async def one_send_many(self, p: Producer) -> None:
-        rng = self.rng
-        topic = rng.choice(list(TOPICS))
-        n = rng.randint(1, 12)
-        vals = [self.value() for _ in range(n)]
-        keys = [rng.choice([b"k1", b"k2", b"k3", None]) for _ in range(n)] if rng.random() < 0.3 else None
-        part = rng.randrange(self.count(topic)) if keys is None and rng.random() < 0.5 else None
-        recs = [Rec(v, topic) for v in vals]
-        self.ticks += 1
-        for i, r in enumerate(recs):
-            r.start = r.call = self.ticks
-            r.index = i
-        self.recs.extend(recs)
-        cancel = rng.choice([None] * 6 + [0.0, 0.001, 0.05, 0.5])
-        self.log(f"send_many {topic} {len(vals)} records keys={keys is not None} partition={part} cancel={cancel}")
-        call = p.send_many(topic, vals, keys=keys, partition=part)
-        try:
-            if cancel is None:
-                fut = await self.guarded("send_many", call)
-            else:
-                fut = await asyncio.wait_for(call, cancel)
-        except KafkaError as exc:
-            for r in recs:
-                r.queued = False
-            self.log(f"  send_many raised {type(exc).__name__}: {exc}")
-            return
-        except ValueError as exc:
-            for r in recs:
-                r.queued = False
-            self.refused(topic, part, exc)
-            return
-        except TimeoutError as exc:
-            queued = getattr(exc.__cause__, "_aioprod_queued", None)
-            count, fut = queued if queued is not None else (0, None)
-            self.log(f"  send_many cancelled by wait_for after queuing {count}")
-            self.ticks += 1
-            for i, r in enumerate(recs):
-                if i < count:
-                    r.group = (fut, i)
-                    r.end = self.ticks
-                else:
-                    r.queued = False
-            return
-        self.ticks += 1
-        for i, r in enumerate(recs):
-            r.group = (fut, i)
-            r.end = self.ticks
+    def incarnations(self) -> list[tuple[str, list, tuple[int, ...]]]:
+        """Every topic's logs, a deleted one's too: records are told apart by incarnation."""
+        c = self.cluster
+        return [(t, parts, (inc,)) for inc, (t, parts) in enumerate([*c.graveyard, *c.topics.items()])]
 
-    async def workload(self, p: Producer) -> None:
-        workers = self.rng.choice([1, 1, 2, 3])
-        if workers == 1:
-            await self.worker(p, self.rng.randint(10, 40))
-            return
-        self.log(f"{workers} workers")
-        await asyncio.gather(*(self.worker(p, self.rng.randint(5, 20)) for _ in range(workers)))
+    def check(self) -> None:
+        self.problems.extend(self.cluster.storms)
+        super().check()
+        for r in self.refused_partitions:
+            self.notes.append(f"REFUSED-EXISTING-PARTITION: {r}")
 
-    async def worker(self, p: Producer, steps: int) -> None:
-        rng = self.rng
-        for _ in range(steps):
-            if rng.random() < self.step_fault:
-                self.fault()
-            r = rng.random()
-            if r < 0.1:
-                self.log("background send")
-                self.background.append(asyncio.ensure_future(self.one_send(p)))
-            elif r < 0.5:
-                await self.one_send(p)
-            elif r < 0.75:
-                await self.one_send_many(p)
-            elif r < 0.9:
-                await asyncio.sleep(rng.choice([0.001, 0.05, 0.5, 3.0, 8.0]))
-            else:
-                timeout = rng.choice([None, None, 0.0, 1.0])
-                self.log(f"flush timeout={timeout}")
-                try:
-                    await self.guarded("flush", p.flush(timeout))
-                except KafkaTimeoutError as exc:
-                    self.log(f"  flush: {exc}")
+    def check_order(
+        self, acked: dict[tuple, list[tuple[int, Rec]]], raw: dict[bytes, list[tuple]], by_value: dict[bytes, Rec]
+    ) -> None:
+        """The acknowledged records of an incarnation of a partition are in the order of their sends."""
+        for tp, items in acked.items():
+            items.sort(key=lambda x: x[0])
+            for i, (pa, a) in enumerate(items):
+                for pb, b in items[i + 1 :]:
+                    if b.end < a.start or (b.call == a.call and b.index < a.index):
+                        self.problems.append(
+                            f"ORDER: {tp[0]}-{tp[1]} (incarnation {tp[2]}) has {a.value[:12]!r}@{pa} "
+                            f"before {b.value[:12]!r}@{pb}"
+                        )
 
     def options(self) -> dict:
         rng = self.rng
@@ -571,209 +472,9 @@ class Run(SeededRun):
             opts["buffer_memory"] = rng.choice([4000, 12000])
         return opts
 
-    async def main(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.t0 = loop.time()
-        from tests.fakes.network import MemoryNetwork
-
-        network = MemoryNetwork()
-        asyncio.open_connection = network.open_connection  # type: ignore[assignment]
-        c = self.cluster = ChurnCluster(network, nodes=3)
-        c.on_answer = self.log if self.verbose else None
-        c.storms = []
-        for t, leaders in TOPICS.items():
-            c.create_topic(t, leaders=leaders)
-        for n in c.nodes:
-            self.listening[n] = {c.nodes[n].address}
-        c.snap()
-        rng = self.rng
-        opts = self.opts = self.options()
-        c.duplicate_error = rng.random() < 0.25
-        c.kip951 = rng.random() < 0.6
-        c.accepts_unknown_producers = rng.random() < 0.5
-        self.log(
-            f"options {opts} dup_error={c.duplicate_error} kip951={c.kip951} "
-            f"accepts_unknown_producers={c.accepts_unknown_producers} lanes={self.lanes}"
-        )
-        p = self.producer = Producer(bootstrap_servers=c.bootstrap, **opts)
-        p._partitioner._random = random.Random(self.seed)
-        if not self.lanes:
-            p._lanes_on = False
-        try:
-            await self.guarded("start", p.start())
-        except KafkaError as exc:
-            self.problems.append(f"start failed {exc!r}")
-            return
-        if self.verbose:
-            self.trace_sender(p)
-        chaos = asyncio.ensure_future(self.chaos())
-        try:
-            await self.workload(p)
-        except Violation:
-            pass
-        finally:
-            chaos.cancel()
-            close_timeout = rng.choice([None, None, None, 0, 0.5, 5.0])
-            if rng.random() < 0.5:
-                self.log("heal before close")
-                self.heal()
-            self.log(f"close timeout={close_timeout}")
-            with contextlib.suppress(Violation):
-                await self.guarded("close", p.close(close_timeout))
-            self.metrics = p.metrics()
-            self.check_closed(p)
-            self.heal()
-            for task in self.background:
-                if not task.done():
-                    self.problems.append("HANG: a background send never returned")
-                    task.cancel()
-        await asyncio.sleep(2.0)
-        self.problems.extend(c.storms)
-        self.check()
-
-    def trace_sender(self, p: Producer) -> None:
-        sender = p._sender
-        send, on_response = sender._send, sender._on_response
-
-        def describe(batches) -> str:
-            return ", ".join(
-                f"{b.tp.topic}-{b.tp.partition}:{b.producer_id}/{b.producer_epoch}/{b.base_sequence}x{b.record_count}"
-                for b in batches
-            )
-
-        def traced_send(conn, batches, cluster, now):
-            send(conn, batches, cluster, now)
-            self.log(f"> node {conn.node_id} {conn.host}:{conn.port}: {describe(batches)}")
-
-        def traced_on_response(batches, answer, node, sent_at):
-            what = type(answer).__name__ if not isinstance(answer, BaseException) else repr(answer)[:100]
-            self.log(f"< node {node} (sent {sent_at - self.t0:.3f}) {what}: {describe(batches)}")
-            on_response(batches, answer, node, sent_at)
-
-        sender._send = traced_send
-        sender._on_response = traced_on_response
-
-    # -- the checks ------------------------------------------------------------------------------
-
-    def check_closed(self, p: Producer) -> None:
-        for rec in self.recs:
-            if rec.queued and self.outcome(rec) == "pending":
-                self.problems.append(f"HANG: record {rec.value[:12]!r} unresolved after close()")
-        acc = p._accumulator
-        if acc.pool.used != 0:
-            self.problems.append(f"MEMORY: {acc.pool.used} bytes of buffer_memory still reserved after close()")
-        if acc.incomplete or acc.open_batches:
-            self.problems.append(
-                f"LEFTOVER: {len(acc.incomplete)} incomplete batches, {len(acc.open_batches)} queues after close()"
-            )
-
-    def check(self) -> None:
-        c, opts = self.cluster, self.opts
-        idem = opts["enable_idempotence"]
-        acks0 = opts["acks"] == 0
-        ordered = idem or (opts["max_in_flight_requests_per_connection"] == 1 and not acks0)
-        by_value = {r.value: r for r in self.recs}
-        #: value -> [(topic, partition, offset, incarnation)]
-        raw: dict[bytes, list[tuple[str, int, int, int]]] = {}
-        log_count = 0
-        incarnations = [*c.graveyard, *c.topics.items()]
-        for inc, (t, parts) in enumerate(incarnations):
-            for idx, part in enumerate(parts):
-                for batch in part.log:
-                    for j, v in enumerate(batch.values):
-                        raw.setdefault(v, []).append((t, idx, batch.base_offset + j, inc))
-                        log_count += 1
-        if idem:
-            for v, where in raw.items():
-                if len(where) > 1:
-                    # A copy in a deleted topic is gone with it: written again into the topic
-                    # created since (a retry of an attempt whose answer never came) is no duplicate.
-                    same = len({w[3] for w in where}) < len(where)
-                    (self.problems if same else self.notes).append(
-                        f"DUPLICATE: {v[:12]!r} written {len(where)} times: {where}"
-                    )
-        for v in raw:
-            if v not in by_value:
-                self.problems.append(f"UNKNOWN record {v[:12]!r} in the log")
-        acked: dict[tuple[str, int, int], list[tuple[int, Rec]]] = {}
-        failed_queued = 0
-        acked_count = 0
-        for rec in self.recs:
-            out = self.outcome(rec)
-            where = raw.get(rec.value, [])
-            if not rec.queued:
-                if where:
-                    self.problems.append(
-                        f"NOT-QUEUED-WRITTEN: {rec.value[:12]!r} (its call raised) is in the log {where}"
-                    )
-                continue
-            if out == "pending":
-                continue
-            if isinstance(out, tuple):
-                acked_count += 1
-                if acks0:
-                    continue
-                mine = [w for w in where if w[:2] == (out.topic, out.partition)]
-                at = [w for w in mine if w[2] == out.offset]
-                if out.offset == -1 and c.duplicate_error and mine:
-                    w = mine[0]
-                elif not at:
-                    self.problems.append(
-                        f"ACK-LIE: {rec.value[:12]!r} acked at {out.topic}-{out.partition}@{out.offset}, "
-                        f"log has {where}"
-                    )
-                    continue
-                else:
-                    w = at[0]
-                acked.setdefault((w[0], w[1], w[3]), []).append((w[2], rec))
-            elif isinstance(out, BaseException):
-                if _queued(out):
-                    failed_queued += 1
-                pp = getattr(out, "possibly_persisted", None)
-                if pp is False and where:
-                    self.problems.append(
-                        f"ERROR-LIE: {rec.value[:12]!r} failed {type(out).__name__}(possibly_persisted=False) "
-                        f"but is in the log {where}: {out}"
-                    )
-                elif (
-                    pp is None
-                    and isinstance(out, BrokerResponseError)
-                    and out.code in _NOT_WRITTEN
-                    and where
-                    and "may be in the log" not in str(out)
-                ):
-                    (self.problems if not out.retriable else self.notes).append(
-                        f"BROKER-ERROR-LIE: {rec.value[:12]!r} failed {type(out).__name__} (not written, says the "
-                        f"code) but is in the log {where}"
-                    )
-                if not isinstance(out, KafkaError):
-                    self.problems.append(f"record {rec.value[:12]!r} failed with non-Kafka {out!r}")
-        if ordered:
-            for tp, items in acked.items():
-                items.sort(key=lambda x: x[0])
-                for i, (pa, a) in enumerate(items):
-                    for pb, b in items[i + 1 :]:
-                        if b.end < a.start or (b.call == a.call and b.index < a.index):
-                            self.problems.append(
-                                f"ORDER: {tp[0]}-{tp[1]} (incarnation {tp[2]}) has {a.value[:12]!r}@{pa} "
-                                f"before {b.value[:12]!r}@{pb}"
-                            )
-        m_ = self.metrics
-        if m_["record-error-total"] != failed_queued:
-            self.problems.append(f"METRICS: record-error-total {m_['record-error-total']} but {failed_queued} failed")
-        if not acks0 and m_["record-send-total"] < log_count:
-            self.problems.append(f"METRICS: record-send-total {m_['record-send-total']} < {log_count} records written")
-        if not acks0 and m_["record-send-total"] < acked_count:
-            self.problems.append(f"METRICS: record-send-total {m_['record-send-total']} < {acked_count} acknowledged")
-        for r in self.refused_partitions:
-            self.notes.append(f"REFUSED-EXISTING-PARTITION: {r}")
-
 
 def run_seed(seed: int, verbose: bool = False) -> Run:
-    run = Run(seed, verbose)
-    run.lanes = run.rng.random() < 0.3
-    run_in_virtual_time(seed, run.main, run.problems, pin_timestamps=not run.lanes)
-    return run
+    return Run.play(seed, verbose)
 
 
 if __name__ == "__main__":

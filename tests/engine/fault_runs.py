@@ -1,5 +1,6 @@
-"""What the seeded fault harnesses (txn_faults.py, produce_faults.py) share: one seed's run in
-virtual time, and their command line."""
+"""What the seeded fault harnesses (txn_faults.py, produce_faults.py, churn_faults.py) share: one
+seed's run in virtual time, and their command line. (churn_faults.py
+shares more with produce_faults.py: its workload, run and checks, as a subclass of its Run.)"""
 
 from __future__ import annotations
 
@@ -141,4 +142,4 @@ def command_line(run_seed: Callable[[int, bool], Any], describe: Callable[[Any],
 
 
 if __name__ == "__main__":
-    sys.exit("run txn_faults.py or produce_faults.py")
+    sys.exit("run txn_faults.py, produce_faults.py or churn_faults.py")

@@ -101,6 +101,53 @@ class HonestCluster(ScriptedCluster):
 
 
 class Run(SeededRun):
+    """One seed's run under produce faults. The workload, the run and the checks are shared with
+    churn_faults.py (a subclass): what differs there are the hooks below and the faults."""
+
+    #: Topic -> the leaders of its partitions at the start.
+    TOPICS = TOPICS
+    #: The cluster the run sends to.
+    Cluster: type[HonestCluster] = HonestCluster
+    #: The mean seconds between the chaos task's draws, one drawn a seed.
+    CHAOS_MEANS = [0.05, 0.3, 2.0]
+    #: The pauses a worker draws between calls.
+    PAUSES = [0.001, 0.05, 0.5, 3.0]
+    #: Whether sends draw headers.
+    HEADERS = True
+    #: How likely the cluster answers NOT_LEADER_OR_FOLLOWER with the new leader (KIP-951).
+    KIP951 = 0.7
+    #: What send() and send_many() may raise that is not a KafkaError (nothing here: a crash).
+    REFUSALS: tuple[type[Exception], ...] = ()
+    #: The faults the chaos and the workers draw from (one name a chance).
+    FAULTS = [
+        "produce_err",
+        "produce_err",
+        "produce_err",
+        "written_err",
+        "too_large",
+        "hold",
+        "stall",
+        "burst",
+        "disconnect",
+        "stop",
+        "move_leader",
+        "move_leader",
+        "stale",
+        "address",
+        "delay",
+        "throttle",
+        "deaf",
+        "black_hole",
+    ]
+
+    @classmethod
+    def play(cls, seed: int, verbose: bool = False) -> Run:
+        """Run seed ``seed``: a fresh run of this class in virtual time."""
+        run = cls(seed, verbose)
+        run.lanes = run.rng.random() < 0.3  # the compiled lanes read the wall clock: timestamps then are not pinned
+        run_in_virtual_time(seed, run.main, run.problems, pin_timestamps=not run.lanes)
+        return run
+
     def __init__(self, seed: int, verbose: bool = False) -> None:
         super().__init__(seed, verbose)
         self.recs: list[Rec] = []
@@ -116,40 +163,29 @@ class Run(SeededRun):
         #: errors out of retries after an attempt that may have been written say nothing of it).
         self.notes: list[str] = []
         self.lanes = False
-        self.chaos_mean = self.rng.choice([0.05, 0.3, 2.0])
+        #: id(connection) -> its number in the trace.
+        self.conns: dict[int, int] = {}
+        self.chaos_mean = self.rng.choice(self.CHAOS_MEANS)
         self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
 
     # -- faults --------------------------------------------------------------------------------
 
     def fault(self) -> None:
+        """Draw a fault and a broker, and inflict it (not once the cluster is healed)."""
         if self.calm:
             return
+        kind = self.rng.choice(self.FAULTS)
+        n = self.rng.choice(self.fault_targets())
+        self.inflict(kind, n)
+
+    def fault_targets(self) -> list[int]:
+        """The brokers a fault may hit."""
+        return list(self.cluster.nodes)
+
+    def inflict(self, kind: str, n: int) -> None:
         c, rng = self.cluster, self.rng
-        kind = rng.choice(
-            [
-                "produce_err",
-                "produce_err",
-                "produce_err",
-                "written_err",
-                "too_large",
-                "hold",
-                "stall",
-                "burst",
-                "disconnect",
-                "stop",
-                "move_leader",
-                "move_leader",
-                "stale",
-                "address",
-                "delay",
-                "throttle",
-                "deaf",
-                "black_hole",
-            ]
-        )
         loop = asyncio.get_running_loop()
         nodes = list(c.nodes)
-        n = rng.choice(nodes)
         node = c.nodes[n]
         if kind == "produce_err":
             code = rng.choice(PRODUCE_ERRORS)
@@ -297,19 +333,27 @@ class Run(SeededRun):
         pad = b"" if r < 0.6 else b":" + b"x" * self.rng.choice([40, 300, 1500])
         return b"%d" % self.counter + pad
 
+    def count(self, topic: str) -> int:
+        """How many partitions the workload takes ``topic`` to have."""
+        return len(self.TOPICS[topic])
+
+    def refused(self, topic: str, part: int | None, exc: Exception) -> None:
+        """A send or send_many raised one of REFUSALS."""
+
     async def one_send(self, p: Producer) -> None:
         rng = self.rng
-        topic = rng.choice(list(TOPICS))
+        topic = rng.choice(list(self.TOPICS))
         v = self.value()
         key = rng.choice([None, None, b"k1", b"k2", b"k3"])
-        part = rng.choice([None, None, rng.randrange(len(TOPICS[topic]))])
-        headers = [("h", b"x"), ("n", None)] if rng.random() < 0.2 else None
+        part = rng.choice([None, None, rng.randrange(self.count(topic))])
+        headers = [("h", b"x"), ("n", None)] if self.HEADERS and rng.random() < 0.2 else None
         rec = Rec(v, topic)
         self.ticks += 1
         rec.start = rec.call = self.ticks
         self.recs.append(rec)
         cancel = rng.choice([None] * 9 + [0.0, 0.01, 0.3])
-        self.log(f"send {topic} {v[:12]!r} key={key} partition={part} headers={bool(headers)} cancel={cancel}")
+        shown = f" headers={bool(headers)}" if self.HEADERS else ""
+        self.log(f"send {topic} {v[:12]!r} key={key} partition={part}{shown} cancel={cancel}")
         call = p.send(topic, v, key=key, partition=part, headers=headers)
         try:
             if cancel is None:
@@ -321,18 +365,22 @@ class Run(SeededRun):
         except KafkaError as exc:
             rec.queued = False
             self.log(f"  send raised {type(exc).__name__}: {exc}")
+        except self.REFUSALS as exc:
+            rec.queued = False
+            self.refused(topic, part, exc)
         except TimeoutError:
             rec.queued = False
             self.log("  send cancelled by wait_for")
 
     async def one_send_many(self, p: Producer) -> None:
         rng = self.rng
-        topic = rng.choice(list(TOPICS))
+        topic = rng.choice(list(self.TOPICS))
         n = rng.randint(1, 12)
         vals = [self.value() for _ in range(n)]
         keys = [rng.choice([b"k1", b"k2", b"k3", None]) for _ in range(n)] if rng.random() < 0.3 else None
-        part = rng.randrange(len(TOPICS[topic])) if keys is None and rng.random() < 0.5 else None
-        headers = [[("h", b"%d" % i)] if i % 2 else None for i in range(n)] if rng.random() < 0.2 else None
+        part = rng.randrange(self.count(topic)) if keys is None and rng.random() < 0.5 else None
+        draw = self.HEADERS and rng.random() < 0.2
+        headers = [[("h", b"%d" % i)] if i % 2 else None for i in range(n)] if draw else None
         recs = [Rec(v, topic) for v in vals]
         self.ticks += 1
         for i, r in enumerate(recs):
@@ -351,6 +399,11 @@ class Run(SeededRun):
             for r in recs:
                 r.queued = False
             self.log(f"  send_many raised {type(exc).__name__}: {exc}")
+            return
+        except self.REFUSALS as exc:
+            for r in recs:
+                r.queued = False
+            self.refused(topic, part, exc)
             return
         except TimeoutError as exc:
             queued = getattr(exc.__cause__, "_aioprod_queued", None)
@@ -391,7 +444,7 @@ class Run(SeededRun):
             elif r < 0.75:
                 await self.one_send_many(p)
             elif r < 0.9:
-                await asyncio.sleep(rng.choice([0.001, 0.05, 0.5, 3.0]))
+                await asyncio.sleep(rng.choice(self.PAUSES))
             else:
                 timeout = rng.choice([None, None, 0.0, 1.0])
                 self.log(f"flush timeout={timeout}")
@@ -429,14 +482,15 @@ class Run(SeededRun):
         self.t0 = loop.time()
         network = MemoryNetwork()
         asyncio.open_connection = network.open_connection  # type: ignore[assignment]
-        c = self.cluster = HonestCluster(network, nodes=3)
+        c = self.cluster = self.Cluster(network, nodes=3)
         c.on_answer = self.log if self.verbose else None
-        for t, leaders in TOPICS.items():
+        for t, leaders in self.TOPICS.items():
             c.create_topic(t, leaders=leaders)
+        self.cluster_built()
         rng = self.rng
         opts = self.opts = self.options()
         c.duplicate_error = rng.random() < 0.25
-        c.kip951 = rng.random() < 0.7
+        c.kip951 = rng.random() < self.KIP951
         c.accepts_unknown_producers = rng.random() < 0.5
         self.log(
             f"options {opts} dup_error={c.duplicate_error} kip951={c.kip951} "
@@ -477,12 +531,19 @@ class Run(SeededRun):
         await asyncio.sleep(2.0)  # held and delayed answers land; nothing more is written
         self.check()
 
+    def cluster_built(self) -> None:
+        """The cluster has its brokers and topics; the producer is not made yet."""
+
+    def connection(self, conn) -> str:
+        """How the trace names a connection: its number in this run and its host."""
+        number = self.conns.setdefault(id(conn), len(self.conns))
+        return f"conn#{number} {conn.host}"
+
     def trace_sender(self, p: Producer) -> None:
         """Log each produce request the sender writes and what came of it (instance attributes
         in front of the methods: nothing outlives this producer)."""
         sender = p._sender
         send, on_response = sender._send, sender._on_response
-        conns: dict[int, int] = {}
 
         def describe(batches) -> str:
             return ", ".join(
@@ -492,8 +553,7 @@ class Run(SeededRun):
 
         def traced_send(conn, batches, cluster, now):
             send(conn, batches, cluster, now)
-            number = conns.setdefault(id(conn), len(conns))
-            self.log(f"> node {conn.node_id} conn#{number} {conn.host}: {describe(batches)}")
+            self.log(f"> node {conn.node_id} {self.connection(conn)}: {describe(batches)}")
 
         def traced_on_response(batches, answer, node, sent_at):
             what = type(answer).__name__ if not isinstance(answer, BaseException) else repr(answer)[:100]
@@ -517,28 +577,40 @@ class Run(SeededRun):
                 f"LEFTOVER: {len(acc.incomplete)} incomplete batches, {len(acc.open_batches)} queues after close()"
             )
 
+    def incarnations(self) -> list[tuple[str, list, tuple[int, ...]]]:
+        """The logs to check: each topic, its partitions, and what tells this incarnation of the
+        topic from others of the same name (nothing here: a topic is never deleted)."""
+        return [(t, self.cluster.topics[t], ()) for t in self.TOPICS]
+
     def check(self) -> None:
         c, opts = self.cluster, self.opts
         idem = opts["enable_idempotence"]
         acks0 = opts["acks"] == 0
         ordered = idem or (opts["max_in_flight_requests_per_connection"] == 1 and not acks0)
         by_value = {r.value: r for r in self.recs}
-        raw: dict[bytes, list[tuple[str, int, int]]] = {}
+        #: value -> [(topic, partition, offset, *incarnation)]
+        raw: dict[bytes, list[tuple]] = {}
         log_count = 0
-        for t in TOPICS:
-            for idx, part in enumerate(c.topics[t]):
+        for t, parts, incarnation in self.incarnations():
+            for idx, part in enumerate(parts):
                 for batch in part.log:
                     for j, v in enumerate(batch.values):
-                        raw.setdefault(v, []).append((t, idx, batch.base_offset + j))
+                        raw.setdefault(v, []).append((t, idx, batch.base_offset + j, *incarnation))
                         log_count += 1
         if idem:
             for v, where in raw.items():
                 if len(where) > 1:
-                    self.problems.append(f"DUPLICATE: {v[:12]!r} written {len(where)} times: {where}")
+                    # A copy in a deleted topic is gone with it: written again into the topic
+                    # created since (a retry of an attempt whose answer never came) is no duplicate.
+                    same = len({w[3:] for w in where}) < len(where)
+                    (self.problems if same else self.notes).append(
+                        f"DUPLICATE: {v[:12]!r} written {len(where)} times: {where}"
+                    )
         for v in raw:
             if v not in by_value:
                 self.problems.append(f"UNKNOWN record {v[:12]!r} in the log")
-        acked: dict[tuple[str, int], list[tuple[int, Rec]]] = {}
+        #: (topic, partition, *incarnation) -> [(offset, acknowledged record)]
+        acked: dict[tuple, list[tuple[int, Rec]]] = {}
         failed_queued = 0
         acked_count = 0
         for rec in self.recs:
@@ -557,17 +629,18 @@ class Run(SeededRun):
                 if acks0:
                     continue
                 mine = [w for w in where if w[:2] == (out.topic, out.partition)]
+                at = [w for w in mine if w[2] == out.offset]
                 if out.offset == -1 and c.duplicate_error and mine:
-                    pos = mine[0][2]  # DUPLICATE_SEQUENCE_NUMBER carries no offset (as Java: -1)
-                elif (out.topic, out.partition, out.offset) not in where:
+                    w = mine[0]  # DUPLICATE_SEQUENCE_NUMBER carries no offset (as Java: -1)
+                elif not at:
                     self.problems.append(
                         f"ACK-LIE: {rec.value[:12]!r} acked at {out.topic}-{out.partition}@{out.offset}, "
                         f"log has {where}"
                     )
                     continue
                 else:
-                    pos = out.offset
-                acked.setdefault((out.topic, out.partition), []).append((pos, rec))
+                    w = at[0]
+                acked.setdefault(w[:2] + w[3:], []).append((w[2], rec))
             elif isinstance(out, BaseException):
                 if _queued(out):
                     failed_queued += 1
@@ -591,26 +664,7 @@ class Run(SeededRun):
                 if not isinstance(out, KafkaError):
                     self.problems.append(f"record {rec.value[:12]!r} failed with non-Kafka {out!r}")
         if ordered:
-            # With idempotence every record in the log counts; without, only acknowledged ones at
-            # their acknowledged offsets (a retry may write a record again, after later ones).
-            logged: dict[tuple[str, int], list[tuple[int, Rec]]] = {} if idem else acked
-            for v, where in raw.items() if idem else ():
-                if v in by_value:
-                    for t, idx, offset in where:
-                        logged.setdefault((t, idx), []).append((offset, by_value[v]))
-            for tp, items in acked.items():
-                earlier = sorted(logged.get(tp, []), key=lambda x: x[0])
-                for pb, b in items:
-                    for pa, a in earlier:
-                        if pa >= pb:
-                            break
-                        # a (acknowledged or not) is before the acknowledged b in the log: wrong if
-                        # b's call returned before a's began
-                        if b.end < a.start or (b.call == a.call and b.index < a.index):
-                            self.problems.append(
-                                f"ORDER: {tp[0]}-{tp[1]} has {a.value[:12]!r}@{pa} ({type(self.outcome(a)).__name__}) "
-                                f"before the acknowledged {b.value[:12]!r}@{pb}, sent earlier"
-                            )
+            self.check_order(acked, raw, by_value)
         m = self.metrics
         if m["record-error-total"] != failed_queued:
             self.problems.append(f"METRICS: record-error-total {m['record-error-total']} but {failed_queued} failed")
@@ -618,6 +672,32 @@ class Run(SeededRun):
             self.problems.append(f"METRICS: record-send-total {m['record-send-total']} < {log_count} records written")
         if not acks0 and m["record-send-total"] < acked_count:
             self.problems.append(f"METRICS: record-send-total {m['record-send-total']} < {acked_count} acknowledged")
+
+    def check_order(
+        self, acked: dict[tuple, list[tuple[int, Rec]]], raw: dict[bytes, list[tuple]], by_value: dict[bytes, Rec]
+    ) -> None:
+        """The records the order promise covers are in the log in the order of their sends."""
+        # With idempotence every record in the log counts; without, only acknowledged ones at
+        # their acknowledged offsets (a retry may write a record again, after later ones).
+        idem = self.opts["enable_idempotence"]
+        logged: dict[tuple, list[tuple[int, Rec]]] = {} if idem else acked
+        for v, where in raw.items() if idem else ():
+            if v in by_value:
+                for t, idx, offset in where:
+                    logged.setdefault((t, idx), []).append((offset, by_value[v]))
+        for tp, items in acked.items():
+            earlier = sorted(logged.get(tp, []), key=lambda x: x[0])
+            for pb, b in items:
+                for pa, a in earlier:
+                    if pa >= pb:
+                        break
+                    # a (acknowledged or not) is before the acknowledged b in the log: wrong if
+                    # b's call returned before a's began
+                    if b.end < a.start or (b.call == a.call and b.index < a.index):
+                        self.problems.append(
+                            f"ORDER: {tp[0]}-{tp[1]} has {a.value[:12]!r}@{pa} ({type(self.outcome(a)).__name__}) "
+                            f"before the acknowledged {b.value[:12]!r}@{pb}, sent earlier"
+                        )
 
 
 def _queued(error: BaseException) -> bool:
@@ -630,10 +710,7 @@ def _queued(error: BaseException) -> bool:
 
 
 def run_seed(seed: int, verbose: bool = False) -> Run:
-    run = Run(seed, verbose)
-    run.lanes = run.rng.random() < 0.3  # the compiled lanes read the wall clock: timestamps then are not pinned
-    run_in_virtual_time(seed, run.main, run.problems, pin_timestamps=not run.lanes)
-    return run
+    return Run.play(seed, verbose)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import asyncio
 import itertools
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aioprod.protocol import messages as m
@@ -373,22 +373,38 @@ class ScriptedCluster:
         part = self.topics[topic][index]
         part.log.append(Appended(-1, producer_id, epoch, -1, (), part.end_offset, transactional=True, marker=marker))
 
+    def metadata_view(
+        self, node: FakeNode
+    ) -> tuple[Sequence[tuple[int, str, int]], Mapping[str, tuple[uuid.UUID, Sequence[tuple[int, int]]]]]:
+        """What ``node`` answers metadata from: the brokers (node id, host, port), and each topic's
+        id and its partitions' (leader, leader epoch), as ``node`` believes them (its ``stale``)."""
+        brokers = [(n.node_id, n.host, n.port) for n in self.nodes.values()]
+        topics = {
+            name: (
+                parts[0].topic_id,
+                [node.stale.get((name, index), (part.leader, part.epoch)) for index, part in enumerate(parts)],
+            )
+            for name, parts in self.topics.items()
+        }
+        return brokers, topics
+
     def _metadata(self, node: FakeNode, request: m.MetadataRequest) -> m.MetadataResponse:
-        names = list(self.topics) if request.topics is None else [t.name for t in request.topics]
+        brokers, known = self.metadata_view(node)
+        names = list(known) if request.topics is None else [t.name for t in request.topics]
         topics = []
         for name in names:
-            parts = self.topics.get(name)
-            if parts is None:
+            topic = known.get(name)
+            if topic is None:
                 topics.append(m.MetadataResponseTopic(UNKNOWN_TOPIC_OR_PARTITION, name, partitions=[]))
                 continue
+            topic_id, parts = topic
             described = []
-            for index, part in enumerate(parts):
-                leader, epoch = node.stale.get((name, index), (part.leader, part.epoch))
+            for index, (leader, epoch) in enumerate(parts):
                 code = 5 if leader < 0 else NONE  # LEADER_NOT_AVAILABLE
                 described.append(m.MetadataResponsePartition(code, index, leader, epoch, [leader], [leader], []))
-            topics.append(m.MetadataResponseTopic(NONE, name, topic_id=parts[0].topic_id, partitions=described))
-        brokers = [m.MetadataResponseBroker(n.node_id, n.host, n.port) for n in self.nodes.values()]
-        return m.MetadataResponse(brokers=brokers, cluster_id="scripted", controller_id=1, topics=topics)
+            topics.append(m.MetadataResponseTopic(NONE, name, topic_id=topic_id, partitions=described))
+        described_brokers = [m.MetadataResponseBroker(n, host, port) for n, host, port in brokers]
+        return m.MetadataResponse(brokers=described_brokers, cluster_id="scripted", controller_id=1, topics=topics)
 
     def _init_producer_id(self, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
         if self.init_script:
