@@ -1,5 +1,5 @@
 """What the seeded fault harnesses (txn_faults.py, produce_faults.py, churn_faults.py) share: one
-seed's run in virtual time, and their command line. (churn_faults.py
+seed's run in virtual time, the suite's test of a seed, and their command line. (churn_faults.py
 shares more with produce_faults.py: its workload, run and checks, as a subclass of its Run.)"""
 
 from __future__ import annotations
@@ -116,6 +116,19 @@ class _ErrorCatcher(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record.getMessage())
+
+
+def check_seed(run_seed: Callable[[int], SeededRun], seed: int) -> None:
+    """The suite's test of one seed: no problems, and nothing of the run outlives it (the random
+    state, TCP, the record clock are the suite's again)."""
+    import aioprod.producer.producer as producer_module
+
+    state, connect, now_ms = random.getstate(), asyncio.open_connection, producer_module._now_ms
+    run = run_seed(seed)
+    assert not run.problems, "\n".join(run.problems + run.trace[-40:])
+    assert random.getstate() == state, "the random state is not put back"
+    assert asyncio.open_connection is connect, "asyncio.open_connection is not put back"
+    assert producer_module._now_ms is now_ms, "the record clock is not put back"
 
 
 def command_line(run_seed: Callable[[int, bool], Any], describe: Callable[[Any], str], argv: Sequence[str]) -> None:

@@ -10,20 +10,12 @@ all given back, the metrics agree, and no request loop runs without waiting (a s
 
 from __future__ import annotations
 
-import asyncio
-import random
-
 import pytest
 
-import aioprod.producer.producer as producer_module
 from tests.engine.churn_faults import run_seed
+from tests.engine.fault_runs import check_seed
 
 
 @pytest.mark.parametrize("seed", [0, 3, 7, 16, 38, 85, 89])
 def test_the_producer_keeps_its_promises_under_topology_churn(seed: int) -> None:
-    state, connect, now_ms = random.getstate(), asyncio.open_connection, producer_module._now_ms
-    run = run_seed(seed)
-    assert not run.problems, "\n".join(run.problems + run.trace[-40:])
-    assert random.getstate() == state
-    assert asyncio.open_connection is connect
-    assert producer_module._now_ms is now_ms
+    check_seed(run_seed, seed)

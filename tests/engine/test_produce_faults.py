@@ -10,21 +10,12 @@ no error says "not written" of a record in the log, memory is all given back, an
 
 from __future__ import annotations
 
-import asyncio
-import random
-
 import pytest
 
-import aioprod.producer.producer as producer_module
+from tests.engine.fault_runs import check_seed
 from tests.engine.produce_faults import run_seed
 
 
 @pytest.mark.parametrize("seed", [0, 4, 13, 16, 37, 39, 45])
 def test_the_producer_keeps_its_promises_under_random_faults(seed: int) -> None:
-    state, connect, now_ms = random.getstate(), asyncio.open_connection, producer_module._now_ms
-    run = run_seed(seed)
-    assert not run.problems, "\n".join(run.problems + run.trace[-40:])
-    # Nothing of the run outlives it: the random state, TCP, the record clock are the suite's again.
-    assert random.getstate() == state
-    assert asyncio.open_connection is connect
-    assert producer_module._now_ms is now_ms
+    check_seed(run_seed, seed)
