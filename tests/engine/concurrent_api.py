@@ -41,7 +41,6 @@ from aioprod.protocol import messages as m
 from tests.engine.fault_runs import HANG, SeededRun, Violation, command_line, run_in_virtual_time
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.coordinator import Lost
-from tests.fakes.network import MemoryNetwork
 
 COORD_APIS = [
     m.AddPartitionsToTxnRequest.API_KEY,
@@ -489,11 +488,7 @@ class Run(SeededRun):
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(self.on_asyncio_error)
         self.t0 = loop.time()
-        network = MemoryNetwork()
-        asyncio.open_connection = network.open_connection  # type: ignore[assignment]
-        c = self.cluster = ScriptedCluster(network, nodes=3)
-        for t, leaders in TOPICS.items():
-            c.create_topic(t, leaders=leaders)
+        c = self.cluster = self.new_cluster(ScriptedCluster, TOPICS)
         rng = self.rng
         self.chaos_mean = rng.choice([0.05, 0.3, 1.5])
         self.self_cancel = rng.choice([0.1, 0.3, 0.6])
@@ -631,13 +626,7 @@ class Run(SeededRun):
         for rec in self.recs:
             if rec.queued and self.outcome(rec) == "pending":
                 self.problems.append(f"UNRESOLVED: {rec.how} record {rec.value[:12]!r} unresolved after close()")
-        acc = p._accumulator
-        if acc.pool.used != 0:
-            self.problems.append(f"MEMORY: {acc.pool.used} bytes of buffer_memory still reserved after close()")
-        if acc.pool.waiting:
-            self.problems.append(f"MEMORY: {acc.pool.waiting} reservations still waiting after close()")
-        if acc.incomplete or acc.open_batches:
-            self.problems.append(f"LEFTOVER: {len(acc.incomplete)} incomplete batches, {len(acc.open_batches)} queues")
+        self.check_emptied(p._accumulator)
 
     def check(self) -> None:
         c = self.cluster

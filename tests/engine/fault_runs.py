@@ -1,5 +1,6 @@
-"""What the seeded fault harnesses (txn_faults.py, produce_faults.py, churn_faults.py) share: one
-seed's run in virtual time, the suite's test of a seed, and their command line. (churn_faults.py
+"""What the seeded fault harnesses (txn_faults.py, produce_faults.py, churn_faults.py,
+concurrent_api.py) share: one seed's run in virtual time, its cluster, the check that close()
+left nothing behind, the suite's test of a seed, and their command line. (churn_faults.py
 shares more with produce_faults.py: its workload, run and checks, as a subclass of its Run.)"""
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aioprod.errors import KafkaError, SendManyError
+from aioprod.producer.accumulator import RecordAccumulator
 from tests.fakes.clock import VirtualClock
+from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.network import MemoryNetwork
 
 HANG = 900.0  # virtual seconds: far beyond every bound the producer has
 
@@ -32,6 +36,27 @@ class SeededRun:
         self.trace: list[str] = []
         self.problems: list[str] = []
         self.t0 = 0.0
+
+    def new_cluster(self, cls: type[ScriptedCluster], topics: dict[str, list[int]]) -> Any:
+        """Three brokers of ``cls`` on an in-memory network that asyncio.open_connection reaches
+        (run_in_virtual_time puts it back), with ``topics`` (name: each partition's leader)."""
+        network = MemoryNetwork()
+        asyncio.open_connection = network.open_connection  # type: ignore[assignment]
+        cluster = cls(network, nodes=3)
+        for topic, leaders in topics.items():
+            cluster.create_topic(topic, leaders=leaders)
+        return cluster
+
+    def check_emptied(self, acc: RecordAccumulator) -> None:
+        """After close(): the buffer memory all given back, no batch or queue left."""
+        if acc.pool.used != 0:
+            self.problems.append(f"MEMORY: {acc.pool.used} bytes of buffer_memory still reserved after close()")
+        if acc.pool.waiting:
+            self.problems.append(f"MEMORY: {acc.pool.waiting} reservations still waiting after close()")
+        if acc.incomplete or acc.open_batches:
+            self.problems.append(
+                f"LEFTOVER: {len(acc.incomplete)} incomplete batches, {len(acc.open_batches)} queues after close()"
+            )
 
     def log(self, msg: str) -> None:
         line = f"[{asyncio.get_running_loop().time() - self.t0:9.3f}] {msg}"

@@ -30,7 +30,6 @@ from aioprod.producer.outcomes import _NOT_WRITTEN
 from aioprod.protocol.records import read_batch
 from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
 from tests.fakes.cluster import ScriptedCluster
-from tests.fakes.network import MemoryNetwork
 
 TOPICS = {"a": [1, 2, 3], "b": [2, 3, 1, 2]}
 #: NOT_LEADER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, CORRUPT_MESSAGE (OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -480,12 +479,8 @@ class Run(SeededRun):
     async def main(self) -> None:
         loop = asyncio.get_running_loop()
         self.t0 = loop.time()
-        network = MemoryNetwork()
-        asyncio.open_connection = network.open_connection  # type: ignore[assignment]
-        c = self.cluster = self.Cluster(network, nodes=3)
+        c = self.cluster = self.new_cluster(self.Cluster, self.TOPICS)
         c.on_answer = self.log if self.verbose else None
-        for t, leaders in self.TOPICS.items():
-            c.create_topic(t, leaders=leaders)
         self.cluster_built()
         rng = self.rng
         opts = self.opts = self.options()
@@ -569,13 +564,7 @@ class Run(SeededRun):
         for rec in self.recs:
             if rec.queued and self.outcome(rec) == "pending":
                 self.problems.append(f"HANG: record {rec.value[:12]!r} unresolved after close()")
-        acc = p._accumulator
-        if acc.pool.used != 0:
-            self.problems.append(f"MEMORY: {acc.pool.used} bytes of buffer_memory still reserved after close()")
-        if acc.incomplete or acc.open_batches:
-            self.problems.append(
-                f"LEFTOVER: {len(acc.incomplete)} incomplete batches, {len(acc.open_batches)} queues after close()"
-            )
+        self.check_emptied(p._accumulator)
 
     def incarnations(self) -> list[tuple[str, list, tuple[int, ...]]]:
         """The logs to check: each topic, its partitions, and what tells this incarnation of the

@@ -4,18 +4,12 @@ left its abort retrying through the closed pool for transaction_timeout_ms)."""
 
 from __future__ import annotations
 
-import asyncio
-import random
-
 import pytest
 
 from tests.engine.concurrent_api import run_seed
+from tests.engine.fault_runs import check_seed
 
 
 @pytest.mark.parametrize("seed", [0, 2, 14, 18, 41, 85])
 def test_the_api_keeps_its_promises_when_used_concurrently_and_cancelled(seed: int) -> None:
-    state, connect = random.getstate(), asyncio.open_connection
-    run = run_seed(seed)
-    assert not run.problems, "\n".join(run.problems + run.trace[-40:])
-    assert random.getstate() == state
-    assert asyncio.open_connection is connect
+    check_seed(run_seed, seed)

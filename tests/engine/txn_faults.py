@@ -30,7 +30,6 @@ from aioprod.protocol import messages as m
 from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.coordinator import Lost
-from tests.fakes.network import MemoryNetwork
 
 TOPICS = {"a": [1, 2, 3], "b": [2, 3]}
 PRODUCE_ERRORS = [6, 19, 7, 45, 47, 120]
@@ -418,11 +417,7 @@ class Run(SeededRun):
     async def main(self) -> None:
         loop = asyncio.get_running_loop()
         self.t0 = loop.time()
-        network = MemoryNetwork()
-        asyncio.open_connection = network.open_connection  # type: ignore[assignment]
-        c = self.cluster = HonestCluster(network, nodes=3)
-        for t, leaders in TOPICS.items():
-            c.create_topic(t, leaders=leaders)
+        c = self.cluster = self.new_cluster(HonestCluster, TOPICS)
         rng = self.rng
         if self.options is not None:
             opts = dict(self.options)
