@@ -37,18 +37,10 @@ from aioprod import Producer, TopicPartition
 from aioprod.errors import KafkaError, ProducerClosedError
 from aioprod.producer.batch import SendGroup
 from aioprod.producer.producer import _CLOSED, _CLOSING
-from aioprod.protocol import messages as m
 from tests.engine.fault_runs import HANG, SeededRun, Violation, command_line, run_in_virtual_time
+from tests.engine.txn_faults import COORD_APIS
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.coordinator import Lost
-
-COORD_APIS = [
-    m.AddPartitionsToTxnRequest.API_KEY,
-    m.AddOffsetsToTxnRequest.API_KEY,
-    m.TxnOffsetCommitRequest.API_KEY,
-    m.EndTxnRequest.API_KEY,
-    m.FindCoordinatorRequest.API_KEY,
-]
 
 TOPICS = {"a": [1, 2, 3], "b": [2, 3]}
 SLOW_CLOSE = 10.0  # virtual seconds: everything is healed before the final close
