@@ -37,7 +37,7 @@ from anyio.from_thread import BlockingPortal
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, TransactionAbortableError
 from aioprod.metrics import MetricsSnapshot
 from aioprod.producer.batch import TopicPartition
-from aioprod.producer.producer import Producer, check_timeout
+from aioprod.producer.producer import Producer, check_timeout, send_many_values
 from aioprod.producer.record_future import RecordMetadata
 from aioprod.producer.transactions import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction
 
@@ -108,15 +108,19 @@ class SyncProducer:
         self._lock = threading.Lock()
         self._closing: concurrent.futures.Future[None] | None = None
         self._pid = os.getpid()
-        self._portal, self._loop, self._thread = _start_portal(use_uvloop, f"aioprod-sync-producer-{next(_counter)}")
+        self._portal, self._loop, self._thread, self._gate = _start_portal(
+            use_uvloop, f"aioprod-sync-producer-{next(_counter)}"
+        )
         try:
             self._call(start_timeout, producer.start)
         except BaseException:
-            _start_close(self._portal, self._loop, producer, 0)
+            _start_close(self._portal, self._loop, self._gate, producer, 0)
             self._thread.join(_JOIN_TIMEOUT)
             raise
         # If the program drops the object without closing it, close it in the background.
-        self._finalizer = weakref.finalize(self, _abandoned, self._portal, self._loop, producer, self._thread)
+        self._finalizer = weakref.finalize(
+            self, _abandoned, self._portal, self._loop, self._gate, producer, self._thread, self._pid
+        )
         self._finalizer.atexit = False
         _live.add(self)
 
@@ -161,6 +165,8 @@ class SyncProducer:
         """
         delivery: concurrent.futures.Future[RecordMetadata] = _Delivery()
         delivery.set_running_or_notify_cancel()
+        if isinstance(headers, Iterator):  # a generator: consumed here, in the caller's thread
+            headers = list(headers)
         send = functools.partial(
             self._producer.send, topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
         )
@@ -208,12 +214,14 @@ class SyncProducer:
         """
         delivery: concurrent.futures.Future[list[RecordMetadata]] = _Delivery()
         delivery.set_running_or_notify_cancel()
+        # A generator is consumed here, in the caller's thread (not on the loop's); anything
+        # else goes as it is, for Producer.send_many to take or refuse (a str is not a list).
         send_many = functools.partial(
             self._producer.send_many,
             topic,
-            list(values),
-            keys=keys,
-            headers=headers,
+            send_many_values(values),
+            keys=send_many_values(keys),
+            headers=send_many_values(headers),
             partition=partition,
             timestamp_ms=timestamp_ms,
         )
@@ -355,7 +363,7 @@ class SyncProducer:
             if self._closing is None:
                 self._finalizer.detach()
                 _live.discard(self)
-                self._closing = _start_close(self._portal, self._loop, self._producer, limit)
+                self._closing = _start_close(self._portal, self._loop, self._gate, self._producer, limit)
             closing = self._closing
         try:
             closing.result(_thread_timeout(limit + _GRACE))
@@ -390,7 +398,7 @@ class SyncProducer:
         if self._closing is not None:
             raise ProducerClosedError("the producer is closed; no more records are accepted")
         try:
-            return _spawn(self._loop, fn, *args)
+            return _spawn(self._loop, self._gate, fn, *args)
         except RuntimeError:  # the portal stopped (anyio's RunFinishedError is one too)
             raise ProducerClosedError("the producer's event loop is not running") from None
 
@@ -421,9 +429,50 @@ async def _begin_transaction(producer: Producer) -> None:
     producer.begin_transaction()  # on the loop's thread, where the producer's state lives
 
 
+class _Gate:
+    """The work handed to one loop and not yet answered. A callback scheduled between the loop's
+    last run and its close() is dropped by close(): once the loop thread is over (``ended``),
+    every such future is cancelled, so that no caller waits for work that will never run."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self.pending: set[concurrent.futures.Future[Any]] = set()
+
+    def track(self, future: concurrent.futures.Future[T]) -> concurrent.futures.Future[T]:
+        self.pending.add(future)
+        future.add_done_callback(self.pending.discard)
+        if self.ended:  # the sweep may have run before the add: it ran after the loop closed
+            future.cancel()
+        return future
+
+    def end(self) -> None:
+        self.ended = True  # before the sweep: a track() after this point cancels its own future
+        for future in list(self.pending):
+            future.cancel()
+
+
+class _ThreadPerCall(concurrent.futures.ThreadPoolExecutor):
+    """The producer loop's default executor (asyncio's getaddrinfo, ``asyncio.to_thread``): a
+    daemon thread per call. Interpreter exit stops every ThreadPoolExecutor (threading._shutdown,
+    before atexit hooks run), which left the exit-time close unable to resolve a broker's name."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:  # handed to the waiting coroutine
+                    future.set_exception(exc)
+
+        threading.Thread(target=run, name="aioprod-sync-resolver", daemon=True).start()
+        return future
+
+
 def _start_portal(
     use_uvloop: bool | None, name: str
-) -> tuple[BlockingPortal, asyncio.AbstractEventLoop, threading.Thread]:
+) -> tuple[BlockingPortal, asyncio.AbstractEventLoop, threading.Thread, _Gate]:
     """A thread running an event loop that serves a blocking portal until the portal stops.
 
     ``use_uvloop``: None for uvloop when it is installed. Once the portal stops, anyio cancels
@@ -432,8 +481,10 @@ def _start_portal(
     if use_uvloop is None:
         use_uvloop = importlib.util.find_spec("uvloop") is not None
     ready: concurrent.futures.Future[tuple[BlockingPortal, asyncio.AbstractEventLoop]] = concurrent.futures.Future()
+    gate = _Gate()
 
     async def serve() -> None:
+        asyncio.get_running_loop().set_default_executor(_ThreadPerCall())
         async with BlockingPortal() as portal:
             ready.set_result((portal, asyncio.get_running_loop()))
             await portal.sleep_until_stopped()
@@ -446,11 +497,13 @@ def _start_portal(
                 ready.set_exception(exc)
             else:  # pragma: no cover - defensive: never let the thread die silently
                 log.exception("aioprod SyncProducer event loop failed")
+        finally:
+            gate.end()  # the loop is closed: what it has not answered, it never will
 
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     portal, loop = ready.result()
-    return portal, loop, thread
+    return portal, loop, thread, gate
 
 
 def _thread_timeout(seconds: float | None) -> float | None:
@@ -460,7 +513,7 @@ def _thread_timeout(seconds: float | None) -> float | None:
 
 
 def _spawn(
-    loop: asyncio.AbstractEventLoop, fn: Callable[..., Awaitable[T]], *args: Any
+    loop: asyncio.AbstractEventLoop, gate: _Gate, fn: Callable[..., Awaitable[T]], *args: Any
 ) -> concurrent.futures.Future[T]:
     """``fn(*args)`` as a task on the portal's loop, without waiting for the loop to answer.
 
@@ -473,18 +526,18 @@ def _spawn(
         raise RuntimeError("the producer's event loop is not running")
     coro = fn(*args)
     try:
-        return asyncio.run_coroutine_threadsafe(coro, loop)  # type: ignore[arg-type]
+        return gate.track(asyncio.run_coroutine_threadsafe(coro, loop))  # type: ignore[arg-type]
     except RuntimeError:
         coro.close()  # type: ignore[attr-defined]
         raise
 
 
 def _start_close(
-    portal: BlockingPortal, loop: asyncio.AbstractEventLoop, producer: Producer, timeout: float
+    portal: BlockingPortal, loop: asyncio.AbstractEventLoop, gate: _Gate, producer: Producer, timeout: float
 ) -> concurrent.futures.Future[None]:
     """Close the producer on its loop, then stop the portal (and so the thread); the close's future."""
     try:
-        return _spawn(loop, _close_and_stop, producer, portal, timeout)
+        return _spawn(loop, gate, _close_and_stop, producer, portal, timeout)
     except RuntimeError:  # the portal stopped already
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         done.set_result(None)
@@ -543,12 +596,19 @@ def _chain(source: _Settling[T], target: concurrent.futures.Future[T]) -> None:
 
 
 def _abandoned(
-    portal: BlockingPortal, loop: asyncio.AbstractEventLoop, producer: Producer, thread: threading.Thread
+    portal: BlockingPortal,
+    loop: asyncio.AbstractEventLoop,
+    gate: _Gate,
+    producer: Producer,
+    thread: threading.Thread,
+    pid: int,
 ) -> None:
     """A SyncProducer was garbage-collected while open: close it without blocking (from any
     thread, its own loop's included: _spawn never waits for the loop)."""
+    if os.getpid() != pid:
+        return  # a forked child's copy: the producer and its thread live in the parent
     warnings.warn(f"SyncProducer ({thread.name}) was never closed; closing it now", ResourceWarning, stacklevel=2)
-    _start_close(portal, loop, producer, _ATEXIT_CLOSE_TIMEOUT)
+    _start_close(portal, loop, gate, producer, _ATEXIT_CLOSE_TIMEOUT)
 
 
 @atexit.register

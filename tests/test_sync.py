@@ -7,6 +7,7 @@ import concurrent.futures
 import gc
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -489,3 +490,109 @@ def test_sync_timeouts_of_the_wrong_type_are_refused_by_name_before_anything_hap
         assert producer.metrics()["record-send-total"] == 0  # send_and_wait queued nothing
     finally:
         producer.close(0)  # still closes
+
+
+@pytest.mark.parametrize("values", ["abc", {"x": "y"}, b"abc"])
+def test_send_many_refuses_what_the_async_producer_refuses(tansu_broker: TansuBroker, topic: str, values: Any) -> None:
+    # list(values) made a str one record per character (written), a dict one per key.
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, value_serializer=str.encode) as producer:
+        with pytest.raises(TypeError, match="values must be a sequence"):
+            producer.send_many(topic, values).result(30)
+        producer.send_and_wait(topic, "after")
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"after"]
+
+
+def test_generators_are_consumed_in_the_calling_thread(tansu_broker: TansuBroker, topic: str) -> None:
+    # keys= and headers= iterators were consumed on the producer's loop thread: a source tied to
+    # its thread (a sqlite3 cursor) failed there, and a slow one blocked every other caller.
+    seen: list[str] = []
+
+    def items(values: list[Any]) -> Iterator[Any]:
+        for value in values:
+            seen.append(threading.current_thread().name)
+            yield value
+
+    db = sqlite3.connect(":memory:")
+    db.execute("create table r (k blob)")
+    db.executemany("insert into r values (?)", [(b"k1",), (b"k2",)])
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+        producer.send_many(topic, items([b"v1", b"v2"]), headers=items([[("h", b"1")], None])).result(30)
+        producer.send_many(topic, [b"v3", b"v4"], keys=(k for (k,) in db.execute("select k from r"))).result(30)
+        producer.send(topic, b"v5", headers=items([("h", b"2")])).result(30)
+    assert set(seen) == {threading.current_thread().name}
+    assert sorted(r.key for r in read_topic(tansu_broker.bootstrap, topic) if r.key) == [b"k1", b"k2"]
+
+
+@pytest.mark.parametrize("max_block_ms", [1000, 2**63 - 1])  # the second: Java's "wait forever"
+def test_a_send_racing_close_gets_producer_closed(
+    tansu_broker: TansuBroker, topic: str, monkeypatch: pytest.MonkeyPatch, max_block_ms: int
+) -> None:
+    # A send() past the closed checks as another thread's close() stopped the loop handed its
+    # work to a loop that closed without running it: the caller waited max_block_ms + 5 s for a
+    # KafkaTimeoutError, or for good. The thread schedule is forced with events; the code is not
+    # changed: the sender is held as it makes its coroutine (after both checks), the loop thread
+    # just before the loop closes.
+    producer = SyncProducer(bootstrap_servers=tansu_broker.bootstrap, use_uvloop=False, max_block_ms=max_block_ms)
+    loop = producer._loop
+    in_window, last_run_over, scheduled = threading.Event(), threading.Event(), threading.Event()
+    enqueue = sync._enqueue
+
+    def held_enqueue(*args: Any) -> Any:
+        in_window.set()
+        assert last_run_over.wait(10)
+        return enqueue(*args)
+
+    close_loop, call_soon_threadsafe = loop.close, loop.call_soon_threadsafe
+
+    def held_close() -> None:
+        last_run_over.set()
+        scheduled.wait(10)
+        close_loop()
+
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return call_soon_threadsafe(*args, **kwargs)
+        finally:
+            if threading.current_thread().name == "racing-sender":
+                scheduled.set()
+
+    monkeypatch.setattr(sync, "_enqueue", held_enqueue)
+    loop.close = held_close  # type: ignore[method-assign]
+    loop.call_soon_threadsafe = noting  # type: ignore[method-assign]
+    outcome: list[BaseException] = []
+
+    def sender() -> None:
+        try:
+            producer.send(topic, b"late")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    racing = threading.Thread(target=sender, name="racing-sender", daemon=True)
+    racing.start()
+    assert in_window.wait(10)
+    monkeypatch.setattr(sync, "_enqueue", enqueue)
+    producer.close()
+    racing.join(15)
+    assert not racing.is_alive(), "send() still blocked 15 s after close() returned"
+    assert len(outcome) == 1 and isinstance(outcome[0], ProducerClosedError), outcome
+
+
+def test_a_forked_child_dropping_the_parents_producer_does_nothing() -> None:
+    # The child warned "was never closed; closing it now" and poked the parent's loop.
+    code = f"""
+import gc, os, sys, warnings
+from aioprod import SyncProducer
+producer = SyncProducer(bootstrap_servers="127.0.0.1:{refused_port()}", max_block_ms=200)
+pid = os.fork()
+if pid == 0:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del producer
+        gc.collect()
+    os._exit(1 if caught else 0)
+_, status = os.waitpid(pid, 0)
+producer.close(1)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
