@@ -596,3 +596,24 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_producers_loop_resolves_names_at_interpreter_exit() -> None:
+    # Interpreter exit stops every thread pool before atexit hooks run, asyncio's default
+    # executor included, which asyncio's loop resolves host names on: the exit-time close could
+    # not reconnect to a broker named by host ("cannot schedule new futures after shutdown").
+    code = f"""
+import asyncio, atexit
+from aioprod import SyncProducer
+producer = SyncProducer(bootstrap_servers="127.0.0.1:{refused_port()}", use_uvloop=False)
+
+async def resolve(_producer):
+    return await asyncio.get_running_loop().getaddrinfo("localhost", 9092)
+
+def at_exit():  # registered after aioprod's own hook: runs before the exit-time close
+    print("resolved" if producer.submit(resolve).result(10) else "nothing", flush=True)
+
+atexit.register(at_exit)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "resolved" in done.stdout, done.stderr[-2000:]
