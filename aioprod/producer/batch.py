@@ -106,6 +106,7 @@ class ProducerBatch:
         "groups",
         "in_flight",
         "leader_epoch",
+        "lost_attempt",
         "maybe_written",
         "needs_new_sequence",
         "payload",
@@ -134,6 +135,10 @@ class ProducerBatch:
         #: Some attempt may have been written: its answer never came, or said the write's
         #: outcome is unknown. Only a sequence check by the broker (idempotence) clears it.
         self.maybe_written = False
+        #: Such an attempt may be in a log whose broker no longer knows the producer (a topic
+        #: deleted and created again, producer state expired): its sequence check cannot say.
+        #: Never cleared; it only tells the user the records may be in a log.
+        self.lost_attempt = False
         #: The broker refused the batch's sequence and nothing of ours explains it: it is
         #: not in the log, and cannot be written under its stamp (see idempotence.py).
         self.needs_new_sequence = False
@@ -173,7 +178,7 @@ class ProducerBatch:
     @property
     def possibly_persisted(self) -> bool:
         """What a failure of this batch must tell the user: may it be in the log?"""
-        return self.in_flight or self.maybe_written
+        return self.in_flight or self.maybe_written or self.lost_attempt
 
     def expiry_error(
         self, now: float, delivery_timeout_ms: int, possibly_persisted: bool | None = None
@@ -218,6 +223,7 @@ class ProducerBatch:
             part.reserved = reserved_each + (left if index == 0 else 0)
             part.attempts = self.attempts
             part.maybe_written = self.maybe_written  # an earlier attempt of the whole may be in the log
+            part.lost_attempt = self.lost_attempt
             part.split_unsure = self.split_unsure or (self.maybe_written and sequence >= 0)
             if sequence >= 0:
                 part.producer_id, part.producer_epoch, part.base_sequence = (

@@ -169,11 +169,15 @@ class IdempotenceState:
         if batch.stamped:
             self.partition(batch.tp).in_doubt = True
 
-    def rejected_sequence(self, batch: ProducerBatch, gap: bool) -> None:
+    def rejected_sequence(self, batch: ProducerBatch, gap: bool, lost_state: bool = False) -> None:
         """The broker checked the batch's sequence and did not write it (so no attempt of it
-        is in the log). ``gap``: nothing earlier of ours explains the refusal — the broker
-        lost the producer, or an earlier batch is missing for good — so the partition must
-        start again under a new identity; otherwise the batch is retried in order."""
+        is in the log, unless ``lost_state``: a broker without state for the producer cannot
+        tell, and an attempt may be in the log it lost that state with). ``gap``: nothing
+        earlier of ours explains the refusal — the broker lost the producer, or an earlier
+        batch is missing for good — so the partition must start again under a new identity;
+        otherwise the batch is retried in order."""
+        if lost_state and batch.maybe_written:
+            batch.lost_attempt = True
         batch.maybe_written = False
         if gap:
             batch.needs_new_sequence = True

@@ -435,22 +435,23 @@ class Sender:
                 # window (renumbered, it was written twice); if not, written now it would land
                 # behind records sent after it.
                 self._finish(batch, _overtaken(batch, decision.error))
-            elif action is Action.ACK and txn is not None and (txn.state in _SWEPT or txn.failed):
-                # Written, but its transaction cannot commit or is being aborted: never visible,
-                # so not acknowledged (docs/transactions.md: records not acknowledged when the
-                # abort begins fail). So too once the transactional producer failed (fenced).
-                if ident is not None:
-                    ident.acked(batch)
-                fatal = self.fatal
-                batch.fail(
-                    _fatal_as(fatal, True) if txn.failed and fatal is not None else _aborted(txn.error, persisted=True)
-                )
-                acc.complete(batch)
             elif action is Action.ACK:
                 if ident is not None:
                     ident.acked(batch)
                     if ident.partition(batch.tp).in_doubt:
-                        self._fail_overtaken(batch.tp)
+                        self._fail_overtaken(batch.tp)  # (which may make the transaction abortable)
+                if txn is not None and (txn.state in _SWEPT or txn.failed):
+                    # Written, but its transaction cannot commit or is being aborted: never
+                    # visible, so not acknowledged (docs/transactions.md: records not acknowledged
+                    # when the abort begins fail). So too once the transactional producer failed.
+                    fatal = self.fatal
+                    batch.fail(
+                        _fatal_as(fatal, True)
+                        if txn.failed and fatal is not None
+                        else _aborted(txn.error, persisted=True)
+                    )
+                    acc.complete(batch)
+                    continue
                 batch.succeed(decision.base_offset, decision.log_append_time)
                 acc.complete(batch)
                 if self._retry_warned:
@@ -467,7 +468,7 @@ class Sender:
             else:
                 assert decision.error is not None
                 error = decision.error
-                if batch.maybe_written:
+                if batch.maybe_written or batch.lost_attempt:
                     # The broker's last word, but an earlier attempt's answer never came: the
                     # record may be in the log, and a resend would write it twice.
                     error = copy_error(error)
@@ -547,7 +548,7 @@ class Sender:
                 f"({decision.error})"
             )
             log.debug("%s; renumbering under a new identity", self._doubt)
-        ident.rejected_sequence(batch, gap)
+        ident.rejected_sequence(batch, gap, lost_state=decision.unknown_producer)
         return True
 
     def _fail_overtaken(self, tp: TopicPartition) -> None:
@@ -740,8 +741,10 @@ def _overtaken(batch: ProducerBatch, refusal: KafkaError | None, certain: bool =
             f"producer takes any sequence) and refused these: they are not in the log, and are not sent again, "
             f"as they would land out of order"
         )
+    if batch.lost_attempt and not batch.maybe_written:
+        text += " (an earlier attempt may be in a log in which the broker lost the producer's state)"
     error = OutOfOrderSequenceNumberError(text if refusal is None else f"{text} ({refusal})")
-    error.possibly_persisted = batch.maybe_written  # type: ignore[attr-defined]
+    error.possibly_persisted = batch.maybe_written or batch.lost_attempt  # type: ignore[attr-defined]
     return error
 
 

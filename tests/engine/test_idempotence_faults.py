@@ -13,6 +13,8 @@ from aioprod.errors import (
     MessageTooLargeError,
     NotEnoughReplicasError,
     OutOfOrderSequenceNumberError,
+    TransactionAbortableError,
+    TransactionAbortedError,
 )
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
@@ -340,3 +342,68 @@ async def test_refused_batches_are_not_written_behind_a_later_one_refused_as_too
     assert isinstance(c, MessageTooLargeError) and c.possibly_persisted is True
     for refused in (a, b):
         assert isinstance(refused, OutOfOrderSequenceNumberError) and refused.possibly_persisted is False, refused
+
+
+async def test_a_record_written_before_its_topic_was_recreated_is_not_said_unwritten(scripted: Scripted) -> None:
+    # X is written, its answer held; the topic is deleted and created again (no producer state);
+    # X's answer is lost and its retry refused UNKNOWN_PRODUCER_ID. That refusal said X was not in
+    # the log, but the broker that gave it had lost the state X was written under.
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1])
+    node = cluster.nodes[1]
+    p = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10, metadata_max_age_ms=100)
+    await p.start()
+    await p.send_and_wait("t", b"w0")
+    node.script = deque([Hold])  # X is written, its answer held
+    x = await p.send("t", b"X")
+    while cluster.partition("t").values != [b"w0", b"X"]:
+        await asyncio.sleep(0.001)
+    old = cluster.partition("t")
+    cluster.create_topic("t", leaders=[1])  # deleted and created again: empty, no producer state
+    await asyncio.sleep(0.5)
+    sent = len(cluster.requests_of(m.ProduceRequest))
+    cluster.disconnect(1)  # X's answer is lost; its retry is refused UNKNOWN_PRODUCER_ID
+    while len(cluster.requests_of(m.ProduceRequest)) == sent:
+        await asyncio.sleep(0.0005)
+    await asyncio.sleep(0.001)
+    await p.close(0)
+    assert old.values == [b"w0", b"X"]  # X was written
+    error = x.exception()
+    assert error is not None and error.possibly_persisted is True, error
+
+
+async def test_no_acknowledgement_for_a_record_whose_transaction_its_own_answer_made_abortable(
+    scripted: Scripted,
+) -> None:
+    # The KIP-360 shape in a transaction: A refused before the append, C written with its answer
+    # lost, A's retry refused as out of order, C's retry acknowledged. Handling C's answer fails A
+    # (C was written ahead of it), which makes the transaction abortable: C, never to be visible,
+    # was acknowledged all the same.
+    cluster = scripted.cluster
+    cluster.accepts_unknown_producers = True
+    cluster.create_topic("t", leaders=[1])
+    node = cluster.nodes[1]
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10, transactional_id="tx"
+    ) as p:
+        await p.partitions_for("t")
+        p.begin_transaction()
+        node.stalling = True
+        futures = []
+        for name in (b"A", b"C"):
+            futures.append(await p.send("t", name * 100))
+            await asyncio.sleep(0.01)
+        flushing = asyncio.ensure_future(p.flush())
+        await asyncio.sleep(0.01)
+        node.script = deque([NOT_ENOUGH_REPLICAS, Hold])  # A refused; C written, its answer held
+        node.release()
+        await asyncio.sleep(0.01)
+        cluster.disconnect(1)  # C's answer is lost
+        a, c = await asyncio.gather(*futures, return_exceptions=True)
+        await flushing
+        with pytest.raises(TransactionAbortableError):
+            await p.commit_transaction()
+        await p.abort_transaction()
+    assert cluster.partition("t").committed == []
+    assert isinstance(a, OutOfOrderSequenceNumberError), a
+    assert isinstance(c, TransactionAbortedError) and c.possibly_persisted is True, c
