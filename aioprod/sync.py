@@ -100,7 +100,7 @@ class SyncProducer:
         **options: Any,
     ) -> None:
         producer = Producer(config, **options)  # validates the configuration in this thread
-        check_timeout("SyncProducer", start_timeout)
+        check_timeout("SyncProducer", start_timeout, "start_timeout")
         self._producer = producer
         self.config = producer.config
         self._max_block = producer.config.max_block_ms / 1000

@@ -477,7 +477,7 @@ def test_a_call_gives_up_when_the_producers_loop_does_not_answer(call: str, monk
 
 
 def test_sync_timeouts_of_the_wrong_type_are_refused_by_name_before_anything_happens() -> None:
-    with pytest.raises(TypeError, match=r"SyncProducer\(\) timeout must be a number"):
+    with pytest.raises(TypeError, match=r"SyncProducer\(\) start_timeout must be a number"):
         SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", start_timeout="5")  # type: ignore[arg-type]
     producer = SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", max_block_ms=500)
     try:

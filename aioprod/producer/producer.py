@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import numbers
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -988,14 +989,15 @@ class Producer:
         raise ProducerClosedError(f"the producer is {self._state}; no more records are accepted")
 
 
-def check_timeout(method: str, timeout: Any) -> None:
-    """A ``timeout`` argument (seconds, or None): refused by name before anything starts."""
+def check_timeout(method: str, timeout: Any, name: str = "timeout") -> None:
+    """A ``timeout`` argument (seconds, or None): refused by name before anything starts. Any
+    real number is taken (numpy's too), but not a bool."""
     if timeout is None:
         return
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise TypeError(f"{method}() timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"{method}() {name} must be a number of seconds or None, got {type(timeout).__name__}")
     if math.isnan(timeout):
-        raise ValueError(f"{method}() timeout must be a number of seconds or None, got nan")
+        raise ValueError(f"{method}() {name} must be a number of seconds or None, got nan")
 
 
 def _as_bytes(field: str, data: Any) -> bytes:

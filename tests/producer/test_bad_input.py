@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -331,3 +332,11 @@ async def test_a_bad_close_or_flush_timeout_is_refused_by_name_and_the_producer_
         await p.close(timeout)
     await p.close(0)
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("aioprod")]
+
+
+async def test_a_timeout_may_be_any_real_number() -> None:
+    # check_timeout took int and float only: numpy's numbers (a Real, as Fraction is) were refused.
+    p = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
+    await p.start()
+    await p.flush(Fraction(1, 2))
+    await p.close(Fraction(0))
