@@ -21,13 +21,14 @@ import concurrent.futures
 import contextlib
 import functools
 import importlib.util
+import inspect
 import itertools
 import logging
 import os
 import threading
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -436,19 +437,33 @@ class _Gate:
 
     def __init__(self) -> None:
         self.ended = False
-        self.pending: set[concurrent.futures.Future[Any]] = set()
+        #: Each future, with the coroutine it will run.
+        self.pending: dict[concurrent.futures.Future[Any], Coroutine[Any, Any, Any]] = {}
 
-    def track(self, future: concurrent.futures.Future[T]) -> concurrent.futures.Future[T]:
-        self.pending.add(future)
-        future.add_done_callback(self.pending.discard)
+    def track(
+        self, future: concurrent.futures.Future[T], coro: Coroutine[Any, Any, Any]
+    ) -> concurrent.futures.Future[T]:
+        self.pending[future] = coro
+        future.add_done_callback(self._done)
         if self.ended:  # the sweep may have run before the add: it ran after the loop closed
-            future.cancel()
+            _drop(future, coro)
         return future
+
+    def _done(self, future: concurrent.futures.Future[Any]) -> None:
+        self.pending.pop(future, None)
 
     def end(self) -> None:
         self.ended = True  # before the sweep: a track() after this point cancels its own future
-        for future in list(self.pending):
-            future.cancel()
+        for future, coro in list(self.pending.items()):
+            _drop(future, coro)
+
+
+def _drop(future: concurrent.futures.Future[Any], coro: Coroutine[Any, Any, Any]) -> None:
+    """Cancel work the closed loop never ran; a coroutine it never started is closed, not left
+    to warn that it was never awaited."""
+    future.cancel()
+    if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+        coro.close()
 
 
 class _ThreadPerCall(concurrent.futures.ThreadPoolExecutor):
@@ -526,7 +541,7 @@ def _spawn(
         raise RuntimeError("the producer's event loop is not running")
     coro = fn(*args)
     try:
-        return gate.track(asyncio.run_coroutine_threadsafe(coro, loop))  # type: ignore[arg-type]
+        return gate.track(asyncio.run_coroutine_threadsafe(coro, loop), coro)  # type: ignore[arg-type]
     except RuntimeError:
         coro.close()  # type: ignore[attr-defined]
         raise
