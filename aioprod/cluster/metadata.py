@@ -210,6 +210,7 @@ class Metadata:
     ) -> TopicInfo:
         loop = asyncio.get_running_loop()
         asked_after = self._refreshes_started  # a refresh started after this one answers the wait
+        missing_since: float | None = None  # when a refresh since the wait began first lacked the partition
         while True:
             if self._closed:
                 raise ProducerClosedError(f"the producer closed while waiting for metadata of topic {topic!r}")
@@ -227,13 +228,17 @@ class Metadata:
                     return info
                 count = len(info.partitions)
                 known = f"topic {topic!r} has {count} partition" + ("" if count == 1 else "s") + f" (0-{count - 1})"
-                proved = self._refresh_succeeded > asked_after
-                recent = loop.time() - self._last_refresh < self._config.retry_backoff_max_ms / 1000
+                if missing_since is None and self._refresh_succeeded > asked_after:
+                    missing_since = self._last_refresh
+                # Refreshes asked for after the wait began found no such partition, over
+                # retry_backoff_max_ms (one lagging broker's answer is not proof: a partition
+                # just added may not be in its view yet): bad input, refused now, not after
+                # max_block_ms. A partition added since the last refresh is found by them.
+                span = self._config.retry_backoff_max_ms / 1000
+                proved = missing_since is not None and self._last_refresh - missing_since >= span
+                recent = loop.time() - self._last_refresh < span
                 if proved or ((topic, partition) in self._missing_partitions and recent):
-                    # A refresh asked for after the wait began found no such partition: bad input,
-                    # refused now (not after max_block_ms); a partition added since the last
-                    # refresh is found by it. Only a refresh's answer is remembered, and only
-                    # briefly (the topic may grow).
+                    # Only a refresh's answer is remembered, and only briefly (the topic may grow).
                     if proved:
                         self._missing_partitions.add((topic, partition))
                     raise ValueError(f"partition {partition} does not exist: {known}")

@@ -319,7 +319,9 @@ class Producer:
 
         ``topic`` is a ``str`` (a ``StrEnum`` member names its value); ``value`` and ``key``
         are bytes-like (``bytes`` or a subclass, ``bytearray``, ``memoryview``) or None, unless
-        a serializer is configured for them.
+        a serializer is configured for them. A ``partition`` the topic does not have raises
+        ``ValueError`` once the cluster's answers have lacked it for ``retry_backoff_max_ms``
+        (a partition just added may be missing from a lagging broker's answer).
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()

@@ -13,7 +13,7 @@ from aioprod import Producer
 from aioprod.errors import KafkaTimeoutError, NotLeaderOrFollowerError
 from aioprod.protocol.messages import MetadataRequest, MetadataResponseBroker, ProduceRequest
 from tests.conftest import Scripted
-from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.cluster import Partition, ScriptedCluster
 
 
 def lose_one_metadata_answer(
@@ -459,16 +459,58 @@ async def test_a_failed_refresh_is_not_taken_for_proof_that_a_partition_is_missi
         assert (await p.send_and_wait("t", b"v", partition=1)).partition == 1
 
 
-async def test_sends_to_a_missing_partition_cost_one_refresh_in_all(scripted: Scripted) -> None:
+async def test_sends_to_a_missing_partition_are_refused_after_a_second_not_max_block_ms(scripted: Scripted) -> None:
+    # Bad input: refused once refreshes over retry_backoff_max_ms (1 s) lack the partition, not
+    # after max_block_ms; the sends after it are refused at once, with no refresh of their own.
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
     async with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=60_000) as p:
         await p.partitions_for("t")
-        before = len(cluster.requests_of(MetadataRequest))
-        for _ in range(10):
+        before, started = len(cluster.requests_of(MetadataRequest)), scripted.clock.now
+        with pytest.raises(ValueError, match="partition 5 does not exist"):
+            await p.send("t", b"v", partition=5)
+        assert 1.0 <= scripted.clock.now - started < 2.0
+        refreshes = len(cluster.requests_of(MetadataRequest)) - before
+        for _ in range(9):
             with pytest.raises(ValueError, match="partition 5 does not exist"):
                 await p.send("t", b"v", partition=5)
-        assert len(cluster.requests_of(MetadataRequest)) - before == 1
+        assert len(cluster.requests_of(MetadataRequest)) - before == refreshes <= 6
+
+
+async def test_one_lagging_answer_does_not_make_an_added_partition_bad_input(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Partitions were just added; the broker that answers the send's refresh still has the old
+    # count. One such answer made the new partition "not exist" (a ValueError, bad input);
+    # Java waits, and the next answers, a moment later, have it.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    parts = cluster.create_topic("t", leaders=[1, 2])
+    answer_of = ScriptedCluster._metadata
+    lagging = [True]
+
+    def lagging_node_1(self: ScriptedCluster, node: Any, request: MetadataRequest) -> Any:
+        answer = answer_of(self, node, request)
+        if node.node_id == 1 and lagging:  # its view does not have the added partitions yet
+            for topic in answer.topics:
+                topic.partitions = topic.partitions[:2]
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", lagging_node_1)
+    options = {"linger_ms": 0, "max_block_ms": 5000, "max_in_flight_requests_per_connection": 1}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **options) as p:
+        await p.send_and_wait("t", b"warm-up", partition=0)
+        await p.send_and_wait("t", b"warm-up", partition=1)
+        parts.extend([Partition(2, parts[0].topic_id), Partition(2, parts[0].topic_id)])  # 4 partitions now
+        cluster.nodes[2].holding = True  # node 2 is busy: the refreshes go to node 1
+        busy = await p.send("t", b"held", partition=1)
+        await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.8, lagging.clear)  # node 1 catches up
+        loop.call_later(0.8, cluster.nodes[2].release)
+        record = await p.send("t", b"to an added partition", partition=3)
+        assert (await record).partition == 3
+        await busy
 
 
 async def test_a_partition_added_after_a_refusal_is_found(scripted: Scripted) -> None:
