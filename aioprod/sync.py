@@ -101,7 +101,7 @@ class SyncProducer:
         **options: Any,
     ) -> None:
         producer = Producer(config, **options)  # validates the configuration in this thread
-        check_timeout("SyncProducer", start_timeout, "start_timeout")
+        start_wait = check_timeout("SyncProducer", start_timeout, "start_timeout")
         self._producer = producer
         self.config = producer.config
         self._max_block = producer.config.max_block_ms / 1000
@@ -113,7 +113,7 @@ class SyncProducer:
             use_uvloop, f"aioprod-sync-producer-{next(_counter)}"
         )
         try:
-            self._call(start_timeout, producer.start)
+            self._call(start_wait, producer.start)
         except BaseException:
             _start_close(self._portal, self._loop, self._gate, producer, 0)
             self._thread.join(_JOIN_TIMEOUT)
@@ -191,7 +191,7 @@ class SyncProducer:
         ``delivery_timeout_ms``); when it runs out this raises ``KafkaTimeoutError`` but the
         record stays queued and may still be delivered.
         """
-        check_timeout("send_and_wait", timeout)  # before the record is queued
+        timeout = check_timeout("send_and_wait", timeout)  # before the record is queued
         future = self.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
         limit = self._delivery_timeout + _GRACE if timeout is None else timeout
         return self._wait(future, limit, "the acknowledgement")
@@ -237,7 +237,7 @@ class SyncProducer:
         """
         self._check_thread()
         self._check_process()
-        check_timeout("flush", timeout)
+        timeout = check_timeout("flush", timeout)
         limit = self._delivery_timeout if timeout is None else timeout
         closing = self._closing
         if closing is not None:
@@ -356,7 +356,7 @@ class SyncProducer:
         first. If the calling thread is interrupted, the close goes on in the background.
         """
         self._check_thread()
-        check_timeout("close", timeout)
+        timeout = check_timeout("close", timeout)
         if os.getpid() != self._pid:
             return  # a forked child: the producer and its thread live in the parent process
         limit = self._delivery_timeout if timeout is None else timeout
@@ -403,7 +403,7 @@ class SyncProducer:
         except RuntimeError:  # the portal stopped (anyio's RunFinishedError is one too)
             raise ProducerClosedError("the producer's event loop is not running") from None
 
-    def _call(self, timeout: float, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    def _call(self, timeout: float | None, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``await fn(*args)`` on the producer's loop, waiting at most ``timeout`` seconds."""
         self._check_thread()
         return self._wait(self._submit(fn, *args), timeout, "the producer")
@@ -462,7 +462,8 @@ def _drop(future: concurrent.futures.Future[Any], coro: Coroutine[Any, Any, Any]
     """Cancel work the closed loop never ran; a coroutine it never started is closed, not left
     to warn that it was never awaited."""
     future.cancel()
-    if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+    # Only a native coroutine tells its state (submit() takes any collections.abc.Coroutine).
+    if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
         coro.close()
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import concurrent.futures
 import gc
+import inspect
 import os
 import signal
 import sqlite3
@@ -15,6 +17,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -617,3 +620,44 @@ atexit.register(at_exit)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "resolved" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_timeout_may_be_any_real_number(tansu_broker: TansuBroker, topic: str) -> None:
+    # check_timeout took any real number, but a thread's wait takes only a float or an int:
+    # a Fraction timeout raised a bare TypeError, after the record was queued.
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, start_timeout=Fraction(30)) as producer:
+        assert producer.send_and_wait(topic, b"v", timeout=Fraction(30)).offset == 0
+        producer.flush(Fraction(5))
+
+
+class _CompiledCoroutine(collections.abc.Coroutine[Any, Any, None]):
+    """A coroutine that is not Python's own (Cython's, say): it tells no state."""
+
+    def send(self, value: Any) -> Any:
+        raise StopIteration(None)
+
+    def throw(self, *args: Any) -> Any:
+        raise RuntimeError
+
+    def close(self) -> None:
+        pass
+
+    def __await__(self) -> Iterator[Any]:
+        return iter(())
+
+
+def test_work_a_closed_loop_never_ran_is_cancelled_whatever_its_coroutine() -> None:
+    # The sweep asked every coroutine for its state: a non-native one (submit() takes any) raised
+    # AttributeError there, and every future after it was left pending, its caller waiting for good.
+    gate = sync._Gate()
+    first, second = concurrent.futures.Future[None](), concurrent.futures.Future[None]()
+
+    async def never_started() -> None:
+        pass
+
+    coroutine = never_started()
+    gate.track(first, _CompiledCoroutine())
+    gate.track(second, coroutine)
+    gate.end()
+    assert first.cancelled() and second.cancelled()
+    assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED  # closed, not left to warn

@@ -362,11 +362,8 @@ class Metadata:
                 # At least retry_backoff_ms after the last refresh (Java's timeToAllowUpdate):
                 # answers that keep changing (brokers lagging by different amounts) refreshed
                 # back to back; longer while demanded refreshes find nothing new.
-                wait = (
-                    self._backoff(self._fruitless)
-                    if self._fruitless
-                    else self._last_refresh + self._config.retry_backoff_ms / 1000 - now
-                )
+                spacing = self._backoff(self._fruitless) if self._fruitless else self._config.retry_backoff_ms / 1000
+                wait = self._last_refresh + spacing - now  # counted from the last refresh, as Java's
                 if wait > 0:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(wait):

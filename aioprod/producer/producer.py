@@ -243,7 +243,7 @@ class Producer:
         cancels close(), delivery stops there: pending records fail and every connection
         and task is released at once.
         """
-        check_timeout("close", timeout)
+        timeout = check_timeout("close", timeout)
         if self._state == _NEW:
             self._state = _CLOSED
             return
@@ -681,7 +681,7 @@ class Producer:
         the wait; :class:`~aioprod.errors.KafkaTimeoutError` when it runs out, with the
         records still on their way.
         """
-        check_timeout("flush", timeout)
+        timeout = check_timeout("flush", timeout)
         if self._state not in (_STARTED, _CLOSING):
             return
         self._check_loop()
@@ -991,15 +991,17 @@ class Producer:
         raise ProducerClosedError(f"the producer is {self._state}; no more records are accepted")
 
 
-def check_timeout(method: str, timeout: Any, name: str = "timeout") -> None:
-    """A ``timeout`` argument (seconds, or None): refused by name before anything starts. Any
-    real number is taken (numpy's too), but not a bool."""
+def check_timeout(method: str, timeout: Any, name: str = "timeout") -> float | None:
+    """A ``timeout`` argument (seconds, or None) as a float: refused by name before anything
+    starts. Any real number is taken (numpy's, a Fraction), but not a bool."""
     if timeout is None:
-        return
+        return None
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise TypeError(f"{method}() {name} must be a number of seconds or None, got {type(timeout).__name__}")
-    if math.isnan(timeout):
+    seconds = float(timeout)
+    if math.isnan(seconds):
         raise ValueError(f"{method}() {name} must be a number of seconds or None, got nan")
+    return seconds
 
 
 def _as_bytes(field: str, data: Any) -> bytes:

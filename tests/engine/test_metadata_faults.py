@@ -539,3 +539,27 @@ async def test_a_partition_wait_without_a_refresh_in_time_is_a_timeout_and_prove
             await p.send("t", b"v", partition=1)
         # The hung refresh times out at 30 s; the next finds partition 1 within this send's 20 s.
         assert (await p.send_and_wait("t", b"v", partition=1)).partition == 1
+
+
+async def test_a_demand_after_fruitless_refreshes_waits_at_most_the_backoff_since_the_last(scripted: Scripted) -> None:
+    # The backoff was counted from the demand, not from the last refresh: after refreshes that
+    # found nothing new, a failover's refresh (no KIP-951 hint) came up to 2 x
+    # retry_backoff_max_ms after the last one. Java's timeToAllowUpdate counts from the last.
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1])
+    async with Producer(bootstrap_servers=cluster.bootstrap, retry_backoff_ms=100, retry_backoff_max_ms=1000) as p:
+        await p.partitions_for("t")
+        metadata = p._metadata
+        for _ in range(6):  # demanded refreshes that find nothing new: the backoff grows to 1 s
+            before = len(cluster.requests_of(MetadataRequest))
+            metadata.request_update()
+            while len(cluster.requests_of(MetadataRequest)) == before:
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.01)
+        last = metadata.last_refresh
+        await asyncio.sleep(0.95 - (scripted.clock.now - last))  # no quiet spell yet
+        before = len(cluster.requests_of(MetadataRequest))
+        metadata.request_update()  # a NOT_LEADER answer after a failover, say
+        while len(cluster.requests_of(MetadataRequest)) == before:
+            await asyncio.sleep(0.001)
+    assert cluster.requests_of(MetadataRequest)[-1].at - last <= 1.0 + 0.05
