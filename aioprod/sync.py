@@ -215,14 +215,17 @@ class SyncProducer:
         """
         delivery: concurrent.futures.Future[list[RecordMetadata]] = _Delivery()
         delivery.set_running_or_notify_cancel()
-        # A generator is consumed here, in the caller's thread (not on the loop's); anything
-        # else goes as it is, for Producer.send_many to take or refuse (a str is not a list).
+        # A generator is consumed here, in the caller's thread (not on the loop's), a record's
+        # headers too; anything else goes as it is, for Producer.send_many to take or refuse.
+        headers = send_many_values(headers)
+        if isinstance(headers, list):
+            headers = [list(h) if isinstance(h, Iterator) else h for h in headers]
         send_many = functools.partial(
             self._producer.send_many,
             topic,
             send_many_values(values),
             keys=send_many_values(keys),
-            headers=send_many_values(headers),
+            headers=headers,
             partition=partition,
             timestamp_ms=timestamp_ms,
         )

@@ -519,7 +519,7 @@ def test_generators_are_consumed_in_the_calling_thread(tansu_broker: TansuBroker
     db.execute("create table r (k blob)")
     db.executemany("insert into r values (?)", [(b"k1",), (b"k2",)])
     with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
-        producer.send_many(topic, items([b"v1", b"v2"]), headers=items([[("h", b"1")], None])).result(30)
+        producer.send_many(topic, items([b"v1", b"v2"]), headers=items([items([("h", b"1")]), None])).result(30)
         producer.send_many(topic, [b"v3", b"v4"], keys=(k for (k,) in db.execute("select k from r"))).result(30)
         producer.send(topic, b"v5", headers=items([("h", b"2")])).result(30)
     assert set(seen) == {threading.current_thread().name}
