@@ -543,8 +543,14 @@ class TransactionManager:
         self._to_add.clear()
         fail_unsent(cause or TransactionStateError("the transaction was aborted"))
         await flush()  # what is on the wire comes back first
-        if self._adding is not None:
+        if self._adding is not None and not self._adding.done():
+            # Nothing of the aborted transaction needs its partitions added, and an add the
+            # coordinator keeps refusing with a retriable error (a partition deleted meanwhile:
+            # UNKNOWN_TOPIC_OR_PARTITION) would never end: stop it (as Java fails it in an
+            # error state). It may have reached the coordinator: the EndTxn may find nothing open.
+            self._adding.cancel()
             await asyncio.wait([self._adding])
+            self._maybe_started = True
         renewed = False
         if self._started or self._maybe_started:
             # Only maybe opened: the coordinator may answer that there is nothing to end.

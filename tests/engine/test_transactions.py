@@ -894,3 +894,49 @@ async def test_committed_offsets_are_read_from_a_broker_before_2_5(scripted: Scr
     cluster.versions[m.OffsetFetchRequest.API_KEY] = (0, newest)
     async with Producer(bootstrap_servers=cluster.bootstrap) as p:
         assert await p._committed_offsets("g") == {}
+
+
+async def test_abort_completes_when_a_partition_being_added_was_deleted(scripted: Scripted) -> None:
+    # Kafka's coordinator answers AddPartitionsToTxn UNKNOWN_TOPIC_OR_PARTITION (retriable) for
+    # as long as it is asked about a partition that no longer exists; abort waited for that add
+    # to end, so every abort_transaction() timed out and the producer was wedged until close().
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    p = Producer(
+        bootstrap_servers=cluster.bootstrap,
+        transactional_id="txn-1",
+        linger_ms=0,
+        retry_backoff_ms=10,
+        max_block_ms=2000,
+    )
+    await p.start()
+    try:
+        async with p.transaction():  # the producer knows t and its two partitions
+            await p.send("t", b"first", partition=0)
+        p.begin_transaction()
+        # t-1 is deleted (the topic created again with one partition) as the transaction
+        # adds it: Kafka's coordinator answers AddPartitionsToTxn UNKNOWN_TOPIC_OR_PARTITION
+        # for it, as long as it is asked.
+        cluster.topics["t"] = cluster.topics["t"][:1]
+        cluster.coordinator.script[m.AddPartitionsToTxnRequest.API_KEY] = deque([UNKNOWN_TOPIC_OR_PARTITION] * 100_000)
+        fut = await p.send("t", b"doomed", partition=1)
+        timeouts = 0
+        for _ in range(5):
+            try:
+                await p.abort_transaction()
+                break
+            except KafkaTimeoutError as exc:
+                timeouts += 1
+                last = exc
+        else:
+            raise AssertionError(
+                f"abort_transaction() timed out {timeouts} times in a row ({5 * 2} virtual s), "
+                f"the record still {'pending' if not fut.done() else 'done'}: {last}"
+            )
+        assert fut.done() and isinstance(fut.exception(), KafkaError)
+        cluster.coordinator.script.clear()  # (only the missing partition is refused)
+        async with p.transaction():  # and the producer goes on
+            await p.send("t", b"after", partition=0)
+    finally:
+        await p.close(0)
