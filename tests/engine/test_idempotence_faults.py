@@ -18,9 +18,18 @@ from aioprod.errors import (
 )
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
-from tests.fakes.cluster import Hold
+from tests.fakes.cluster import FakeNode, Hold, ScriptedCluster
 
 NOT_ENOUGH_REPLICAS = 19
+
+
+def stateless_broker(scripted: Scripted) -> tuple[ScriptedCluster, FakeNode]:
+    """The scripted cluster as a Kafka 2.5+ broker (KIP-360): a producer it holds no state for
+    may write at any sequence. Topic "t" has one partition, led by the node returned."""
+    cluster = scripted.cluster
+    cluster.accepts_unknown_producers = True
+    cluster.create_topic("t", leaders=[1])
+    return cluster, cluster.nodes[1]
 
 
 async def test_a_batch_in_doubt_keeps_its_identity_when_another_partition_fails(scripted: Scripted) -> None:
@@ -250,10 +259,7 @@ async def test_a_batch_written_ahead_of_refused_ones_is_resolved_and_they_fail(
     # the partition is renumbered (renumbered, it was written twice), and A's refusal at sequence 0,
     # explained by C, must not stop the producer (it did). A and B are not in the log, and written
     # now they would land behind C: they fail, saying so.
-    cluster = scripted.cluster
-    cluster.accepts_unknown_producers = True
-    cluster.create_topic("t", leaders=[1])
-    node = cluster.nodes[1]
+    cluster, node = stateless_broker(scripted)
     options = {} if retries is None else {"retries": retries}
     async with Producer(
         bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10, **options
@@ -288,10 +294,7 @@ async def test_refused_batches_are_not_written_behind_a_later_one_that_failed_po
     # As above, but C (written ahead of A and B, its answer lost) is never resolved: its retries are
     # refused before the append until it is out of retries, and it fails, possibly persisted. A and
     # B were renumbered and written behind it: the log read C, A, B, all three sent in that order.
-    cluster = scripted.cluster
-    cluster.accepts_unknown_producers = True
-    cluster.create_topic("t", leaders=[1])
-    node = cluster.nodes[1]
+    cluster, node = stateless_broker(scripted)
     async with Producer(
         bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10, retries=2
     ) as p:
@@ -318,10 +321,7 @@ async def test_refused_batches_are_not_written_behind_a_later_one_that_failed_po
 async def test_refused_batches_are_not_written_behind_a_later_one_refused_as_too_large(scripted: Scripted) -> None:
     # The same with unlimited retries: C's retry is refused MESSAGE_TOO_LARGE (the topic's limit was
     # lowered meanwhile), so C fails, possibly persisted, and A and B must not land behind it.
-    cluster = scripted.cluster
-    cluster.accepts_unknown_producers = True
-    cluster.create_topic("t", leaders=[1])
-    node = cluster.nodes[1]
+    cluster, node = stateless_broker(scripted)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10) as p:
         await p.partitions_for("t")
         node.stalling = True
@@ -379,10 +379,7 @@ async def test_no_acknowledgement_for_a_record_whose_transaction_its_own_answer_
     # lost, A's retry refused as out of order, C's retry acknowledged. Handling C's answer fails A
     # (C was written ahead of it), which makes the transaction abortable: C, never to be visible,
     # was acknowledged all the same.
-    cluster = scripted.cluster
-    cluster.accepts_unknown_producers = True
-    cluster.create_topic("t", leaders=[1])
-    node = cluster.nodes[1]
+    cluster, node = stateless_broker(scripted)
     async with Producer(
         bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10, transactional_id="tx"
     ) as p:

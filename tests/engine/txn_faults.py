@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -98,6 +99,13 @@ class HonestCluster(ScriptedCluster):
 
 
 class Run(SeededRun):
+    #: Topic -> the leaders of its partitions at the start.
+    TOPICS = TOPICS
+    #: The cluster the run sends to.
+    Cluster: type[ScriptedCluster] = HonestCluster
+    #: What send() and send_many() may raise that is not a KafkaError (nothing here: a crash).
+    REFUSALS: tuple[type[Exception], ...] = ()
+
     def __init__(self, seed: int, verbose: bool, options: dict | None = None, faults: bool = True) -> None:
         super().__init__(seed, verbose)
         self.txns: list[Txn] = []
@@ -111,6 +119,14 @@ class Run(SeededRun):
         self.background: list = []
         self.chaos_mean = self.rng.choice([0.002, 0.02, 0.2])
         self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
+
+    @classmethod
+    def play(cls, seed: int, verbose: bool = False, extra: bool = False) -> Run:
+        """Run seed ``seed``: a fresh run of this class in virtual time (``extra``: see -x)."""
+        run = cls(seed, verbose)
+        run.extra = extra
+        run_in_virtual_time(seed, run.main, run.problems)
+        return run
 
     # -- faults --------------------------------------------------------------------------------
 
@@ -204,6 +220,10 @@ class Run(SeededRun):
             if self.rng.random() < 0.5 and not self.calm:
                 self.fault()
 
+    def calls(self) -> int:
+        """How many times a call that timed out is made again before the run calls it a hang."""
+        return 30
+
     def maybe_calm(self, attempt: int) -> None:
         if attempt == 3 and not self.calm:
             self.log("CALM: no more faults, cluster healed")
@@ -228,13 +248,20 @@ class Run(SeededRun):
         pad = b"" if not self.extra or self.rng.random() < 0.5 else b":" + b"x" * self.rng.choice([100, 1500])
         return b"%d:%d" % (txn.index, self.counter) + pad
 
+    def count(self, topic: str) -> int:
+        """How many partitions the workload takes ``topic`` to have."""
+        return len(self.TOPICS[topic])
+
+    def refused(self, topic: str, part: int | None, exc: Exception) -> None:
+        """A send or send_many raised one of REFUSALS."""
+
     async def one_send(self, p: Producer, txn: Txn) -> None:
         rng = self.rng
-        topic = rng.choice(list(TOPICS))
+        topic = rng.choice(list(self.TOPICS))
         if rng.random() < 0.6:
             v = self.value(txn)
             key = rng.choice([None, b"k1", b"k2", b"k3"])
-            part = rng.choice([None, None, rng.randrange(len(TOPICS[topic]))]) if key is None else None
+            part = rng.choice([None, None, rng.randrange(self.count(topic))]) if key is None else None
             rec = Rec(v, txn.index, topic)
             self.ticks += 1
             rec.start = rec.call = self.ticks
@@ -248,11 +275,15 @@ class Run(SeededRun):
                 rec.queued = False
                 self.log(f"  send raised {type(exc).__name__}: {exc}")
                 return
+            except self.REFUSALS as exc:
+                rec.queued = False
+                self.refused(topic, part, exc)
+                return
         else:
             n = rng.randint(1, 6)
             vals = [self.value(txn) for _ in range(n)]
             keys = [rng.choice([b"k1", b"k2", b"k3"]) for _ in range(n)] if rng.random() < 0.3 else None
-            part = rng.randrange(len(TOPICS[topic])) if keys is None and rng.random() < 0.5 else None
+            part = rng.randrange(self.count(topic)) if keys is None and rng.random() < 0.5 else None
             recs = [Rec(v, txn.index, topic) for v in vals]
             self.ticks += 1
             for i, r in enumerate(recs):
@@ -267,6 +298,11 @@ class Run(SeededRun):
                     r.queued = False
                 self.log(f"  send_many raised {type(exc).__name__}: {exc}")
                 return
+            except self.REFUSALS as exc:
+                for r in recs:
+                    r.queued = False
+                self.refused(topic, part, exc)
+                return
             self.ticks += 1
             for i, r in enumerate(recs):
                 r.group = (fut, i)
@@ -277,7 +313,7 @@ class Run(SeededRun):
         offs = {TopicPartition("in", rng.randrange(2)): rng.randrange(1000) for _ in range(rng.randint(1, 2))}
         self.log(f"send_offsets {dict(offs)}")
         try:
-            for attempt in range(30):
+            for attempt in range(self.calls()):
                 self.maybe_calm(attempt)
                 try:
                     await self.guarded("send_offsets", p.send_offsets_to_transaction(offs, "g"))
@@ -285,7 +321,7 @@ class Run(SeededRun):
                 except KafkaTimeoutError as exc:
                     self.log(f"  send_offsets timed out: {exc}")
             else:
-                self.problems.append("send_offsets never finished after 30 calls")
+                self.problems.append(f"send_offsets never finished after {self.calls()} calls")
                 raise Violation("send_offsets")
             txn.offsets.update({(tp.topic, tp.partition): o for tp, o in offs.items()})
         except KafkaError as exc:
@@ -298,7 +334,7 @@ class Run(SeededRun):
         rng = self.rng
         commit = rng.random() < 0.7
         if commit:
-            for attempt in range(30):
+            for attempt in range(self.calls()):
                 self.maybe_calm(attempt)
                 cancel = rng.random() < 0.15
                 self.log(f"commit (attempt {attempt}{', caller cancels' if cancel else ''})")
@@ -343,10 +379,10 @@ class Run(SeededRun):
                     txn.status = "unknown"
                     return False
             else:
-                self.problems.append("commit never finished after 30 calls")
+                self.problems.append(f"commit never finished after {self.calls()} calls")
                 txn.status = "unknown"
                 return False
-        for attempt in range(30):
+        for attempt in range(self.calls()):
             self.maybe_calm(attempt)
             self.log(f"abort (attempt {attempt})")
             try:
@@ -366,7 +402,7 @@ class Run(SeededRun):
                 self.problems.append(f"abort raised unexpected {type(exc).__name__}: {exc}")
                 txn.status = "unknown-abort"
                 return False
-        self.problems.append("abort never finished after 30 calls")
+        self.problems.append(f"abort never finished after {self.calls()} calls")
         txn.status = "unknown-abort"
         return False
 
@@ -417,7 +453,8 @@ class Run(SeededRun):
     async def main(self) -> None:
         loop = asyncio.get_running_loop()
         self.t0 = loop.time()
-        c = self.cluster = self.new_cluster(HonestCluster, TOPICS)
+        c = self.cluster = self.new_cluster(self.Cluster, self.TOPICS)
+        self.cluster_built()
         rng = self.rng
         if self.options is not None:
             opts = dict(self.options)
@@ -437,7 +474,10 @@ class Run(SeededRun):
             if self.extra and rng.random() < 0.5:
                 opts["buffer_memory"] = rng.choice([3000, 8000])
         self.log(f"options {opts} tv={c.coordinator.transaction_version} dup_error={c.duplicate_error}")
+        self.opts = opts
         p = Producer(bootstrap_servers=c.bootstrap, transactional_id="txn-1", **opts)
+        p._partitioner._random = random.Random(self.seed)  # keyless records' partitions repeat
+        p._lanes_on = self.seed % 3 == 0  # the compiled lanes read the wall clock: sizes repeat without
         try:
             await self.guarded("start", p.start())
         except KafkaError as exc:
@@ -467,16 +507,30 @@ class Run(SeededRun):
         await asyncio.sleep(0.1)
         self.check()
 
+    def cluster_built(self) -> None:
+        """The cluster has its brokers and topics; the producer is not made yet."""
+
     # -- the checks ------------------------------------------------------------------------------
+
+    def incarnations(self) -> list[tuple[str, list, tuple[int, ...]]]:
+        """The logs to check: each topic, its partitions, and what tells this incarnation of the
+        topic from others of the same name (nothing here: a topic is never deleted)."""
+        return [(t, self.cluster.topics[t], ()) for t in self.TOPICS]
+
+    def vanished(self) -> set[bytes]:
+        """Records no reader can see whatever their transaction's outcome (nothing here: their
+        partition was deleted before the transaction ended)."""
+        return set()
 
     def check(self) -> None:
         c = self.cluster
+        gone = self.vanished()
         self.by_value = {r.value: r for txn in self.txns for r in txn.records}
         self.partial_send_many: list = []
         committed: dict[bytes, list[tuple[str, int]]] = {}
         raw: dict[bytes, list[tuple[str, int, int]]] = {}
-        for t in TOPICS:
-            for idx, part in enumerate(c.topics[t]):
+        for t, parts, _ in self.incarnations():
+            for idx, part in enumerate(parts):
                 for v in part.committed:
                     committed.setdefault(v, []).append((t, idx))
                 for batch in part.log:
@@ -517,6 +571,9 @@ class Run(SeededRun):
                         )
                     if not isinstance(out, KafkaError):
                         self.problems.append(f"record {rec.value!r} failed with non-Kafka {out!r}")
+                if rec.value in gone:
+                    self.log(f"  {rec.value!r} of txn {txn.index} went with its deleted partition")
+                    continue
                 if txn.status == "committed":
                     if rec.queued and not isinstance(out, tuple):
                         if isinstance(out, TransactionStateError) and rec.group is not None:
@@ -567,16 +624,18 @@ class Run(SeededRun):
 
 
 def run_seed(seed: int, verbose: bool = False, extra: bool = False) -> Run:
-    run = Run(seed, verbose)
-    run.extra = extra
-    run_in_virtual_time(seed, run.main, run.problems)
-    return run
+    return Run.play(seed, verbose, extra)
+
+
+def cli(run_class: type[Run], argv: list[str]) -> None:
+    """The command line of a harness of ``run_class``: seeds LO HI, -v, -x (the extras)."""
+    extra = "-x" in argv
+    command_line(
+        lambda seed, verbose: run_class.play(seed, verbose, extra),
+        lambda run: str([t.status for t in run.txns]),
+        argv,
+    )
 
 
 if __name__ == "__main__":
-    extra = "-x" in sys.argv
-    command_line(
-        lambda seed, verbose: run_seed(seed, verbose, extra=extra),
-        lambda run: str([t.status for t in run.txns]),
-        sys.argv,
-    )
+    cli(Run, sys.argv)
