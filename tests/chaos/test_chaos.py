@@ -82,7 +82,7 @@ async def produce_under_faults(
             if i == MIDWAY:
                 stream.midway.set()
             if i % PACE == PACE - 1:
-                await asyncio.sleep(0.04)  # a steady pace (~5 s in all), so faults land mid-stream
+                await asyncio.sleep(0.02)  # a steady pace (~2.5 s in all), so faults land mid-stream
         stop.set()
         await chaos
         outcomes = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 120)
