@@ -327,10 +327,15 @@ class Metadata:
 
     def update_leader(self, topic: str, partition: int, leader: int, epoch: int, address: Broker | None) -> bool:
         """A produce response named the partition's new leader (KIP-951): use it now, if
-        it is newer than what is known. Returns whether anything changed."""
+        it is newer than what is known. Returns whether anything changed.
+
+        The newest epoch seen may be newer than the snapshot's, when a lagging broker's answer
+        described a partition the snapshot had lost: a hint at that newest epoch names the
+        leader it belongs to (an epoch has one leader), and is taken."""
         info = self.snapshot.topics.get(topic)
         part = None if info is None else info.partitions.get(partition)
-        if info is None or part is None or leader < 0 or epoch <= self._leader_epochs.get((topic, partition), -1):
+        newest = self._leader_epochs.get((topic, partition), -1)
+        if info is None or part is None or leader < 0 or epoch < newest or (epoch == newest <= part.leader_epoch):
             return False
         brokers = self.snapshot.brokers
         if leader not in brokers:

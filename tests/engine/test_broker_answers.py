@@ -378,3 +378,27 @@ async def test_a_leader_hint_the_metadata_refuses_does_not_make_a_zero_backoff_l
         f"{len(to_old_leader)} produce requests to the old leader in {took:.3f} s "
         f"({sum(1 for at in to_old_leader if at == to_old_leader[0])} at one instant)"
     )
+
+
+async def test_a_leader_hint_at_the_newest_epoch_seen_replaces_a_lagging_view(scripted: Scripted) -> None:
+    # A lagging broker's answer put the old leader back in the snapshot (epoch 0) after the
+    # producer had seen epoch 5; a KIP-951 hint naming epoch 5's leader was refused as no newer
+    # than what was known, and the batch kept going to the old leader until a refresh.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.add_node(3)
+    cluster.create_topic("t", leaders=[2])
+    cluster.partition("t").epoch = 5
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"learns node 2 at epoch 5")
+        request = MetadataRequest(topics=[MetadataRequestTopic(name="t")])
+        unknown = cluster._metadata(cluster.nodes[3], request)
+        unknown.topics = [MetadataResponseTopic(3, "t", partitions=[])]
+        p._metadata._apply(unknown, 3)  # a broker that does not know the topic yet
+        cluster.nodes[3].stale[("t", 0)] = (1, 0)
+        p._metadata._apply(cluster._metadata(cluster.nodes[3], request), 3)  # then an old view of it
+        assert p.cluster().leader_for("t", 0) == 1
+        assert p._metadata.update_leader("t", 0, 2, 5, None)
+        assert p.cluster().leader_for("t", 0) == 2
+        assert not p._metadata.update_leader("t", 0, 1, 5, None)  # the same epoch again: nothing newer
+        cluster.nodes[3].stale.clear()
