@@ -24,7 +24,7 @@ from aioprod.config import ProducerConfig
 from aioprod.errors import KafkaError, KafkaTimeoutError, RecordTooLargeError
 from aioprod.metrics import ProducerMetrics
 from aioprod.producer.batch import Headers, ProducerBatch, SendGroup, TopicPartition
-from aioprod.producer.idempotence import sequence_before
+from aioprod.producer.idempotence import earlier_under, sequence_before
 from aioprod.producer.record_future import RecordFuture
 from aioprod.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder, resolve_codec
 
@@ -642,11 +642,7 @@ class RecordAccumulator:
         for other in self._batches.get(batch.tp, ()):
             if not other.stamped:
                 return False  # stamped batches come first: none further on
-            if (
-                other.producer_id == batch.producer_id
-                and other.producer_epoch == batch.producer_epoch
-                and sequence_before(other.base_sequence, batch.base_sequence)
-            ):
+            if earlier_under(other, batch):
                 return True
         return False
 

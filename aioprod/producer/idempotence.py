@@ -189,21 +189,14 @@ class IdempotenceState:
 
     def earlier_on_wire(self, batch: ProducerBatch) -> bool:
         """A batch of the same partition and identity with an earlier sequence is unanswered."""
-        return any(
-            other is not batch
-            and (other.producer_id, other.producer_epoch) == (batch.producer_id, batch.producer_epoch)
-            and sequence_before(other.base_sequence, batch.base_sequence)
-            for other in self.partition(batch.tp).on_wire
-        )
+        return any(earlier_under(other, batch) for other in self.partition(batch.tp).on_wire)
 
     def written_later(self, batch: ProducerBatch, queue: deque[ProducerBatch]) -> bool:
         """A later batch of ``batch``'s identity may be in the log: it is on the wire, or an
         answer of it never came. A broker without state for the producer takes a batch at any
         sequence (KIP-360), and then refuses the earlier ones as out of order, even sequence 0."""
-        stamp = (batch.producer_id, batch.producer_epoch)
         return any(
-            (other.producer_id, other.producer_epoch) == stamp
-            and sequence_before(batch.base_sequence, other.base_sequence)
+            earlier_under(batch, other)
             for other in chain(self.partition(batch.tp).on_wire, (q for q in queue if q.maybe_written))
         )
 
@@ -213,6 +206,13 @@ def _end_under(entry: PartitionSequences, batch: ProducerBatch) -> int | None:
     if not batch.stamped or (batch.producer_id, batch.producer_epoch) != entry.identity[:2]:
         return None
     return (batch.base_sequence + batch.record_count) % SEQUENCE_MODULUS
+
+
+def earlier_under(batch: ProducerBatch, other: ProducerBatch) -> bool:
+    """``batch`` is stamped under ``other``'s identity, with an earlier sequence."""
+    return (batch.producer_id, batch.producer_epoch) == (other.producer_id, other.producer_epoch) and sequence_before(
+        batch.base_sequence, other.base_sequence
+    )
 
 
 def sequence_before(a: int, b: int) -> bool:

@@ -36,7 +36,7 @@ from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool, describe_node, exponential_backoff
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import ProducerBatch, TopicPartition
-from aioprod.producer.idempotence import IdempotenceState, sequence_before
+from aioprod.producer.idempotence import IdempotenceState, earlier_under
 from aioprod.producer.outcomes import Action, Decision, RetryPolicy, decide
 from aioprod.producer.transactions import TransactionManager, TxnState
 from aioprod.protocol.messages import (
@@ -564,14 +564,8 @@ class Sender:
     def _fail_behind(self, failed: ProducerBatch) -> None:
         """``failed`` may be in the log and will never be resolved: refused batches of its
         identity with earlier sequences (not in the log) would land behind it, renumbered."""
-        stamp = (failed.producer_id, failed.producer_epoch)
         for batch in self._acc.withdraw(
-            failed.tp,
-            lambda queued: (
-                queued.needs_new_sequence
-                and (queued.producer_id, queued.producer_epoch) == stamp
-                and sequence_before(queued.base_sequence, failed.base_sequence)
-            ),
+            failed.tp, lambda queued: queued.needs_new_sequence and earlier_under(queued, failed)
         ):
             self._finish(batch, _overtaken(batch, None, certain=False))
 
