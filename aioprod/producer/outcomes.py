@@ -109,6 +109,10 @@ class RetryPolicy:
     idempotent: bool
     delivery_timeout_ms: int
 
+    def backoff_after(self, attempts: int) -> float:
+        """Seconds to wait before the next try, after ``attempts`` (KIP-580: exponential, jittered)."""
+        return exponential_backoff(self.backoff, self.backoff_max, attempts)
+
     @classmethod
     def of(cls, config: ProducerConfig) -> RetryPolicy:
         return cls(
@@ -199,7 +203,7 @@ def _retry_or_fail(
         if leader is not None and leader.epoch > batch.leader_epoch:
             backoff = 0.0  # the broker named a newer leader: go there now (KIP-951)
         else:
-            backoff = exponential_backoff(policy.backoff, policy.backoff_max, batch.attempts)
+            backoff = policy.backoff_after(batch.attempts)
         return Decision(batch, Action.RETRY, error, retry_at=now + backoff, maybe_written=maybe_written, leader=leader)
     if now >= batch.deadline:
         error = batch.expiry_error(now, policy.delivery_timeout_ms, batch.maybe_written or maybe_written)

@@ -33,7 +33,7 @@ from aioprod.errors import (
 )
 from aioprod.metrics import ProducerMetrics
 from aioprod.net.connection import BrokerConnection
-from aioprod.net.pool import ConnectionPool, describe_node, exponential_backoff
+from aioprod.net.pool import ConnectionPool, describe_node
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import ProducerBatch, TopicPartition
 from aioprod.producer.idempotence import IdempotenceState, earlier_under
@@ -404,9 +404,7 @@ class Sender:
                     info = self._metadata.snapshot.topics.get(tp.topic)
                     part = None if info is None else info.partitions.get(tp.partition)
                     if part is None or part.leader_epoch <= batch.leader_epoch:
-                        decision.retry_at = now + exponential_backoff(
-                            self._policy.backoff, self._policy.backoff_max, batch.attempts
-                        )
+                        decision.retry_at = now + self._policy.backoff_after(batch.attempts)
             refresh = refresh or decision.refresh_metadata
             action = decision.action
             if batch.done:
@@ -668,13 +666,7 @@ class Sender:
                     self._set_fatal(fatal)
                     return
                 log.debug("InitProducerId failed: %s", exc)
-                await asyncio.sleep(
-                    exponential_backoff(
-                        self._config.retry_backoff_ms / 1000,
-                        self._config.retry_backoff_max_ms / 1000,
-                        self._init_failures,
-                    )
-                )
+                await asyncio.sleep(self._policy.backoff_after(self._init_failures))
                 continue
             self._take_identity(response.producer_id, response.producer_epoch)
             self._init_failures = 0
