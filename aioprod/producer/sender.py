@@ -466,7 +466,7 @@ class Sender:
             else:
                 assert decision.error is not None
                 error = decision.error
-                if batch.maybe_written or batch.lost_attempt:
+                if batch.possibly_persisted:  # (it is back from the wire)
                     # The broker's last word, but an earlier attempt's answer never came: the
                     # record may be in the log, and a resend would write it twice.
                     error = copy_error(error)
@@ -707,8 +707,8 @@ def _fatal_as(error: KafkaError, persisted: bool) -> KafkaError:
 
 
 def _overtaken(batch: ProducerBatch, refusal: KafkaError | None, certain: bool = True) -> OutOfOrderSequenceNumberError:
-    """Why a batch that later sequences of its identity were (``certain``) or may have been
-    written ahead of is not sent again."""
+    """Why a batch (back from the wire, or queued) that later sequences of its identity were
+    (``certain``) or may have been written ahead of is not sent again."""
     where = f"{batch.tp.topic}-{batch.tp.partition}"
     if not certain:
         text = (
@@ -730,7 +730,7 @@ def _overtaken(batch: ProducerBatch, refusal: KafkaError | None, certain: bool =
     if batch.lost_attempt and not batch.maybe_written:
         text += " (an earlier attempt may be in a log in which the broker lost the producer's state)"
     error = OutOfOrderSequenceNumberError(text if refusal is None else f"{text} ({refusal})")
-    error.possibly_persisted = batch.maybe_written or batch.lost_attempt  # type: ignore[attr-defined]
+    error.possibly_persisted = batch.possibly_persisted  # type: ignore[attr-defined]
     return error
 
 
