@@ -506,8 +506,9 @@ class Producer:
         The bulk path: records carry no future each, which makes it several times cheaper
         per record than ``send``. ``keys`` and ``headers``, when given, run parallel to
         ``values`` (each a sequence, or an iterator, made a list); all records get the same
-        timestamp (``timestamp_ms``, or now). The future resolves with the metadata in input order once every record is
-        acknowledged, or fails with :class:`~aioprod.errors.SendManyError` (whose
+        timestamp (``timestamp_ms``, or now). The future resolves with the metadata in input
+        order once every record is acknowledged, or fails with
+        :class:`~aioprod.errors.SendManyError` (whose
         ``results`` hold each record's metadata or error) once every record has an outcome
         and any failed.
 
@@ -522,20 +523,12 @@ class Producer:
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
         topic = check_topic_name(topic)
-        values = send_many_values(values)
-        if not isinstance(values, Sequence) or isinstance(values, str | bytes | bytearray):
-            raise TypeError(f"values must be a sequence of values (a list, say), got {type(values).__name__}")
+        values = _many_argument("values", values)
         count = len(values)
-        keys, headers = send_many_values(keys), send_many_values(headers)  # a generator as a list
-        for name, given in (("keys", keys), ("headers", headers)):
-            if given is not None and (not isinstance(given, Sequence) or isinstance(given, str | bytes | bytearray)):
-                raise TypeError(
-                    f"{name} must be a sequence parallel to values (a list, say), got {type(given).__name__}"
-                )
-        if keys is not None and len(keys) != count:
-            raise ValueError(f"keys has {len(keys)} items but values has {count}")
-        if headers is not None and len(headers) != count:
-            raise ValueError(f"headers has {len(headers)} items but values has {count}")
+        if keys is not None:
+            keys = _many_argument("keys", keys, count)
+        if headers is not None:
+            headers = _many_argument("headers", headers, count)
         if timestamp_ms is None:
             timestamp_ms = _now_ms()
         elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= INT64_MAX:
@@ -1019,6 +1012,18 @@ def _serialized(field: str, data: Any) -> bytes | None:
     if isinstance(data, _BYTES):
         return bytes(data)
     raise TypeError(f"{field}_serializer returned {type(data).__name__}, expected bytes or None")
+
+
+def _many_argument(name: str, given: Any, count: int | None = None) -> Sequence[Any]:
+    """``send_many``'s ``name`` argument as a sequence (an iterator made a list), refused by
+    name if it is none, or, given the ``count`` of values, if it does not run parallel to them."""
+    given = send_many_values(given)
+    if not isinstance(given, Sequence) or isinstance(given, str | bytes | bytearray):
+        what = "of values" if count is None else "parallel to values"
+        raise TypeError(f"{name} must be a sequence {what} (a list, say), got {type(given).__name__}")
+    if count is not None and len(given) != count:
+        raise ValueError(f"{name} has {len(given)} items but values has {count}")
+    return given
 
 
 def send_many_values(values: Any) -> Any:
