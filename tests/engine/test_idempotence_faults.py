@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,22 @@ def stateless_broker(scripted: Scripted) -> tuple[ScriptedCluster, FakeNode]:
     cluster.accepts_unknown_producers = True
     cluster.create_topic("t", leaders=[1])
     return cluster, cluster.nodes[1]
+
+
+async def written_ahead(p: Producer, node: FakeNode, values: list[bytes]) -> list[Any]:
+    """Send ``values`` to "t", a batch each, all on the wire before the broker looks at any
+    (sequences 0, 1, ...); then the broker refuses all but the last before the append
+    (NOT_ENOUGH_REPLICAS) and writes the last, holding its answer: as a broker without state
+    for the producer may. Returns their futures."""
+    node.stalling = True
+    futures = []
+    for value in values:
+        futures.append(await p.send("t", value))
+        await asyncio.sleep(0.01)
+    node.script = deque([NOT_ENOUGH_REPLICAS] * (len(values) - 1) + [Hold])
+    node.release()
+    await asyncio.sleep(0.01)
+    return futures
 
 
 async def test_a_batch_in_doubt_keeps_its_identity_when_another_partition_fails(scripted: Scripted) -> None:
@@ -265,14 +282,7 @@ async def test_a_batch_written_ahead_of_refused_ones_is_resolved_and_they_fail(
         bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10, **options
     ) as p:
         await p.partitions_for("t")
-        node.stalling = True  # A, B and C go out (sequences 0..2) before the broker looks at any
-        futures = []
-        for name in (b"A", b"B", b"C"):
-            futures.append(await p.send("t", name * 100))
-            await asyncio.sleep(0.01)
-        node.script = deque([NOT_ENOUGH_REPLICAS] * 2 + [Hold])
-        node.release()
-        await asyncio.sleep(0.01)
+        futures = await written_ahead(p, node, [b"A" * 100, b"B" * 100, b"C" * 100])
         node.script = deque([NOT_ENOUGH_REPLICAS] * 2)  # A's retries refused again (retries=2: A fails)
         cluster.disconnect(1)
         a, b, c = await asyncio.gather(*futures, return_exceptions=True)
@@ -299,14 +309,7 @@ async def test_refused_batches_are_not_written_behind_a_later_one_that_failed_po
         bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10, retries=2
     ) as p:
         await p.partitions_for("t")
-        node.stalling = True  # A, B, C (sequences 0..2) go out before the broker looks at any
-        futures = []
-        for name in (b"A", b"B", b"C"):
-            futures.append(await p.send("t", name * 100))
-            await asyncio.sleep(0.01)
-        node.script = deque([NOT_ENOUGH_REPLICAS] * 2 + [Hold])  # A, B refused; C written, held
-        node.release()
-        await asyncio.sleep(0.01)
+        futures = await written_ahead(p, node, [b"A" * 100, b"B" * 100, b"C" * 100])
         # C's answer is lost; A's and B's retries are refused as out of order (the broker expects 3),
         # C's refused before the append until it is out of retries.
         node.script = deque([0, 0, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS])
@@ -324,14 +327,7 @@ async def test_refused_batches_are_not_written_behind_a_later_one_refused_as_too
     cluster, node = stateless_broker(scripted)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10) as p:
         await p.partitions_for("t")
-        node.stalling = True
-        futures = []
-        for value in (b"A" * 10, b"B" * 10, b"C" * 100):  # C larger than A and B
-            futures.append(await p.send("t", value))
-            await asyncio.sleep(0.01)
-        node.script = deque([NOT_ENOUGH_REPLICAS] * 2 + [Hold])
-        node.release()
-        await asyncio.sleep(0.01)
+        futures = await written_ahead(p, node, [b"A" * 10, b"B" * 10, b"C" * 100])  # C larger than A and B
         cluster.partition("t").max_batch_bytes = 130  # A and B (~90 bytes) fit, C (~180) does not
         node.script = deque([0, 0])
         cluster.disconnect(1)
