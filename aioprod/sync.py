@@ -485,7 +485,12 @@ class _ThreadPerCall(concurrent.futures.ThreadPoolExecutor):
                 except BaseException as exc:  # handed to the waiting coroutine
                     future.set_exception(exc)
 
-        threading.Thread(target=run, name="aioprod-sync-resolver", daemon=True).start()
+        try:
+            threading.Thread(target=run, name="aioprod-sync-resolver", daemon=True).start()
+        except RuntimeError as exc:
+            if not _refused_at_exit(exc):
+                raise
+            run()  # the exit-time close still resolves its brokers' names, on the loop's thread
         return future
 
 
@@ -501,12 +506,14 @@ def _start_portal(
         use_uvloop = importlib.util.find_spec("uvloop") is not None
     ready: concurrent.futures.Future[tuple[BlockingPortal, asyncio.AbstractEventLoop]] = concurrent.futures.Future()
     gate = _Gate()
+    served = threading.Event()
 
     async def serve() -> None:
         asyncio.get_running_loop().set_default_executor(_ThreadPerCall())
         async with BlockingPortal() as portal:
             ready.set_result((portal, asyncio.get_running_loop()))
             await portal.sleep_until_stopped()
+        served.set()
 
     def run() -> None:
         try:
@@ -514,6 +521,11 @@ def _start_portal(
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc)
+            elif served.is_set() and _refused_at_exit(exc):
+                # The loop's teardown starts a thread to shut its default executor down, which
+                # Python 3.12+ refuses at interpreter exit; that executor's threads are daemons,
+                # one per call, so nothing was left to shut down.
+                pass
             else:  # pragma: no cover - defensive: never let the thread die silently
                 log.exception("aioprod SyncProducer event loop failed")
         finally:
@@ -523,6 +535,11 @@ def _start_portal(
     thread.start()
     portal, loop = ready.result()
     return portal, loop, thread, gate
+
+
+def _refused_at_exit(exc: BaseException) -> bool:
+    """Python 3.12+'s refusal to start a thread while the interpreter exits."""
+    return isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc)
 
 
 def _thread_timeout(seconds: float | None) -> float | None:

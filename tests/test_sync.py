@@ -622,6 +622,53 @@ atexit.register(at_exit)
     assert "resolved" in done.stdout, done.stderr[-2000:]
 
 
+# Python 3.12+ refuses to start a thread once the interpreter exits; this makes 3.11 do the same
+# from an atexit hook that runs before aioprod's exit-time close.
+_REFUSE_THREADS_AT_EXIT = """
+import atexit, threading
+
+def refuse_threads():
+    def start(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+    threading.Thread.start = start
+
+atexit.register(refuse_threads)
+"""
+
+
+@pytest.mark.parametrize("use_uvloop", [False, True])
+def test_a_producer_closed_at_exit_without_new_threads_closes_quietly(use_uvloop: bool) -> None:
+    # The loop's teardown starts a thread to shut its default executor down: on Python 3.12+
+    # the exit-time close logged "SyncProducer event loop failed" with a RuntimeError.
+    code = f"""
+from aioprod import SyncProducer
+producer = SyncProducer(bootstrap_servers="127.0.0.1:{refused_port()}", use_uvloop={use_uvloop})
+{_REFUSE_THREADS_AT_EXIT}
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and not done.stderr, done.stderr[-2000:]
+
+
+def test_names_resolve_at_exit_without_new_threads() -> None:
+    # Python 3.12+ starts no thread at exit, so the resolver thread per call failed there too.
+    code = f"""
+import asyncio, atexit
+from aioprod import SyncProducer
+producer = SyncProducer(bootstrap_servers="127.0.0.1:{refused_port()}", use_uvloop=False)
+
+async def resolve(_producer):
+    return await asyncio.get_running_loop().getaddrinfo("localhost", 9092)
+
+def at_exit():  # runs after refuse_threads, before the exit-time close
+    print("resolved" if producer.submit(resolve).result(10) else "nothing", flush=True)
+
+atexit.register(at_exit)
+{_REFUSE_THREADS_AT_EXIT}
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "resolved" in done.stdout, done.stderr[-2000:]
+
+
 def test_a_timeout_may_be_any_real_number(tansu_broker: TansuBroker, topic: str) -> None:
     # check_timeout took any real number, but a thread's wait takes only a float or an int:
     # a Fraction timeout raised a bare TypeError, after the record was queued.
