@@ -179,6 +179,11 @@ class BrokerConnection:
         return self._closed_error is not None
 
     @property
+    def retiring(self) -> bool:
+        """Retired (see :meth:`retire`): it takes its answers, and no new request."""
+        return self._retiring is not None
+
+    @property
     def established(self) -> bool:
         """The TCP (and TLS) connection was made: a failure since is the handshake's."""
         return self._writer is not None
@@ -255,6 +260,11 @@ class BrokerConnection:
         no such option, so there ``attempt`` (the failed attempts before this one) picks the
         address to start from, as Java moves to the next address on each attempt.
         """
+        if not 0 < self.port < 65536:  # asyncio raised IndexError: the pool never backed off
+            raise KafkaConnectionError(
+                f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: "
+                "the port is outside 1-65535 (the address the broker advertises?)"
+            )
         tls = self._security.tls_context if self._security is not None else None
         loop = asyncio.get_running_loop()
         options: dict[str, Any] = {}
@@ -632,6 +642,12 @@ class BrokerConnection:
         for callback in self._close_callbacks:
             callback(self, self._closed_error)
         self._close_callbacks.clear()
+
+    def abort(self) -> None:
+        """Cut the socket now: after :meth:`close`, a TLS close waits for the broker's
+        close_notify, for 30 s when it has hung."""
+        if self._writer is not None:
+            self._writer.transport.abort()
 
     async def wait_closed(self) -> None:
         tasks = [task for task in (self._reader_task, self._flush_task) if task is not None]

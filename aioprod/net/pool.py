@@ -21,6 +21,9 @@ from aioprod.net.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
 
+#: The longest :meth:`ConnectionPool.close` lets a connection close cleanly, in seconds.
+CLOSE_GRACE = 1.0
+
 
 @dataclass(slots=True)
 class _NodeState:
@@ -52,6 +55,8 @@ class ConnectionPool:
         self._on_change = on_change or (lambda: None)
         self._on_disconnect = on_disconnect or (lambda: None)
         self._closed = False
+        #: What close_now() closed, for close() to wait for (closing drops it from its node).
+        self._closing: list[BrokerConnection] = []
         self._security = ConnectionSecurity.from_config(config)
         self._metrics = metrics if metrics is not None else ProducerMetrics(config)
 
@@ -73,7 +78,9 @@ class ConnectionPool:
             return None
         conn = state.connection
         if conn is not None and not conn.closed:
-            return conn
+            # A retired connection (its broker moved) takes only its answers; get() waits for
+            # it to close, then connects to the new address.
+            return None if conn.retiring else conn
         self._start_connect(node_id, state)
         return None
 
@@ -181,7 +188,15 @@ class ConnectionPool:
         state.attempting = True
         metrics, events = self._metrics, self._metrics.events
         try:
-            await conn.open(setup_timeout, attempt=state.failures)
+            try:
+                await conn.open(setup_timeout, attempt=state.failures)
+            except KafkaError:
+                raise
+            except Exception as unexpected:  # still a failed attempt, backed off: never a reconnect at once
+                conn.close()
+                raise KafkaConnectionError(
+                    f"cannot connect to {describe_node(node_id)} at {state.host}:{state.port}: {unexpected!r}"
+                ) from unexpected
         except KafkaError as exc:
             state.failures += 1
             state.last_error = exc
@@ -255,9 +270,14 @@ class ConnectionPool:
         self._metrics.record_connection(False, asyncio.get_running_loop().time())
         if state is not None and state.connection is conn:
             state.connection = None
-            state.last_error = error
-            state.failures += 1
-            state.next_attempt = asyncio.get_running_loop().time() + self._backoff(1)
+            if conn.retiring:  # its broker moved: no failure, and get() connects to the new address now
+                for waiter in state.waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            else:
+                state.last_error = error
+                state.failures += 1
+                state.next_attempt = asyncio.get_running_loop().time() + self._backoff(1)
         if self._closed:
             log.debug("connection to %s closed: %s", describe_node(node_id), error)
         else:
@@ -281,21 +301,27 @@ class ConnectionPool:
             if state.connecting is not None:
                 state.connecting.cancel()
             if state.connection is not None:
+                self._closing.append(state.connection)
                 state.connection.close()
             for waiter in state.waiters:  # get() wakes up and sees the pool closed
                 if not waiter.done():
                     waiter.set_result(None)
 
-    async def close(self) -> None:
+    async def close(self, grace: float = CLOSE_GRACE) -> None:
+        """Close every connection and wait for them; a TLS close left waiting for the
+        broker's close_notify after ``grace`` seconds is cut (the socket leaked otherwise)."""
         self.close_now()
-        waits: list[asyncio.Future[None]] = []
-        for state in self._nodes.values():
-            if state.connecting is not None:
-                waits.append(state.connecting)
-            if state.connection is not None:
-                waits.append(asyncio.ensure_future(state.connection.wait_closed()))
-        if waits:
-            await asyncio.wait(waits)
+        connecting = [state.connecting for state in self._nodes.values() if state.connecting is not None]
+        if connecting:
+            await asyncio.wait(connecting)
+        connections, self._closing = self._closing, []
+        closing = [asyncio.ensure_future(conn.wait_closed()) for conn in connections]
+        if closing:
+            await asyncio.wait(closing, timeout=grace)
+            for conn, waiting in zip(connections, closing, strict=True):
+                if not waiting.done():
+                    conn.abort()
+            await asyncio.wait(closing)
 
 
 def _connect_failure(error: KafkaError, established: bool) -> tuple[str, str]:

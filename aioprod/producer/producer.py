@@ -27,7 +27,7 @@ from aioprod.errors import (
     error_for_code,
 )
 from aioprod.metrics import MetricsSnapshot, ProducerMetrics
-from aioprod.net.pool import ConnectionPool
+from aioprod.net.pool import CLOSE_GRACE, ConnectionPool
 from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from aioprod.producer.accumulator import RecordAccumulator
 from aioprod.producer.batch import Headers, SendGroup, TopicPartition
@@ -284,7 +284,9 @@ class Producer:
             if tasks:
                 await asyncio.wait(tasks)
             await self._metadata.close()
-            await self._pool.close()
+            await self._pool.close(
+                CLOSE_GRACE if deadline is None else min(CLOSE_GRACE, max(0.0, deadline - loop.time()))
+            )
         finally:
             self._state = _CLOSED
 

@@ -22,6 +22,8 @@ import asyncio
 import base64
 import json
 import logging
+import os
+import signal
 import socket
 import threading
 import time
@@ -308,6 +310,25 @@ async def test_tls_with_sni_and_hostname_verification(tls_only: EmbeddedBroker, 
     assert {"sni": "localhost"} in events(tls_only)
     got = read_topic(tls_only.bootstrap, topic, security={"security.protocol": "SSL", "ssl.ca.location": str(pki.ca)})
     assert [r.value for r in got] == [b"tls"]
+
+
+async def test_close_releases_every_tls_socket_when_the_broker_has_hung(tls_only: EmbeddedBroker, pki: Pki) -> None:
+    # A clean TLS close waits for the broker's close_notify, 30 s when it has hung: close()
+    # returned with the sockets open, leaked when the loop ended first (asyncio.run).
+    producer = Producer(bootstrap_servers=tls_only.bootstrap, security_protocol="SSL", ssl_ca_location=str(pki.ca))
+    await producer.start()
+    await producer.send_and_wait(new_topic(), b"x")
+    sockets = [conn._writer.get_extra_info("socket") for conn in producer._pool.connections() if conn._writer]
+    assert sockets
+    gateway = tls_only._gateway  # the TLS listener's process
+    assert gateway is not None
+    os.kill(gateway.pid, signal.SIGSTOP)  # the kernel still takes bytes; nothing answers
+    try:
+        await producer.close(timeout=1)
+        still_open = [s for s in sockets if s.fileno() != -1]
+    finally:
+        os.kill(gateway.pid, signal.SIGCONT)
+    assert not still_open, f"{len(still_open)} of {len(sockets)} sockets still open after close()"
 
 
 async def test_system_cas_are_used_when_no_ca_is_given(

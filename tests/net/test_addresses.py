@@ -16,11 +16,26 @@ from aioprod import Producer
 from aioprod.certs import CertificateAuthority
 from aioprod.config import ProducerConfig
 from aioprod.embedded import free_port
+from aioprod.errors import KafkaConnectionError
 from aioprod.net.pool import ConnectionPool
+from aioprod.protocol.messages import ProduceRequest, ProduceRequestPartition, ProduceRequestTopic
+from aioprod.protocol.records import RecordBatchBuilder
 from tests.conftest import Scripted
 from tests.fakes.cluster import FakeNode, ScriptedCluster
 from tests.fakes.network import ServerSide
 from tests.fakes.tcp import TcpNetwork
+
+
+def produce_one_record(topic: str) -> ProduceRequest:
+    builder = RecordBatchBuilder("none", 1024)
+    builder.append(0, None, b"v", ())
+    partition = ProduceRequestPartition(index=0, records=builder.build())
+    return ProduceRequest(
+        transactional_id=None,
+        acks=1,
+        timeout_ms=30_000,
+        topic_data=[ProduceRequestTopic(name=topic, partition_data=[partition])],
+    )
 
 
 class SlowToAnswer:
@@ -49,6 +64,50 @@ async def test_a_connection_made_to_the_address_a_broker_left_is_not_kept(script
     conn = await pool.get(2)
     try:
         assert (conn.host, conn.port) == ("127.0.0.1", 9092)
+    finally:
+        await pool.close()
+
+
+async def test_a_request_after_a_move_goes_to_the_new_address(scripted: Scripted) -> None:
+    # The connection to the old address, kept to take the answers in flight, was still handed
+    # out by get(): metadata, coordinator and InitProducerId requests went to where the broker
+    # was (another broker now, or a dead host where they waited request_timeout_ms).
+    cluster, network = scripted.cluster, scripted.network
+    cluster.add_node(2)
+    cluster.create_topic("t", [1])
+    network.listen("old.example", 9092, cluster.nodes[1])  # broker 2's old address is broker 1's now
+    pool = ConnectionPool(ProducerConfig(bootstrap_servers="127.0.0.1:9091"))
+    pool.set_address(2, "old.example", 9092)
+    old = await pool.get(2)
+    cluster.nodes[1].holding = True
+    old.send_nowait(produce_one_record("t"), lambda answer: None)  # its answer held back
+    pool.set_address(2, "127.0.0.1", 9092)
+    getting = asyncio.ensure_future(pool.get(2))
+    cluster.nodes[1].release()
+    try:
+        conn = await asyncio.wait_for(getting, 10)
+        assert (conn.host, conn.port) == ("127.0.0.1", 9092)
+        assert old.closed  # once its answer came
+    finally:
+        await pool.close()
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "error"),
+    [("127.0.0.1", 70000, "port is outside 1-65535"), ("broker\0.example", 9092, "embedded null character")],
+)
+async def test_an_address_asyncio_cannot_take_is_backed_off_with_a_clear_error(
+    host: str, port: int, error: str
+) -> None:
+    # asyncio raised IndexError for port 70000 (Metadata's port is an int32), ValueError for a
+    # NUL in a name: the pool took no failure, so get() hung and the sender reconnected as fast
+    # as the loop turned.
+    pool = ConnectionPool(ProducerConfig(bootstrap_servers="127.0.0.1:9091"))
+    pool.set_address(2, host, port)
+    try:
+        with pytest.raises(KafkaConnectionError, match=error):
+            await asyncio.wait_for(pool.get(2), 10)
+        assert pool.backing_off(2, asyncio.get_running_loop().time())
     finally:
         await pool.close()
 
