@@ -567,13 +567,26 @@ class TransactionManager:
             raise self._must_abort()
         if self.state is not TxnState.IN_TRANSACTION:
             raise self._wrong_state("send_offsets_to_transaction")
+        if not offsets:
+            # As Java: nothing to commit, nothing sent. (Under transactions v2 Kafka answers an
+            # empty TxnOffsetCommit without opening the transaction, and the commit's EndTxn was
+            # then refused with INVALID_TXN_STATE, which is fatal.)
+            return
         try:
             await self._add_offsets(offsets, group)
-        except KafkaError as exc:
+        except Exception as exc:
             # As the Java client: offsets that could not join leave a transaction that must not
             # commit (it would commit the output without them); fatal answers failed it already.
+            # So do offsets a bug cut short: they may have joined in part. (Only an abort or
+            # close cancels this, and they abort the transaction anyway.)
             if not self.failed:
-                self.abortable(exc)
+                self.abortable(
+                    exc
+                    if isinstance(exc, KafkaError)
+                    else TransactionAbortableError(f"sending the offsets did not finish: {exc!r}")
+                )
+            if not isinstance(exc, KafkaError):
+                raise
             if isinstance(exc, BrokerResponseError) and exc.code in _GROUP_MOVED_ON:
                 raise TransactionAbortableError(
                     f"the consumer group {group.group_id!r} moved on (a rebalance?): the offsets cannot commit ({exc})"
@@ -890,27 +903,50 @@ def as_offsets(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> dic
             value = OffsetAndMetadata(value)
         if not isinstance(value, OffsetAndMetadata):
             raise TypeError(f"offset for {tp} must be an int or OffsetAndMetadata, got {type(value).__name__}")
-        if value.offset < 0:
-            raise ValueError(f"offset for {tp} must be >= 0, got {value.offset}")
+        # Checked here, before anything is sent: the encoder's own errors came after
+        # AddOffsetsToTxn, untyped.
+        if not 0 <= tp[1] < 2**31:
+            raise ValueError(f"offsets keys' partition must be an int32 >= 0, got {tp[1]}")
+        _check_int(f"offset for {tp}", value.offset, 0, 2**63)
+        if value.metadata is not None and not isinstance(value.metadata, str):
+            raise TypeError(f"metadata for {tp} must be a str or None, got {type(value.metadata).__name__}")
+        if value.leader_epoch is not None:
+            _check_int(f"leader_epoch for {tp}", value.leader_epoch, -1, 2**31)
         out[TopicPartition(tp[0], tp[1])] = value
     return out
+
+
+def _check_int(what: str, value: Any, low: int, high: int) -> None:
+    """``value`` is an int (not a bool) in [low, high)."""
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if not low <= value < high:
+        raise ValueError(f"{what} must be >= {low} and < {high}, got {value}")
 
 
 def as_group(group: str | ConsumerGroupMetadata | Any) -> ConsumerGroupMetadata:
     """A group id, our ConsumerGroupMetadata, or any object with ``group_id`` (and
     optionally ``generation_id``, ``member_id``, ``group_instance_id``) attributes."""
-    if isinstance(group, ConsumerGroupMetadata):
-        return group
     if isinstance(group, str):
         if not group:
             raise ValueError("the consumer group id is empty")
         return ConsumerGroupMetadata(group)
-    group_id = getattr(group, "group_id", None)
-    if not isinstance(group_id, str) or not group_id:
-        raise TypeError(f"group must be a group id or consumer group metadata, got {type(group).__name__}")
-    return ConsumerGroupMetadata(
-        group_id,
-        int(getattr(group, "generation_id", -1)),
-        str(getattr(group, "member_id", "") or ""),
-        getattr(group, "group_instance_id", None),
-    )
+    if not isinstance(group, ConsumerGroupMetadata):
+        group_id = getattr(group, "group_id", None)
+        if not isinstance(group_id, str) or not group_id:
+            raise TypeError(f"group must be a group id or consumer group metadata, got {type(group).__name__}")
+        group = ConsumerGroupMetadata(
+            group_id,
+            int(getattr(group, "generation_id", -1)),
+            str(getattr(group, "member_id", "") or ""),
+            getattr(group, "group_instance_id", None),
+        )
+    if not isinstance(group.group_id, str) or not group.group_id:
+        raise ValueError(f"the consumer group id must be a non-empty str, got {group.group_id!r}")
+    _check_int("the consumer group's generation_id", group.generation_id, -(2**31), 2**31)
+    if not isinstance(group.member_id, str):
+        raise TypeError(f"the consumer group's member_id must be a str, got {type(group.member_id).__name__}")
+    instance = group.group_instance_id
+    if instance is not None and not isinstance(instance, str):
+        raise TypeError(f"the consumer group's group_instance_id must be a str or None, got {type(instance).__name__}")
+    return group

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from aioprod import ConsumerGroupMetadata, Producer, TopicPartition
+from aioprod import ConsumerGroupMetadata, OffsetAndMetadata, Producer, TopicPartition
 from aioprod.errors import (
     ConfigError,
     CoordinatorLoadInProgressError,
@@ -509,6 +509,61 @@ async def test_two_concurrent_send_offsets_calls_do_not_drop_one_of_them(cluster
     # Two calls at once: the second fails at once, and the first's offsets commit.
     assert isinstance(outcome[1], TransactionStateError), outcome
     assert cluster.coordinator.committed == {"g": {("in", 0): 5}}
+
+
+@pytest.mark.parametrize(
+    ("offset", "group", "error"),
+    [
+        (OffsetAndMetadata(5, metadata=123), "g", "metadata .* must be a str or None"),  # AttributeError
+        (OffsetAndMetadata(5, metadata=b"x"), "g", "metadata .* must be a str or None"),
+        (OffsetAndMetadata(5, leader_epoch="7"), "g", "leader_epoch .* must be an int"),  # struct.error
+        (OffsetAndMetadata(2**63), "g", r"offset .* must be >= 0 and < 9223372036854775808"),
+        (OffsetAndMetadata(5.5), "g", "offset .* must be an int, got float"),  # type: ignore[arg-type]
+        (5, ConsumerGroupMetadata("g", generation_id=2**40), "generation_id must be >= -2147483648"),
+        (5, ConsumerGroupMetadata("g", member_id=None), "member_id must be a str"),  # type: ignore[arg-type]
+    ],
+)
+async def test_offsets_the_protocol_cannot_carry_are_refused_before_anything_is_sent(
+    cluster: ScriptedCluster, offset: Any, group: Any, error: str
+) -> None:
+    # They failed in the encoder (AttributeError, struct.error) after AddOffsetsToTxn had gone
+    # out, and the transaction stayed committable: its output committed without its offsets.
+    async with producer(cluster) as p, p.transaction():
+        await p.send("t", b"out", partition=0)
+        with pytest.raises((TypeError, ValueError), match=error):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): offset}, group)
+        assert not cluster.requests_of(m.AddOffsetsToTxnRequest)
+    assert cluster.partition("t", 0).committed == [b"out"]  # bad input, as a bad send(): nothing else changes
+
+
+async def test_offsets_that_fail_part_way_for_any_reason_stop_the_commit(cluster: ScriptedCluster) -> None:
+    # A metadata string UTF-8 cannot carry fails in TxnOffsetCommit's encoder, after
+    # AddOffsetsToTxn: a transaction committed then would have its output without its offsets.
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        await p.send("t", b"out", partition=0)
+        with pytest.raises(UnicodeEncodeError):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(5, "\ud800")}, "g")
+        assert cluster.requests_of(m.AddOffsetsToTxnRequest)
+        with pytest.raises(TransactionAbortableError, match="sending the offsets did not finish"):
+            await p.commit_transaction()
+        await p.abort_transaction()
+    assert cluster.partition("t", 0).committed == []
+    assert cluster.coordinator.committed == {}
+
+
+async def test_empty_offsets_send_nothing_and_an_idle_round_commits(cluster: ScriptedCluster) -> None:
+    # As Java. Under transactions v2 Kafka answers an empty TxnOffsetCommit without opening the
+    # transaction, and the EndTxn that followed was refused with INVALID_TXN_STATE: fatal.
+    cluster.coordinator.transaction_version = 2
+    async with producer(cluster) as p:
+        async with p.transaction():  # a consume-transform-produce round that consumed nothing
+            await p.send_offsets_to_transaction({}, "g")
+        async with p.transaction():
+            await p.send("t", b"after", partition=0)
+    assert not cluster.requests_of(m.TxnOffsetCommitRequest)
+    assert [end.committed for end in requests(cluster, m.EndTxnRequest)] == [True]  # type: ignore[attr-defined]
+    assert cluster.partition("t", 0).committed == [b"after"]
 
 
 async def test_abort_ends_a_transaction_the_coordinator_started_for_cancelled_offsets(
