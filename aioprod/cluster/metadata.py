@@ -21,8 +21,8 @@ import contextlib
 import logging
 import random
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
 
 from aioprod.config import ProducerConfig
@@ -58,14 +58,25 @@ class PartitionInfo:
 class TopicInfo:
     name: str
     partitions: Mapping[int, PartitionInfo]
+    #: The brokers the answer named: a leader not among them is no leader (Java's Cluster has no
+    #: leader Node for it, so availablePartitionsForTopic leaves the partition out). None: any id >= 0.
+    brokers: InitVar[Collection[int] | None] = None
     #: Every partition id, sorted; and those whose leader is known.
     all_partitions: tuple[int, ...] = field(init=False)
     available_partitions: tuple[int, ...] = field(init=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, brokers: Collection[int] | None) -> None:
         ids = tuple(sorted(self.partitions))
         object.__setattr__(self, "all_partitions", ids)
-        object.__setattr__(self, "available_partitions", tuple(p for p in ids if self.partitions[p].leader >= 0))
+        object.__setattr__(
+            self,
+            "available_partitions",
+            tuple(
+                p
+                for p in ids
+                if self.partitions[p].leader >= 0 and (brokers is None or self.partitions[p].leader in brokers)
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +357,7 @@ class Metadata:
         self._leader_epochs[(topic, partition)] = epoch
         moved = PartitionInfo(partition, leader, epoch, part.replicas, part.isr)
         topics = dict(self.snapshot.topics)
-        topics[topic] = TopicInfo(topic, MappingProxyType({**info.partitions, partition: moved}))
+        topics[topic] = TopicInfo(topic, MappingProxyType({**info.partitions, partition: moved}), brokers)
         self._install(brokers, topics, self.snapshot.cluster_id, self.snapshot.controller_id)
         return True
 
@@ -488,7 +499,7 @@ class Metadata:
                 if p.leader_id < 0 or p.leader_id not in brokers:
                     leaderless.append((p.partition_index, p.error_code))
             if parts:
-                topics[t.name] = TopicInfo(t.name, MappingProxyType(parts))
+                topics[t.name] = TopicInfo(t.name, MappingProxyType(parts), brokers)
                 self._leaders_found(t.name, leaderless, node)
         for b in brokers.values():
             self._pool.set_address(b.node_id, b.host, b.port)

@@ -383,14 +383,22 @@ class Producer:
         if header_list:
             size += acc.headers_size(header_list)
         if size > self._size_limit:
-            acc.check_size(size)
+            try:
+                acc.check_size(size)
+            except KafkaError:
+                self._metrics.record_send_error(1, self._loop.time())
+                raise
 
         deadline: float | None = None
         info = self._metadata.snapshot.topics.get(topic)
         if info is None or not info.partitions or (partition is not None and partition not in info.partitions):
             self._check_loop()
             deadline = self._loop.time() + self._max_block
-            info = await self._metadata.topic(topic, self._max_block, partition)
+            try:
+                info = await self._metadata.topic(topic, self._max_block, partition)
+            except KafkaError:
+                self._metrics.record_send_error(1, self._loop.time())
+                raise
             if self._state is not _STARTED or self._fatal is not None:
                 self._raise_not_open()  # close() began while this waited: as docs/delivery.md says
         if tps is None or len(tps) < len(info.all_partitions):
@@ -415,7 +423,11 @@ class Producer:
         if not pool.try_reserve(size):
             if deadline is None:
                 deadline = self._loop.time() + self._max_block
-            await pool.reserve(size, max(0.0, deadline - self._loop.time()))
+            try:
+                await pool.reserve(size, max(0.0, deadline - self._loop.time()))
+            except KafkaError:
+                self._metrics.record_send_error(1, self._loop.time())
+                raise
             if self._state is not _STARTED or self._fatal is not None:
                 pool.release(size)
                 self._raise_not_open()
@@ -552,7 +564,11 @@ class Producer:
         deadline = loop.time() + self._max_block
         info = self._metadata.snapshot.topics.get(topic)
         if info is None or not info.partitions or (partition is not None and partition not in info.partitions):
-            info = await self._metadata.topic(topic, self._max_block, partition)
+            try:
+                info = await self._metadata.topic(topic, self._max_block, partition)
+            except KafkaError:
+                self._metrics.record_send_error(len(values), loop.time())
+                raise
             if self._state is not _STARTED or self._fatal is not None:
                 self._raise_not_open()
         self._metadata.touch(topic)
@@ -627,6 +643,7 @@ class Producer:
         except KafkaError as exc:
             # The rest could not be queued: they fail in the group, the queued ones deliver.
             group.failed(index, count - index, exc)
+            self._metrics.record_send_error(count - index, loop.time())
             if txn is not None and (
                 index or not isinstance(exc, TransactionStateError | ProducerFatalError | ProducerClosedError)
             ):

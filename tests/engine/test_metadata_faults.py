@@ -127,6 +127,18 @@ async def test_a_leaderless_partition_nobody_writes_to_causes_no_refreshes(scrip
     assert idle_refreshes <= 1  # none asked for; at most the periodic one (metadata_max_age_ms)
 
 
+async def test_keyless_records_avoid_a_partition_led_by_a_broker_the_answer_does_not_name(scripted: Scripted) -> None:
+    # Java's Cluster has no leader for it, so the partitioner never picks it; the sticky
+    # partitioner stuck to it, and its records waited there until they expired.
+    cluster = scripted.cluster
+    cluster.create_topic("t", [1, 7])  # partition 1's leader, broker 7, is not among the brokers
+    options: dict[str, Any] = {"linger_ms": 0, "batch_size": 200, "delivery_timeout_ms": 5000}
+    async with Producer(bootstrap_servers=cluster.bootstrap, request_timeout_ms=4000, **options) as p:
+        futures = [await p.send("t", b"x" * 50) for _ in range(40)]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+    assert [getattr(r, "partition", r) for r in results] == [0] * 40
+
+
 async def test_refreshes_for_a_leaderless_partition_back_off_while_records_wait(scripted: Scripted) -> None:
     cluster = scripted.cluster
     cluster.create_topic("t", leaders=[1, -1])

@@ -13,7 +13,14 @@ import pytest
 
 import aioprod.metrics as metrics_module
 from aioprod import Producer
-from aioprod.errors import DeliveryTimeoutError, KafkaTimeoutError, MessageTooLargeError, NotLeaderOrFollowerError
+from aioprod.errors import (
+    DeliveryTimeoutError,
+    KafkaTimeoutError,
+    MessageTooLargeError,
+    NotLeaderOrFollowerError,
+    RecordTooLargeError,
+    SendManyError,
+)
 from aioprod.metrics import BROKER_METRICS, PRODUCER_METRICS, TOPIC_METRICS, MetricsSnapshot
 from aioprod.protocol.records import RecordBatchBuilder
 from tests.brokers import refused_port
@@ -147,6 +154,34 @@ async def test_failures_count_as_errors_per_topic(scripted: Scripted) -> None:
     assert m["record-error-total"] == 3
     assert topics["t"]["record-error-total"] == 1 and topics["u"]["record-error-total"] == 2
     assert m["buffer-available-bytes"] == m["buffer-total-bytes"]
+
+
+async def test_records_their_call_could_not_queue_count_as_errors(scripted: Scripted) -> None:
+    # As Java's doSend: a producer whose every send() times out (no metadata, a full buffer) read
+    # 0 errors, and the failure alert of docs/observability.md never fired.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    options: dict[str, Any] = {"buffer_memory": 3000, "batch_size": 1024, "max_block_ms": 200}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, **options) as p:
+        await p.send_and_wait("t", b"warm-up")
+        with pytest.raises(RecordTooLargeError):
+            await p.send("t", b"x" * 5000)  # beyond buffer_memory
+        with pytest.raises(KafkaTimeoutError):
+            await p.send("missing", b"v")  # no such topic within max_block_ms
+        cluster.nodes[1].holding = True  # the buffer fills
+        held = [await p.send("t", b"x" * 900) for _ in range(3)]
+        with pytest.raises(KafkaTimeoutError):
+            await p.send("t", b"y" * 900)
+        many = await p.send_many("t", [b"z" * 900] * 3)  # none fits within max_block_ms
+        await clock.advance(0.5)
+        cluster.nodes[1].release()
+        with pytest.raises(SendManyError) as info:
+            await many
+        await asyncio.gather(*held)
+        m, topics = p.metrics(), p.metrics_snapshot().topics
+    assert sum(isinstance(r, KafkaTimeoutError) for r in info.value.results) == 3
+    assert m["record-error-total"] == 1 + 1 + 1 + 3
+    assert topics["t"]["record-error-total"] == 0  # none reached a batch (Java counts them producer-wide)
 
 
 async def test_a_split_batch_counts_once_per_split(scripted: Scripted) -> None:
