@@ -49,7 +49,8 @@ def write_dataframe(
 
     ``mode="driver"`` streams the rows to the driver (one Spark partition at a time, the
     next one prefetched; never a ``collect()`` of the whole frame) and sends them through
-    one producer on one event loop with at most ``max_in_flight_rows`` unacknowledged.
+    one producer on one event loop with at most ``max_in_flight_rows`` unacknowledged (and
+    at most twice ``buffer_memory`` of their keys and values).
     ``mode="executors"`` runs one producer per Spark partition, on the executors, in
     parallel; only per-partition counts come back to the driver.
 
@@ -78,10 +79,19 @@ def write_dataframe(
     """
     if mode not in ("driver", "executors"):
         raise ValueError(f"mode must be 'driver' or 'executors', got {mode!r}")
+    if getattr(df, "isStreaming", False):
+        raise ValueError(
+            "df is a streaming DataFrame: write each micro-batch instead, with"
+            " df.writeStream.foreachBatch(lambda batch, batch_id: write_dataframe(batch, ...)).start()"
+            " (exactly_once=True with write_id=f'<name>-{batch_id}' makes a replayed batch write nothing)"
+        )
     if errors not in ("raise", "report"):
         raise ValueError(f"errors must be 'raise' or 'report', got {errors!r}")
     if transport not in ("auto", "arrow", "rows"):
         raise ValueError(f"transport must be 'auto', 'arrow' or 'rows', got {transport!r}")
+    for name, number in (("max_errors", max_errors), ("max_in_flight_rows", max_in_flight_rows)):
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise TypeError(f"{name} must be an int, got {number!r}")
     if max_errors < 0 or max_in_flight_rows < 1:
         raise ValueError("max_errors must be >= 0 and max_in_flight_rows >= 1")
     if type(exactly_once) is not bool:

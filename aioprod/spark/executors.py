@@ -66,7 +66,10 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
         arrow = check_executors(sc, need_arrow=transport == "arrow")
         try:
             used, rows = _run_job(df, sc, plan, transport if arrow else "rows", accumulator)
-        except Exception:  # not on an interrupt: that returns at once, and a rerun aborts what is left
+        except BaseException:
+            # Also on Ctrl-C (pyspark cancels the job and raises KeyboardInterrupt): a prepared
+            # transaction left open pins its partitions' last stable offset, stalling every
+            # read_committed reader for transaction_timeout_ms. A second Ctrl-C abandons the abort.
             if plan.exactly_once:
                 abort_after_failed_job(plan, accumulator)
             raise

@@ -54,6 +54,15 @@ def check_schema(schema: StructType, topic: str | None, *, case_sensitive: bool 
         hint = f" (found {lower['value']!r}; names are case-sensitive)" if "value" in lower else ""
         raise DataFrameSchemaError(f"the DataFrame has no 'value' column; expected binary or string{hint}")
     expect("value", isinstance(fields["value"], (BinaryType, StringType)), "binary or string")
+    if not case_sensitive:
+        # Spark finds F.col("key") in a column "Key": left unread, the rows went out keyless.
+        lower = {n.lower(): n for n in fields}
+        for name in sink:
+            if name not in fields and name in lower:
+                raise DataFrameSchemaError(
+                    f"the DataFrame has a column {lower[name]!r}, not {name!r}: the sink's column names are "
+                    "case-sensitive; rename it or drop it"
+                )
     if "key" in fields:
         expect("key", isinstance(fields["key"], (BinaryType, StringType)), "binary or string")
     if topic is None:  # topic= wins: a topic column is then not read, whatever its type (as Spark's sink)

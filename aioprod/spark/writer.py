@@ -3,7 +3,8 @@
 Both modes write through :class:`PartitionWrite`: the driver treats the whole DataFrame as
 one partition, each executor task its own. The producer is a :class:`SyncProducer`: the
 Spark side feeds it chunks from a plain thread, its event loop sends them with at most
-``max_in_flight_rows`` unacknowledged.
+``max_in_flight_rows`` unacknowledged, whose keys and values take at most twice ``buffer_memory``
+(beyond one chunk).
 """
 
 from __future__ import annotations
@@ -198,9 +199,12 @@ class PartitionWrite:
         self._producer: SyncProducer | None = None
         self._state = _LoopState(plan)
         self._pending: deque[
-            tuple[Chunk, list[RecordFuture | None], list[Any], concurrent.futures.Future[_ChunkResult]]
+            tuple[Chunk, list[RecordFuture | None], list[Any], concurrent.futures.Future[_ChunkResult], int]
         ] = deque()
         self._pending_rows = 0
+        #: Bytes of the keys and values pending: rows of 1 MB each held 50 GB at 50,000 rows.
+        self._pending_bytes = 0
+        self._max_pending_bytes = 2 * self._config.buffer_memory
         #: Chunks the watchdog gave up on, with their records: what they delivered is counted once the producer closed.
         self._abandoned: list[tuple[Chunk, list[RecordFuture | None], list[Any]]] = []
         #: The watchdog tripped: chunks still unfinished are given up at once, not after a timeout each.
@@ -248,13 +252,18 @@ class PartitionWrite:
         if not self.open():
             return False
         assert self._producer is not None
-        while self._pending and self._pending_rows + len(chunk.values) > self.plan.max_in_flight_rows:
+        size = _payload_bytes(chunk)
+        while self._pending and (
+            self._pending_rows + len(chunk.values) > self.plan.max_in_flight_rows
+            or self._pending_bytes + size > self._max_pending_bytes
+        ):
             self._collect_oldest()
         futures: list[RecordFuture | None] = []
         refused: list[Any] = []
         submitted = self._producer.submit(_send_chunk, chunk, self._state, futures, refused)
-        self._pending.append((chunk, futures, refused, submitted))
+        self._pending.append((chunk, futures, refused, submitted, size))
         self._pending_rows += len(chunk.values)
+        self._pending_bytes += size
         while self._pending and self._pending[0][3].done():
             self._collect_oldest()
         return not self._state.stopped
@@ -288,7 +297,7 @@ class PartitionWrite:
 
     def _close(self, timeout: float | None) -> None:
         self._pending.clear()
-        self._pending_rows = 0
+        self._pending_rows = self._pending_bytes = 0
         if self._producer is not None:
             producer, self._producer = self._producer, None
             producer.close(timeout)
@@ -334,8 +343,9 @@ class PartitionWrite:
             seen = self._state.progress
 
     def _collect_oldest(self) -> None:
-        chunk, futures, refused, future = self._pending.popleft()
+        chunk, futures, refused, future, size = self._pending.popleft()
         self._pending_rows -= len(chunk.values)
+        self._pending_bytes -= size
         try:
             result = self._result(future)
         except _Stalled:
@@ -497,3 +507,11 @@ def write_partition(unit: PartitionWrite, chunks: Iterable[Chunk]) -> Tally:
         if close is not None:
             close()
     return unit.finish()
+
+
+def _payload_bytes(chunk: Chunk) -> int:
+    """The chunk's keys and values, in bytes (a str counted by its length)."""
+    size = sum(map(len, filter(None, chunk.values)))
+    if chunk.keys is not None:
+        size += sum(map(len, filter(None, chunk.keys)))
+    return size

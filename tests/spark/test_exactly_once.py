@@ -330,6 +330,28 @@ def test_a_driver_commit_in_doubt_says_so_and_how_to_finish_it(
     assert logs(bootstrap, topic).committed == []  # the fencing producer aborted it
 
 
+def test_ctrl_c_during_an_executors_write_aborts_what_its_tasks_prepared(
+    spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Left open, they pinned the partitions' last stable offset: every read_committed reader
+    # stalled for transaction_timeout_ms (15 minutes by default).
+    bootstrap = tansu_broker.bootstrap
+    topic = new_topic(bootstrap)
+    run_job = executors._run_job
+
+    def interrupted(*args: Any) -> Any:
+        run_job(*args)  # every task wrote and prepared its transaction
+        raise KeyboardInterrupt  # pyspark's SIGINT handler cancels the job and raises this
+
+    monkeypatch.setattr(executors, "_run_job", interrupted)
+    df = spark.range(20, numPartitions=2).selectExpr("cast(id as string) as value")
+    with pytest.raises(KeyboardInterrupt):
+        write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, mode="executors", exactly_once=True)
+    log = logs(bootstrap, topic)
+    assert (log.committed, log.open) == ([], [])
+    assert numbers(log.aborted) == Counter(range(20))
+
+
 def test_a_failed_job_aborts_what_its_finished_tasks_prepared(tansu_broker: TansuBroker) -> None:
     bootstrap = tansu_broker.bootstrap
     topic = new_topic(bootstrap)

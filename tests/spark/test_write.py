@@ -28,11 +28,12 @@ from aioprod.spark import (
     write_dataframe,
     writer,
 )
-from aioprod.spark.chunks import arrow_chunk
+from aioprod.spark.chunks import Chunk, arrow_chunk
 from aioprod.spark.driver import ArrowUnavailable
 from aioprod.spark.executors import executor_arrow_task
 from aioprod.spark.plan import Plan, producer_options
 from aioprod.spark.schema import check_schema
+from aioprod.spark.writer import PartitionWrite
 from tests.brokers import TansuBroker, free_port, refused_port
 from tests.chaos.proxy import FaultProxy
 from tests.readback import read_topic
@@ -323,6 +324,11 @@ UNREACHABLE = f"127.0.0.1:{refused_port()}"
         ("value int, value string", "t", "2 columns named 'value': 'value', 'value'; drop or rename all but one"),
         ("value string, Key string, key binary", "t", "named 'key': 'Key', 'key' (Spark ignores case unless"),
         ("value string, topic string, TOPIC string", None, "2 columns named 'topic'"),
+        # Spark finds F.col("key") in "Key"; left unread, the rows went out keyless.
+        ("value string, Key string", "t", "a column 'Key', not 'key': the sink's column names are case-sensitive"),
+        ("value string, Partition int", "t", "a column 'Partition', not 'partition'"),
+        ("value string, HEADERS array<struct<key:string,value:binary>>", "t", "a column 'HEADERS', not 'headers'"),
+        ("value string, Topic string", None, "a column 'Topic', not 'topic'"),
     ],
 )
 def test_schema_errors_name_the_column_and_type(spark: Any, ddl: str, topic: str | None, message: str) -> None:
@@ -685,6 +691,49 @@ def test_rows_for_several_missing_topics_do_not_trip_the_watchdog(
     report = write_dataframe(df, bootstrap_servers=tansu_broker.bootstrap, errors="report", **options)
     assert (report.rows_written, report.rows_failed) == (2, 3)
     assert sorted(r.value for r in read_topic(tansu_broker.bootstrap, good)) == [b"a", b"b"]
+
+
+def test_the_writer_holds_at_most_twice_buffer_memory_of_keys_and_values(tansu_broker: TansuBroker) -> None:
+    # max_in_flight_rows bounded what a writer held by rows only: at 1 MB a row, 50,000 rows
+    # were 50 GB on the driver or in each executor task's Python worker.
+    topic = new_topic("held")
+    plan = Plan(
+        producer_options(tansu_broker.bootstrap, {"buffer_memory": 1_000_000}),
+        topic,
+        False,
+        False,
+        False,
+        False,
+        "raise",
+        20,
+        50_000,
+        None,
+    )
+    unit = PartitionWrite(plan)
+    held = []
+    for c in range(30):
+        unit.write(Chunk(c * 50, [b"%05d" % (c * 50 + i) + bytes(10_000) for i in range(50)]))  # 500 kB
+        held.append(sum(len(v) for chunk, *_ in unit._pending for v in chunk.values))
+    tally = unit.finish()
+    assert (tally.written, tally.aborted) == (1500, None)
+    assert max(held) <= 2_000_000, f"{max(held) / 1e6:.1f} MB of rows held with buffer_memory=1 MB"
+    assert len(read_topic(tansu_broker.bootstrap, topic)) == 1500
+
+
+def test_a_streaming_dataframe_is_refused_naming_foreach_batch(spark: Any) -> None:
+    # Driver mode opened its producer first, then blamed Arrow ("not available on the driver"),
+    # or Spark raised its own AnalysisException.
+    df = spark.readStream.format("rate").load().selectExpr("cast(value as string) as value")
+    with pytest.raises(ValueError, match=r"streaming DataFrame: .*foreachBatch"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t")
+
+
+@pytest.mark.parametrize(("name", "value"), [("max_errors", "10"), ("max_in_flight_rows", None)])
+def test_counts_of_the_wrong_type_are_named(spark: Any, name: str, value: Any) -> None:
+    # TypeError: '<' not supported between instances of 'str' and 'int', naming neither.
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(TypeError, match=f"{name} must be an int, got {value!r}"):
+        write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", **{name: value})
 
 
 # -- progress -------------------------------------------------------------------------------------
