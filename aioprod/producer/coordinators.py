@@ -153,9 +153,11 @@ class Coordinators:
         *,
         max_version: int | None = None,
         tolerate: frozenset[int] = frozenset(),
+        concurrent_backoff: float | None = None,
     ) -> R:
         """Send to the coordinator of ``key`` until it answers without a retriable error.
-        An answer in ``tolerate`` is returned as it is."""
+        An answer in ``tolerate`` is returned as it is; after CONCURRENT_TRANSACTIONS the wait
+        is at most ``concurrent_backoff`` seconds, when given."""
         while True:
             conn = await self.connection(key_type, key)
             try:
@@ -178,7 +180,7 @@ class Coordinators:
                 self._nodes.pop((key_type, key), None)
             elif code not in RETRY:
                 raise error
-            await self.backoff(error)
+            await self.backoff(error, concurrent_backoff if code == ConcurrentTransactionsError.code else None)
 
     async def _unreachable(self, key_type: int, key: str, error: KafkaError) -> None:
         """The coordinator of ``key`` could not be reached or answer: a retriable ``error`` means
@@ -193,15 +195,14 @@ class Coordinators:
         if code in self._fatal_codes:
             raise error if self._on_fatal is None else self._on_fatal(error)
 
-    async def backoff(self, error: KafkaError) -> None:
+    async def backoff(self, error: KafkaError, cap: float | None = None) -> None:
         self._failures += 1
         self.last_error = error
         log.debug("%s: %s; trying again", self._name, error)
-        await asyncio.sleep(
-            exponential_backoff(
-                self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, self._failures
-            )
+        delay = exponential_backoff(
+            self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, self._failures
         )
+        await asyncio.sleep(delay if cap is None else min(cap, delay))
 
 
 async def committed_offsets(coordinators: Coordinators, group_id: str) -> dict[TopicPartition, int]:

@@ -113,6 +113,8 @@ _FATAL_FOR_RECORDS = frozenset(
 #: which the coordinator answers with a fresh id.
 _IDENTITY_GONE = frozenset({InvalidProducerIdMappingError.code, UnknownProducerIdError.code})
 #: TxnOffsetCommit answers meaning the consumer group moved on: the offsets cannot commit.
+#: Java's ADD_PARTITIONS_RETRY_BACKOFF_MS, in seconds.
+_FIRST_ADD_BACKOFF = 0.02
 _GROUP_MOVED_ON = frozenset({UnknownMemberIdError.code, IllegalGenerationError.code, FencedInstanceIdError.code})
 
 
@@ -744,6 +746,10 @@ class TransactionManager:
                 ),
                 AddPartitionsToTxnResponse,
                 _add_partitions_codes,
+                # As Java: the transaction's first add refused so is the last one's markers still
+                # being written, a matter of milliseconds; the retry backoff (100 ms) capped small
+                # transactions at a few a second.
+                concurrent_backoff=None if self._partitions else _FIRST_ADD_BACKOFF,
             )
         except KafkaError as exc:
             self._pending = set()

@@ -276,6 +276,29 @@ async def test_close_with_a_timeout_ends_within_it_when_the_broker_is_silent(
         await in_flight
 
 
+async def test_a_transactions_first_add_refused_as_concurrent_is_retried_within_milliseconds(
+    scripted: Scripted, cluster: ScriptedCluster
+) -> None:
+    # After a commit Kafka answers the next transaction's first AddPartitionsToTxn with
+    # CONCURRENT_TRANSACTIONS while the markers are written: with the retry backoff (100 ms,
+    # doubling) a loop of small transactions ran a few a second. As Java, 20 ms then.
+    async with producer(cluster, retry_backoff_ms=100) as p:
+        for first in (True, False):
+            p.begin_transaction()
+            if not first:
+                await p.send_and_wait("t", b"joined", partition=1)
+            cluster.coordinator.script[m.AddPartitionsToTxnRequest.API_KEY] = deque([CONCURRENT] * 3)
+            started = scripted.clock.now
+            await p.send_and_wait("t", b"v", partition=0)
+            took = scripted.clock.now - started
+            await p.commit_transaction()
+            if first:
+                assert took <= 0.061, took  # three retries 20 ms apart
+            else:
+                assert took >= 0.079 * 3, took  # a later add: the retry backoff, as before
+    assert len(cluster.partition("t", 0).committed) == 2
+
+
 async def test_a_sequence_in_doubt_aborts_the_transaction_and_bumps_the_epoch(cluster: ScriptedCluster) -> None:
     async with producer(cluster, request_timeout_ms=200, delivery_timeout_ms=500) as p:
         async with p.transaction():
