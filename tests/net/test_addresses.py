@@ -18,24 +18,11 @@ from aioprod.config import ProducerConfig
 from aioprod.embedded import free_port
 from aioprod.errors import KafkaConnectionError
 from aioprod.net.pool import ConnectionPool
-from aioprod.protocol.messages import ProduceRequest, ProduceRequestPartition, ProduceRequestTopic
-from aioprod.protocol.records import RecordBatchBuilder
 from tests.conftest import Scripted
 from tests.fakes.cluster import FakeNode, ScriptedCluster
 from tests.fakes.network import ServerSide
 from tests.fakes.tcp import TcpNetwork
-
-
-def produce_one_record(topic: str) -> ProduceRequest:
-    builder = RecordBatchBuilder("none", 1024)
-    builder.append(0, None, b"v", ())
-    partition = ProduceRequestPartition(index=0, records=builder.build())
-    return ProduceRequest(
-        transactional_id=None,
-        acks=1,
-        timeout_ms=30_000,
-        topic_data=[ProduceRequestTopic(name=topic, partition_data=[partition])],
-    )
+from tests.net.test_connection import produce_one_record
 
 
 class SlowToAnswer:

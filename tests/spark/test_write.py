@@ -697,18 +697,8 @@ def test_the_writer_holds_at_most_twice_buffer_memory_of_keys_and_values(tansu_b
     # max_in_flight_rows bounded what a writer held by rows only: at 1 MB a row, 50,000 rows
     # were 50 GB on the driver or in each executor task's Python worker.
     topic = new_topic("held")
-    plan = Plan(
-        producer_options(tansu_broker.bootstrap, {"buffer_memory": 1_000_000}),
-        topic,
-        False,
-        False,
-        False,
-        False,
-        "raise",
-        20,
-        50_000,
-        None,
-    )
+    options = producer_options(tansu_broker.bootstrap, {"buffer_memory": 1_000_000})
+    plan = Plan(options, topic, False, False, False, False, "raise", 20, 50_000, None)
     unit = PartitionWrite(plan)
     held = []
     for c in range(30):
