@@ -222,10 +222,22 @@ class ProducerConfig:
                 if name in merged:
                     raise ConfigError(f"option {name!r} given twice (as {raw_name!r})")
                 merged[name] = value
-                explicit.add(name)
+                if value is not None:  # None is an option left at its default, not set
+                    explicit.add(name)
         if "bootstrap_servers" not in merged:
             raise ConfigError("bootstrap_servers is required, e.g. '127.0.0.1:9092'")
         values = {name: _coerce(name, value) for name, value in merged.items()}
+        codec_levels = {_CODEC_LEVELS[name]: values.pop(name) for name in list(values) if name in _CODEC_LEVELS}
+        if codec_levels:
+            from aioprod.protocol.records.compression import resolve_codec, resolve_level
+
+            for codec, level in codec_levels.items():  # each checked against its codec, as Java does
+                resolve_level(resolve_codec(codec), level)
+            chosen = str(values.get("compression_type", "none"))
+            if chosen in codec_levels:
+                if "compression_level" in values:
+                    raise ConfigError(f"compression_level and compression.{chosen}.level both set")
+                values["compression_level"] = codec_levels[chosen]
         config = cls(**values)
         config._check(explicit)
         return config
@@ -371,6 +383,8 @@ class ProducerConfig:
 
         for name in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
             path = getattr(self, name)
+            if path is not None and os.path.isdir(path):
+                raise ConfigError(f"{name}: {path!r} is a directory; give a PEM file")
             if path is not None and not os.path.isfile(path):
                 raise ConfigError(f"{name}: no such file {path!r}")
         if self.ssl_key_location is not None and self.ssl_certificate_location is None:
@@ -505,6 +519,10 @@ def _unsupported(name: str) -> str | None:
     return next((why for prefix, why in _UNSUPPORTED_PREFIXES.items() if name.startswith(prefix)), None)
 
 
+#: Java's per-codec level options (KIP-390): the one of compression_type is compression_level.
+_CODEC_LEVELS = {f"compression_{codec}_level": codec for codec in ("gzip", "lz4", "zstd")}
+
+
 def _canonical_name(raw: str) -> str:
     if not isinstance(raw, str):
         raise ConfigError(f"option names must be strings, got {raw!r}")
@@ -514,7 +532,7 @@ def _canonical_name(raw: str) -> str:
         if alias is None:
             raise ConfigError(f"option {raw!r} is not supported; use buffer_memory (bytes)")
         name = alias
-    if name not in _FIELDS:
+    if name not in _FIELDS and name not in _CODEC_LEVELS:
         why = _unsupported(name)
         if why is not None:
             raise UnsupportedOptionError(f"option {raw!r} is {why}", option=raw)
@@ -548,7 +566,7 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         raise ConfigError(f"{name} must be true or false, got {value!r}")
-    if name in _INT_FIELDS or name == "compression_level":
+    if name in _INT_FIELDS or name == "compression_level" or name in _CODEC_LEVELS:
         if value is None and name == "compression_level":
             return None
         if isinstance(value, bool):
@@ -591,6 +609,8 @@ def _coerce(name: str, value: Any) -> Any:
     if name in _STRING_FIELDS:
         if value is None:
             return None
+        if name.endswith("_location") and isinstance(value, os.PathLike):
+            value = os.fspath(value)  # a pathlib.Path, as ssl.SSLContext takes it
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
         return value.strip().upper() if name == "sasl_mechanism" else value

@@ -19,6 +19,19 @@ class KafkaError(Exception):
     #: Whether repeating the same operation may succeed.
     retriable: bool = False
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # BaseException's rebuilds with cls(*args), which fails for the subclasses whose
+        # __init__ needs more than the message (possibly_persisted=, option=, results, ...).
+        return (_rebuild_error, (type(self), self.args, self.__dict__))
+
+
+def _rebuild_error(cls: type[KafkaError], args: tuple[Any, ...], state: dict[str, Any]) -> KafkaError:
+    """Unpickle (or copy) an error without calling its __init__: see KafkaError.__reduce__."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 def copy_error(error: KafkaError, traceback: TracebackType | None = None) -> KafkaError:
     """``error`` as a new object: same class, arguments, attributes, cause and context, and

@@ -7,6 +7,8 @@ Kafka's table shows drift (see ``tests/kafka_reference.py``).
 
 from __future__ import annotations
 
+import concurrent.futures
+import copy
 import functools
 import inspect
 import pickle
@@ -267,6 +269,36 @@ def test_pickle_round_trip(err: BrokerResponseError) -> None:
     copy = pickle.loads(pickle.dumps(err))
     assert type(copy) is type(err)
     assert (copy.code, copy.message, str(copy)) == (err.code, err.message, str(err))
+
+
+#: Errors whose __init__ takes more than the message: BaseException's pickling rebuilt them as
+#: cls(*args), which raised (a ProcessPoolExecutor worker's delivery failure broke the pool).
+RICHER_ERRORS = [
+    errors.DeliveryTimeoutError("1 record(s) for t-0 expired", possibly_persisted=True),
+    errors.UnsupportedOptionError("option 'group.id' is a consumer option", option="group.id"),
+    errors.SendManyError("2 of 3 records failed", [None, ValueError("x"), None]),
+    errors.AuthenticationError("bad password", mechanism="PLAIN", broker="h:9092"),
+    errors.SaslMechanismNotEnabledError("no", mechanism="PLAIN", broker="h:9092", enabled=("SCRAM-SHA-512",)),
+    errors.PreparedTransactionError("fenced", prepared=("tid", 1, 2)),
+]
+
+
+@pytest.mark.parametrize("err", RICHER_ERRORS, ids=lambda e: type(e).__name__)
+def test_errors_with_more_than_a_message_survive_pickle_and_copy(err: KafkaError) -> None:
+    for back in (pickle.loads(pickle.dumps(err)), copy.copy(err)):
+        assert type(back) is type(err)
+        assert str(back) == str(err)
+        assert repr(vars(back)) == repr(vars(err))
+
+
+def _expire() -> None:
+    raise errors.DeliveryTimeoutError("1 record(s) for t-0 expired", possibly_persisted=True)
+
+
+def test_a_process_pool_worker_hands_a_delivery_failure_back() -> None:
+    with concurrent.futures.ProcessPoolExecutor(1) as pool, pytest.raises(errors.DeliveryTimeoutError) as info:
+        pool.submit(_expire).result(timeout=60)
+    assert info.value.possibly_persisted is True
 
 
 def test_catchable_as_kafka_error() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from aioprod.cli.common import CliError, debug_option, stop_signals_interrupt
+from aioprod.cli.common import CliError, debug_option, echo, stop_signals_interrupt
 from aioprod.embedded import BrokerSecurity, EmbeddedBroker, EmbeddedBrokerError
 
 
@@ -70,7 +70,7 @@ def _run(port: int, tls: bool, sasl: bool, workdir: Path | None) -> None:
         except EmbeddedBrokerError as exc:
             raise CliError(str(exc)) from exc
         try:
-            click.echo(f"Tansu broker listening on {embedded.bootstrap} (memory storage: data is lost on stop)")
+            echo(f"Tansu broker listening on {embedded.bootstrap} (memory storage: data is lost on stop)")
             flags = ""
             if security is not None and workdir is not None:
                 flags = f" -X security.protocol={security.security_protocol}"
@@ -81,12 +81,12 @@ def _run(port: int, tls: bool, sasl: bool, workdir: Path | None) -> None:
                         " -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=aioprod"
                         f' -X sasl.password="$(cat {workdir / "password"})"'
                     )
-            click.echo(f"  try: aioprod smoke -b {embedded.bootstrap}{flags}")
-            click.echo("Press Ctrl-C to stop.")
+            echo(f"  try: aioprod smoke -b {embedded.bootstrap}{flags}")
+            echo("Press Ctrl-C to stop.")
             embedded.wait()
         except KeyboardInterrupt:
             embedded.stop()
-            click.echo("Broker stopped.")
+            echo("Broker stopped.")
             return
         failure = embedded.failure()
         embedded.stop()

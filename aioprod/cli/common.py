@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
@@ -467,6 +468,27 @@ def record_outcomes(outcomes: Any) -> None:
         ctx.meta[OUTCOMES_META] = outcomes
 
 
+def stdout_gone() -> None:
+    """The reader of stdout went away (``| head``): the rest of the output goes nowhere, and
+    the command goes on to its own result, as the Unix tools do (not rich's SystemExit(1))."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def echo(text: str) -> None:
+    """``click.echo`` to stdout that survives its reader going away."""
+    try:
+        click.echo(text)
+    except BrokenPipeError:
+        stdout_gone()
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        if self.file is sys.stdout or not self.stderr:
+            stdout_gone()
+
+
 def plain_output(out: Console) -> bool:
     """Plain tables (no box, no colour) when piped, or with ``NO_COLOR`` set (no-color.org)."""
     return not out.is_terminal or os.environ.get("NO_COLOR", "") != ""
@@ -474,7 +496,7 @@ def plain_output(out: Console) -> bool:
 
 def console(*, stderr: bool = False) -> Console:
     """A rich console (which honours NO_COLOR); wide when not a terminal so piped tables do not wrap."""
-    out = Console(stderr=stderr, highlight=False)
+    out = _Console(stderr=stderr, highlight=False)
     if not out.is_terminal:
         out.width = max(out.width, 160)
     return out

@@ -21,6 +21,7 @@ from aioprod.cli.common import (
     console,
     debug_option,
     describe,
+    echo,
     run,
     table,
     topic_names,
@@ -141,7 +142,7 @@ def metadata(client: ClientOptions, topics: tuple[str, ...], as_json: bool) -> N
     response = run(ask_metadata(config, list(topics) or None))
     snapshot, errors = to_snapshot(response)
     if as_json:
-        click.echo(json.dumps(as_dict(snapshot, errors)))
+        echo(json.dumps(as_dict(snapshot, errors)))
     else:
         render(snapshot, console())
     if errors:

@@ -46,6 +46,7 @@ from aioprod.cli.common import (
     console,
     debug_option,
     describe,
+    echo,
     embedded_hint,
     open_producer,
     parse_delimiter,
@@ -419,11 +420,11 @@ def perf(
     )
     if as_json:
         extra = {"metrics": _json_safe(dataclasses.asdict(metrics))} if print_metrics else {}
-        click.echo(json.dumps(result.as_dict() | extra, allow_nan=False))
+        echo(json.dumps(result.as_dict() | extra, allow_nan=False))
     else:
         render(result, out)
         if print_metrics:
-            click.echo("\n".join(java_style_lines(metrics)))
+            echo("\n".join(java_style_lines(metrics)))
     if result.failed:
         raise CliError(f"{result.failed:,} of {num_records:,} records failed (first: {result.first_error}){problem}")
 

@@ -29,6 +29,7 @@ from aioprod.cli.common import (
     console,
     debug_option,
     describe,
+    echo,
     embedded_hint,
     open_producer,
     record_outcomes,
@@ -232,7 +233,7 @@ def smoke(client: ClientOptions, records: int, topic: str, as_json: bool) -> Non
             raise CliError(f"smoke test failed on {target}: {describe(exc)}{embedded_hint(broker)}") from exc
     problems = result.problems()
     if as_json:
-        click.echo(json.dumps(as_dict(result, cluster, broker is not None, problems)))
+        echo(json.dumps(as_dict(result, cluster, broker is not None, problems)))
     else:
         out.print(f"aioprod smoke: {'FAILED' if problems else 'OK'}", style="bold red" if problems else "bold green")
         for label, text in report(result, cluster, problems):

@@ -46,6 +46,15 @@ def test_start_stop_restart_keeps_the_port() -> None:
     assert not accepts(port)
 
 
+def test_port_zero_is_any_free_port_and_a_bad_port_is_refused_at_once() -> None:
+    # Port 0 waited the whole startup timeout (15 s) for a broker on port 0, then did not say why.
+    with EmbeddedBroker(port=0) as broker:
+        assert broker.port != 0 and accepts(broker.port)
+    for bad in (70000, "9092", True):
+        with pytest.raises(ValueError, match="port must be a port number"):
+            EmbeddedBroker(port=bad)  # type: ignore[arg-type]
+
+
 def test_a_port_in_use_is_refused_not_mistaken_for_ready() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -75,3 +78,32 @@ def test_smoke_on_a_tansu_topic_that_already_holds_batched_data_is_ok(tansu_brok
     assert second.exit_code == 0, second.output
     assert "aioprod smoke: OK" in second.stdout
     assert "checked from its first acked offset" in second.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("metadata",),
+        ("smoke", "-n", "5"),
+        ("smoke", "-n", "5", "--json"),
+        ("perf", "-t", "pipe-perf", "-n", "5", "-s", "10"),
+    ],
+    ids=" ".join,
+)
+def test_a_reader_that_goes_away_does_not_fail_the_command(bootstrap: str, args: tuple[str, ...]) -> None:
+    # `aioprod smoke | head -1` exited 1 ("a smoke check failed") with nothing said, and metadata
+    # with "aioprod: error: BrokenPipeError": as the Unix tools, the output stops, the result stands.
+    read, write = os.pipe()
+    os.close(read)  # stdout's reader is gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "aioprod.cli", *args, "-b", bootstrap],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("AIOPROD_")},
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, "BrokenPipeError" in done.stderr) == (0, False), done.stderr[-2000:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from aioprod import Producer
@@ -186,3 +188,47 @@ def test_acks_refuses_a_bool(value: bool) -> None:
     # True == 1 in Python: acks=True was acks=1, which also turned idempotence off.
     with pytest.raises(ConfigError, match="acks must be 'all', -1, 0 or 1, got"):
         Producer(bootstrap_servers="127.0.0.1:9092", acks=value)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"ssl_context": None},
+        {"ssl_ca_location": None},
+        {"sasl_mechanism": None},
+        {"sasl_username": None, "sasl_password": None},
+        {"sasl_oauth_token_provider": None},
+        {"ssl_context": None, "sasl_mechanism": None, "sasl_plain_username": None, "sasl_plain_password": None},
+    ],
+)
+def test_a_security_option_passed_as_none_is_not_set(options: dict[str, object]) -> None:
+    # Code moving from aiokafka passes its settings through, None meaning unset: "ssl_context is
+    # set but security_protocol is PLAINTEXT".
+    assert ProducerConfig.from_options(bootstrap_servers="127.0.0.1:9092", **options).security_protocol == "PLAINTEXT"
+
+
+@pytest.mark.parametrize(("codec", "level"), [("gzip", 9), ("lz4", 12), ("zstd", 10)])
+def test_javas_compression_level_names(codec: str, level: int) -> None:
+    # KIP-390's names in a Java client.properties were "unknown option".
+    options = {"bootstrap.servers": "127.0.0.1:9092", "compression.type": codec, f"compression.{codec}.level": level}
+    assert ProducerConfig.from_options(options).compression_level == level
+    # Java takes every codec's level and uses the one of compression.type.
+    other = {"bootstrap.servers": "127.0.0.1:9092", "compression.type": "snappy", f"compression.{codec}.level": level}
+    assert ProducerConfig.from_options(other).compression_level is None
+
+
+def test_javas_compression_level_names_are_checked_against_their_codec() -> None:
+    with pytest.raises(ConfigError, match="level"):
+        ProducerConfig.from_options(bootstrap_servers="127.0.0.1:9092", compression_gzip_level=42)
+    with pytest.raises(ConfigError, match=r"compression_level and compression.zstd.level both set"):
+        ProducerConfig.from_options(
+            bootstrap_servers="127.0.0.1:9092", compression_type="zstd", compression_level=3, compression_zstd_level=5
+        )
+
+
+def test_a_directory_for_a_tls_file_says_so(tmp_path: Path) -> None:
+    # It said "no such file '/etc/ssl/certs'" (librdkafka takes a directory of CAs there).
+    with pytest.raises(ConfigError, match="is a directory; give a PEM file"):
+        ProducerConfig.from_options(
+            bootstrap_servers="127.0.0.1:9092", security_protocol="SSL", ssl_ca_location=tmp_path
+        )
