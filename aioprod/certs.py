@@ -64,6 +64,9 @@ class CertificateAuthority:
             .not_valid_after(now + datetime.timedelta(days=valid_days))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+            # Python 3.13's default context verifies strictly (VERIFY_X509_STRICT): a CA needs its
+            # key identifier, and a certificate it issues the authority key identifier.
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False)
             .sign(self._key, hashes.SHA256())
         )
 
@@ -96,6 +99,8 @@ class CertificateAuthority:
             .not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False)
         )
         if hostnames:
             names: list[x509.GeneralName] = []

@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -329,6 +330,16 @@ async def test_close_releases_every_tls_socket_when_the_broker_has_hung(tls_only
     finally:
         os.kill(gateway.pid, signal.SIGCONT)
     assert not still_open, f"{len(still_open)} of {len(sockets)} sockets still open after close()"
+
+
+async def test_the_certificates_aioprod_makes_pass_python_3_13s_strict_verification(
+    tls_only: EmbeddedBroker, pki: Pki
+) -> None:
+    # Python 3.13's default context sets VERIFY_X509_STRICT, which refused them ("Missing
+    # Authority Key Identifier"): `aioprod broker --tls` could not be reached from Python 3.13.
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.verify_flags |= ssl.VERIFY_X509_STRICT | ssl.VERIFY_X509_PARTIAL_CHAIN
+    await produce(tls_only.bootstrap, new_topic(), [b"strict"], security_protocol="SSL", ssl_context=context)
 
 
 async def test_system_cas_are_used_when_no_ca_is_given(
