@@ -21,11 +21,11 @@ from typing import Any, NamedTuple
 
 from aioprod.cluster.metadata import ClusterSnapshot
 from aioprod.config import ProducerConfig
-from aioprod.errors import KafkaError, KafkaTimeoutError, RecordTooLargeError
+from aioprod.errors import KafkaError, KafkaTimeoutError, RecordTooLargeError, TransactionAbortedError
 from aioprod.metrics import ProducerMetrics
 from aioprod.producer.batch import Headers, ProducerBatch, SendGroup, TopicPartition
 from aioprod.producer.idempotence import earlier_under, sequence_before
-from aioprod.producer.record_future import RecordFuture
+from aioprod.producer.record_future import BatchFailure, RecordFuture
 from aioprod.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder, resolve_codec
 
 
@@ -690,7 +690,10 @@ class RecordAccumulator:
             self._deadlines.compact(self.incomplete)
             self.pool.release(batch.reserved)
             batch.reserved = 0
-            if batch.failed:
+            outcome = batch.settlement.outcome
+            # As Java's abortUndrainedBatches: records of an aborted transaction are the caller's
+            # abort, not failed deliveries (routine aborts would read as errors).
+            if isinstance(outcome, BatchFailure) and not isinstance(outcome.error, TransactionAbortedError):
                 self._metrics.record_error(batch, self._loop.time())
 
     @property

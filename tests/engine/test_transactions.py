@@ -86,6 +86,8 @@ async def test_records_not_sent_when_the_transaction_aborts_fail_as_aborted(clus
         await p.abort_transaction()
         with pytest.raises(TransactionAbortedError):
             await queued
+        # The caller's abort, not a failed delivery (as Java): routine aborts read as errors.
+        assert p.metrics()["record-error-total"] == 0
     assert cluster.partition("t", 0).values == []
     (end,) = requests(cluster, m.EndTxnRequest)  # the partition had joined: the abort ends it
     assert end.committed is False  # type: ignore[attr-defined]
