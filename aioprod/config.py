@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 import re
 import ssl
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aioprod.errors import ConfigError, UnsupportedOptionError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from aioprod.metrics import MetricsSnapshot
@@ -319,6 +322,15 @@ class ProducerConfig:
                 f"reconnect_backoff_max_ms ({self.reconnect_backoff_max_ms}) is below "
                 f"reconnect_backoff_ms ({self.reconnect_backoff_ms})"
             )
+        if (
+            self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms
+            and "delivery_timeout_ms" not in explicit
+        ):
+            # As Java's configureDeliveryTimeout: only a value the user set is refused; the
+            # default follows linger_ms + request_timeout_ms.
+            raised = self.linger_ms + self.request_timeout_ms
+            log.warning("delivery_timeout_ms raised from its default to linger_ms + request_timeout_ms (%d)", raised)
+            object.__setattr__(self, "delivery_timeout_ms", raised)
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             raise ConfigError(
                 f"delivery_timeout_ms ({self.delivery_timeout_ms}) must be at least "

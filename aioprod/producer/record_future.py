@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import operator
 from bisect import bisect_right
 from collections.abc import Callable, Generator
 from functools import partial
@@ -68,6 +69,7 @@ AckedOrFailed: TypeAlias = "tuple[str, int, int, int] | BatchFailure"
 BatchOutcome: TypeAlias = "AckedOrFailed | SplitOutcome"
 
 _Callback: TypeAlias = "Callable[[RecordFuture], object]"
+_record_index = operator.attrgetter("_index")
 _NOT_CANCELLED: Any = object()
 #: Builds a RecordMetadata without the namedtuple's argument handling.
 _metadata = tuple.__new__
@@ -163,7 +165,9 @@ class BatchSettlement:
         waiting, self._waiting = self._waiting, None
         if not waiting:
             return
-        futures = list(waiting)
+        # In the order of the records in the batch (as Java runs a partition's callbacks, and as
+        # futures resolved record by record would), not the order the callbacks were added in.
+        futures = sorted(waiting, key=_record_index)
         for position, future in enumerate(futures):
             try:
                 future._run_callbacks()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from aioprod import Producer
+from aioprod._compiled import speedups
 from aioprod.protocol.messages import ProduceRequest
 from tests.conftest import Scripted
 
@@ -65,3 +68,23 @@ async def test_every_partition_is_drained_within_a_fair_number_of_requests(scrip
             last_served[part.index] = number
     assert len(produce) >= partitions * 4 // 30
     assert worst <= 8
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+async def test_callbacks_of_one_partition_run_in_record_order(scripted: Scripted, lanes: bool) -> None:
+    # As Java promises: they ran in the order they were added (two tasks sending to a partition,
+    # the later one adding its callback first).
+    if lanes and speedups is None:
+        pytest.skip("the compiled send lane is off (AIOPROD_PURE_PYTHON): its test is the other case")
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    order: list[int] = []
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=50) as p:
+        p._lanes_on = lanes
+        await p.partitions_for("t")
+        futures = [await p.send("t", b"%d" % i) for i in range(4)]
+        for i in (3, 1, 0, 2):
+            futures[i].add_done_callback(lambda _f, i=i: order.append(i))
+        await asyncio.gather(*futures)
+        await asyncio.sleep(0)  # the callbacks of the last future gathered
+    assert order == [0, 1, 2, 3]

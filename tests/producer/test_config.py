@@ -232,3 +232,13 @@ def test_a_directory_for_a_tls_file_says_so(tmp_path: Path) -> None:
         ProducerConfig.from_options(
             bootstrap_servers="127.0.0.1:9092", security_protocol="SSL", ssl_ca_location=tmp_path
         )
+
+
+@pytest.mark.parametrize("options", [{"request.timeout.ms": 180_000}, {"linger.ms": 120_000}])
+def test_a_default_delivery_timeout_follows_linger_and_request_timeout(options: dict[str, int]) -> None:
+    # As Java's configureDeliveryTimeout: a Java config raising request.timeout.ms was refused
+    # for a delivery timeout its user never set.
+    config = ProducerConfig.from_options({"bootstrap.servers": "127.0.0.1:9092", **options})
+    assert config.delivery_timeout_ms == config.linger_ms + config.request_timeout_ms
+    with pytest.raises(ConfigError, match="delivery_timeout_ms"):  # one that was set still is
+        ProducerConfig.from_options({"bootstrap.servers": "127.0.0.1:9092", "delivery.timeout.ms": 120_000, **options})
