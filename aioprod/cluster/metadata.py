@@ -357,6 +357,11 @@ class Metadata:
         self._leader_epochs[(topic, partition)] = epoch
         moved = PartitionInfo(partition, leader, epoch, part.replicas, part.isr)
         topics = dict(self.snapshot.topics)
+        if brokers is not self.snapshot.brokers:
+            # A broker new to the snapshot: its partitions of other topics have a leader now too.
+            for name, other in topics.items():
+                if any(p.leader == leader for p in other.partitions.values()):
+                    topics[name] = TopicInfo(name, other.partitions, brokers)
         topics[topic] = TopicInfo(topic, MappingProxyType({**info.partitions, partition: moved}), brokers)
         self._install(brokers, topics, self.snapshot.cluster_id, self.snapshot.controller_id)
         return True

@@ -559,7 +559,11 @@ class Producer:
             values = list(values)
         if keys is not None and type(keys) is not tuple:
             keys = list(keys)
-        values, keys, header_lists = self._check_many(values, keys, headers)  # before any wait
+        try:
+            values, keys, header_lists = self._check_many(values, keys, headers)  # before any wait
+        except KafkaError:  # a record too large: none of them is queued
+            self._metrics.record_send_error(count, self._loop.time())
+            raise
         loop = self._loop
         deadline = loop.time() + self._max_block
         info = self._metadata.snapshot.topics.get(topic)

@@ -916,10 +916,21 @@ def as_offsets(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> dic
         _check_int(f"offset for {tp}", value.offset, 0, 2**63)
         if value.metadata is not None and not isinstance(value.metadata, str):
             raise TypeError(f"metadata for {tp} must be a str or None, got {type(value.metadata).__name__}")
+        _check_utf8(f"offsets keys' topic {tp[0]!r}", tp[0])
+        if value.metadata is not None:
+            _check_utf8(f"metadata for {tp}", value.metadata)
         if value.leader_epoch is not None:
             _check_int(f"leader_epoch for {tp}", value.leader_epoch, -1, 2**31)
         out[TopicPartition(tp[0], tp[1])] = value
     return out
+
+
+def _check_utf8(what: str, text: str) -> None:
+    """``text`` has a UTF-8 form (no lone surrogate): the protocol's strings are UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} cannot be encoded as UTF-8: {exc.reason} at position {exc.start}") from None
 
 
 def _check_int(what: str, value: Any, low: int, high: int) -> None:
@@ -936,6 +947,7 @@ def as_group(group: str | ConsumerGroupMetadata | Any) -> ConsumerGroupMetadata:
     if isinstance(group, str):
         if not group:
             raise ValueError("the consumer group id is empty")
+        _check_utf8("the consumer group id", group)
         return ConsumerGroupMetadata(group)
     if not isinstance(group, ConsumerGroupMetadata):
         group_id = getattr(group, "group_id", None)
@@ -955,4 +967,8 @@ def as_group(group: str | ConsumerGroupMetadata | Any) -> ConsumerGroupMetadata:
     instance = group.group_instance_id
     if instance is not None and not isinstance(instance, str):
         raise TypeError(f"the consumer group's group_instance_id must be a str or None, got {type(instance).__name__}")
+    _check_utf8("the consumer group id", group.group_id)
+    _check_utf8("the consumer group's member_id", group.member_id)
+    if instance is not None:
+        _check_utf8("the consumer group's group_instance_id", instance)
     return group

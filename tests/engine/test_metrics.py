@@ -166,6 +166,8 @@ async def test_records_their_call_could_not_queue_count_as_errors(scripted: Scri
         await p.send_and_wait("t", b"warm-up")
         with pytest.raises(RecordTooLargeError):
             await p.send("t", b"x" * 5000)  # beyond buffer_memory
+        with pytest.raises(RecordTooLargeError):
+            await p.send_many("t", [b"small", b"x" * 5000])  # refused whole
         with pytest.raises(KafkaTimeoutError):
             await p.send("missing", b"v")  # no such topic within max_block_ms
         cluster.nodes[1].holding = True  # the buffer fills
@@ -180,7 +182,7 @@ async def test_records_their_call_could_not_queue_count_as_errors(scripted: Scri
         await asyncio.gather(*held)
         m, topics = p.metrics(), p.metrics_snapshot().topics
     assert sum(isinstance(r, KafkaTimeoutError) for r in info.value.results) == 3
-    assert m["record-error-total"] == 1 + 1 + 1 + 3
+    assert m["record-error-total"] == 1 + 2 + 1 + 1 + 3
     assert topics["t"]["record-error-total"] == 0  # none reached a batch (Java counts them producer-wide)
 
 

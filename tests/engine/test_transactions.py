@@ -29,6 +29,7 @@ from aioprod.errors import (
     TransactionStateError,
     UnsupportedVersionError,
 )
+from aioprod.producer import transactions
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import ScriptedCluster
@@ -561,14 +562,39 @@ async def test_offsets_the_protocol_cannot_carry_are_refused_before_anything_is_
     assert cluster.partition("t", 0).committed == [b"out"]  # bad input, as a bad send(): nothing else changes
 
 
-async def test_offsets_that_fail_part_way_for_any_reason_stop_the_commit(cluster: ScriptedCluster) -> None:
-    # A metadata string UTF-8 cannot carry fails in TxnOffsetCommit's encoder, after
-    # AddOffsetsToTxn: a transaction committed then would have its output without its offsets.
+@pytest.mark.parametrize(
+    ("offset", "group", "error"),
+    [
+        (5, "g\ud800", "the consumer group id cannot be encoded as UTF-8"),
+        (5, ConsumerGroupMetadata("g", member_id="m\ud800"), "member_id cannot be encoded as UTF-8"),
+        (OffsetAndMetadata(5, "\ud800"), "g", r"metadata for .* cannot be encoded as UTF-8"),
+    ],
+)
+async def test_strings_utf8_cannot_carry_are_refused_before_anything_is_sent(
+    cluster: ScriptedCluster, offset: Any, group: Any, error: str
+) -> None:
+    # They failed in the encoder, a bare UnicodeEncodeError, and left the transaction abortable.
+    async with producer(cluster) as p, p.transaction():
+        await p.send("t", b"out", partition=0)
+        with pytest.raises(ValueError, match=error):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): offset}, group)
+    assert cluster.partition("t", 0).committed == [b"out"]
+
+
+async def test_offsets_that_fail_part_way_for_any_reason_stop_the_commit(
+    cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Offsets cut short after AddOffsetsToTxn (here by a bug in building TxnOffsetCommit): a
+    # transaction committed then would have its output without its offsets.
+    def broken(**_: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(transactions, "TxnOffsetCommitRequest", broken)
     async with producer(cluster) as p:
         p.begin_transaction()
         await p.send("t", b"out", partition=0)
-        with pytest.raises(UnicodeEncodeError):
-            await p.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(5, "\ud800")}, "g")
+        with pytest.raises(RuntimeError, match="a bug"):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g")
         assert cluster.requests_of(m.AddOffsetsToTxnRequest)
         with pytest.raises(TransactionAbortableError, match="sending the offsets did not finish"):
             await p.commit_transaction()
