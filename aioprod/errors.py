@@ -111,6 +111,14 @@ class RecordTooLargeError(KafkaError, ValueError):
     """A record cannot fit in a request or in the producer's buffer."""
 
 
+class InvalidBatchError(KafkaError):
+    """The record was not written: the broker refused its batch for other records of it
+    (INVALID_RECORD or INVALID_TIMESTAMP naming them, KIP-467); those records get the broker's
+    error, this one can be sent again as it is. The broker's error is the ``__cause__``."""
+
+    possibly_persisted = False
+
+
 class DeliveryTimeoutError(KafkaTimeoutError):
     """A record was not acknowledged within ``delivery_timeout_ms``.
 

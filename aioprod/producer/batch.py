@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, NamedTuple
 
@@ -64,8 +64,9 @@ class SendGroup:
         )
         self._settle(count)
 
-    def failed(self, start: int, count: int, error: BaseException) -> None:
-        self.results[start : start + count] = [error] * count
+    def failed(self, start: int, count: int, error: BaseException, errors: list[BaseException] | None = None) -> None:
+        """``errors``: each record's own, when they differ (see :class:`BatchFailure`)."""
+        self.results[start : start + count] = [error] * count if errors is None else errors
         if self._error is None:
             self._error = error
         self._settle(count)
@@ -298,9 +299,12 @@ class ProducerBatch:
             )
         self.settlement.settle((tp.topic, tp.partition, base_offset, log_append_time))
 
-    def fail(self, error: KafkaError) -> None:
-        for group, start, _, count in self.groups:
-            group.failed(start, count, error)
+    def fail(self, error: KafkaError, per_record: Mapping[int, KafkaError] | None = None) -> None:
+        """``per_record``: each record's own error by offset delta (the broker named the
+        invalid records of the batch)."""
+        for group, start, delta, count in self.groups:
+            errors = None if per_record is None else [per_record[d] for d in range(delta, delta + count)]
+            group.failed(start, count, error, errors)
         # A result, not an exception: the record futures raise it, and flush() (which only
         # waits) never leaves an unretrieved exception behind.
-        self.settlement.settle(BatchFailure(error, error.__traceback__))
+        self.settlement.settle(BatchFailure(error, error.__traceback__, per_record))

@@ -19,6 +19,7 @@ from aioprod.config import ProducerConfig
 from aioprod.errors import (
     DuplicateSequenceNumberError,
     FencedLeaderEpochError,
+    InvalidBatchError,
     KafkaConnectionError,
     KafkaError,
     MessageTooLargeError,
@@ -99,6 +100,8 @@ class Decision:
     #: The answer says the client's metadata is stale.
     refresh_metadata: bool = False
     leader: LeaderHint | None = None
+    #: A refusal naming the records at fault (KIP-467): offset delta -> that record's error.
+    record_errors: dict[int, KafkaError] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +183,28 @@ def _partition(
         return decision
     decision = _retry_or_fail(batch, error, now, policy, maybe_written=code not in _NOT_WRITTEN, leader=leader)
     decision.refresh_metadata = error.invalid_metadata
+    if part.record_errors and decision.action is Action.FAIL:
+        decision.record_errors = _record_errors(batch, part, error)
     return decision
+
+
+def _record_errors(batch: ProducerBatch, part: ProduceResponsePartition, error: KafkaError) -> dict[int, KafkaError]:
+    """Each record's error when the broker named the invalid ones (as Java's failBatch): the
+    named records get the broker's error with their own message; the others were refused
+    only for sharing a batch with them."""
+    code = part.error_code
+    named = {
+        e.batch_index: error_for_code(code, e.batch_index_error_message or part.error_message)
+        for e in part.record_errors
+        if 0 <= e.batch_index < batch.record_count
+    }
+    where = f"{batch.tp.topic}-{batch.tp.partition}"
+    innocent = InvalidBatchError(
+        f"{where}: the record was not written: the broker refused its batch for record(s) "
+        f"{sorted(named)} of it ({error}); this one was not at fault"
+    )
+    innocent.__cause__ = error
+    return {index: named.get(index, innocent) for index in range(batch.record_count)}
 
 
 def _retry_or_fail(

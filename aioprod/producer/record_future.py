@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import operator
 from bisect import bisect_right
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any, NamedTuple, TypeAlias
@@ -36,11 +36,14 @@ class BatchFailure(NamedTuple):
 
     error: KafkaError
     traceback: TracebackType | None
+    #: Each record's own error, by offset delta, when the broker named the invalid ones.
+    per_record: Mapping[int, KafkaError] | None = None
 
-    def copy_error(self) -> KafkaError:
-        """The error as a new object: same class, arguments, attributes, cause and context,
-        and the batch's traceback."""
-        return copy_error(self.error, self.traceback)
+    def copy_error(self, index: int) -> KafkaError:
+        """The error of the record at offset delta ``index``, as a new object: same class,
+        arguments, attributes, cause and context, and the batch's traceback."""
+        error = self.error if self.per_record is None else self.per_record.get(index, self.error)
+        return copy_error(error, self.traceback)
 
 
 class SplitOutcome:
@@ -311,7 +314,7 @@ def _metadata_of(outcome: BatchOutcome, index: int, timestamp: int) -> RecordMet
     if type(outcome) is SplitOutcome:
         outcome, index = outcome.locate(index)
     if isinstance(outcome, BatchFailure):
-        raise outcome.copy_error()
+        raise outcome.copy_error(index)
     topic, partition, base_offset, log_append_time = outcome  # type: ignore[misc]
     return _record_metadata(
         topic,
@@ -323,8 +326,8 @@ def _metadata_of(outcome: BatchOutcome, index: int, timestamp: int) -> RecordMet
 
 def _error_of(outcome: BatchOutcome, index: int) -> BaseException | None:
     if type(outcome) is SplitOutcome:
-        outcome = outcome.locate(index)[0]
-    return outcome.copy_error() if isinstance(outcome, BatchFailure) else None
+        outcome, index = outcome.locate(index)
+    return outcome.copy_error(index) if isinstance(outcome, BatchFailure) else None
 
 
 def _call_back(future: Any, callbacks: list[tuple[_Callback, contextvars.Context]]) -> None:

@@ -465,14 +465,15 @@ class Sender:
                 acc.split_and_reenqueue(batch, decision.retry_at)
             else:
                 assert decision.error is not None
-                error = decision.error
+                error, per_record = decision.error, decision.record_errors
                 if batch.possibly_persisted:  # (it is back from the wire)
                     # The broker's last word, but an earlier attempt's answer never came: the
                     # record may be in the log, and a resend would write it twice.
-                    error = copy_error(error)
-                    error.possibly_persisted = True  # type: ignore[attr-defined]
-                    error.add_note("an earlier attempt's answer never came: the record may be in the log")
-                self._finish(batch, error)
+                    error = _maybe_in_log(error)
+                    if per_record is not None:
+                        marked = {id(e): _maybe_in_log(e) for e in per_record.values()}
+                        per_record = {index: marked[id(e)] for index, e in per_record.items()}
+                self._finish(batch, error, per_record)
         if refresh:
             self._metadata.request_update()
 
@@ -585,8 +586,8 @@ class Sender:
         if self.idempotence is not None:
             self.idempotence.returned(batch)
 
-    def _finish(self, batch: ProducerBatch, error: KafkaError) -> None:
-        batch.fail(error)
+    def _finish(self, batch: ProducerBatch, error: KafkaError, per_record: dict[int, KafkaError] | None = None) -> None:
+        batch.fail(error, per_record)
         self._acc.complete(batch)
         if self.idempotence is not None:
             if batch.stamped:
@@ -731,6 +732,14 @@ def _overtaken(batch: ProducerBatch, refusal: KafkaError | None, certain: bool =
         text += " (an earlier attempt may be in a log in which the broker lost the producer's state)"
     error = OutOfOrderSequenceNumberError(text if refusal is None else f"{text} ({refusal})")
     error.possibly_persisted = batch.possibly_persisted  # type: ignore[attr-defined]
+    return error
+
+
+def _maybe_in_log(error: KafkaError) -> KafkaError:
+    """``error`` for a batch an earlier attempt of which may have been written."""
+    error = copy_error(error)
+    error.possibly_persisted = True  # type: ignore[attr-defined]
+    error.add_note("an earlier attempt's answer never came: the record may be in the log")
     return error
 
 

@@ -708,10 +708,10 @@ async def _as_coro(fn):
 UNQUEUED: dict[int, int] = {}
 
 
-def _patched_failed(self, start, count, error):
+def _patched_failed(self, start, count, error, errors=None):
     if sys._getframe(1).f_code.co_name == "send_many":
         UNQUEUED[id(self.future)] = start
-    return _orig_failed(self, start, count, error)
+    return _orig_failed(self, start, count, error, errors)
 
 
 _orig_failed = SendGroup.failed

@@ -12,6 +12,8 @@ from aioprod import Producer
 from aioprod.errors import (
     DeliveryTimeoutError,
     DuplicateSequenceNumberError,
+    InvalidBatchError,
+    InvalidRecordError,
     KafkaTimeoutError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
@@ -25,6 +27,7 @@ from aioprod.protocol.messages import (
     MetadataRequestTopic,
     MetadataResponseTopic,
     ProduceRequest,
+    ProduceResponseBatchIndexError,
 )
 from aioprod.protocol.records import read_batch
 from tests.conftest import Scripted
@@ -402,3 +405,51 @@ async def test_a_leader_hint_at_the_newest_epoch_seen_replaces_a_lagging_view(sc
         assert p.cluster().leader_for("t", 0) == 2
         assert not p._metadata.update_leader("t", 0, 1, 5, None)  # the same epoch again: nothing newer
         cluster.nodes[3].stale.clear()
+
+
+@pytest.fixture
+def validating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake refuses a batch holding a record whose value starts with b"bad" as Kafka's
+    LogValidator does (INVALID_RECORD, KIP-467): the batch whole, naming each bad record."""
+    produce = ScriptedCluster._produce
+
+    def validated(self: ScriptedCluster, node: Any, request: ProduceRequest, version: int) -> Any:
+        bad: dict[tuple[str, int], list[int]] = {}
+        for topic in request.topic_data:
+            for data in topic.partition_data:
+                records = read_batch(data.records).records
+                indexes = [i for i, r in enumerate(records) if (r.value or b"").startswith(b"bad")]
+                if indexes:
+                    bad[(topic.name, data.index)] = indexes
+                    node.script.append(InvalidRecordError.code)
+        response, hold = produce(self, node, request, version)
+        for topic_response in response.responses:
+            for part in topic_response.partition_responses:
+                for index in bad.get((topic_response.name, part.index), []):
+                    part.error_message = "one or more records have been rejected"
+                    part.record_errors.append(ProduceResponseBatchIndexError(index, f"record {index} is bad"))
+        return response, hold
+
+    monkeypatch.setattr(ScriptedCluster, "_produce", validated)
+
+
+async def test_only_the_records_the_broker_names_get_its_error(cluster: ScriptedCluster, validating: None) -> None:
+    # Every record of the batch failed with the one error: a good record was told it was
+    # invalid, and nothing said which one was (Java gives each its own, as here).
+    cluster.create_topic("v", 2)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=50) as p:
+        await p.partitions_for("v")
+        sent = [await p.send("v", v, partition=0) for v in (b"ok-0", b"bad-1", b"ok-2")]
+        many = await p.send_many("v", [b"ok-3", b"ok-4", b"bad-5"], partition=1)
+        results = await asyncio.gather(*sent, return_exceptions=True)
+        with pytest.raises(InvalidBatchError):
+            await sent[2]  # raised as awaited, too
+        with pytest.raises(SendManyError) as info:
+            await many
+    results += info.value.results
+    kinds = [type(r).__name__ for r in results]
+    assert kinds == ["InvalidBatchError", "InvalidRecordError"] + ["InvalidBatchError"] * 3 + ["InvalidRecordError"]
+    assert "record 1 is bad" in str(results[1]) and "record 2 is bad" in str(results[5])
+    assert "refused its batch for record(s) [1]" in str(results[0])
+    assert all(isinstance(r, InvalidBatchError) and not r.possibly_persisted for r in (results[0], results[2]))
+    assert cluster.partition("v", 0).values == cluster.partition("v", 1).values == []

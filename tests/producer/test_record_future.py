@@ -452,7 +452,7 @@ def _every_error() -> list[KafkaError]:
 @pytest.mark.parametrize("error", _every_error(), ids=lambda e: type(e).__name__)
 def test_every_error_reaches_the_caller_whole(error: KafkaError) -> None:
     # What a record raises is a copy of its batch's error: it must be the same to the caller.
-    copy = BatchFailure(error, None).copy_error()
+    copy = BatchFailure(error, None).copy_error(0)
     assert type(copy) is type(error) and copy is not error
     assert (copy.args, str(copy), copy.__dict__) == (error.args, str(error), error.__dict__)
 
