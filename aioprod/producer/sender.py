@@ -28,6 +28,7 @@ from aioprod.errors import (
     ProducerClosedError,
     ProducerFatalError,
     TransactionAbortedError,
+    UnsupportedVersionError,
     copy_error,
     error_for_code,
 )
@@ -316,6 +317,14 @@ class Sender:
     def _send(self, conn: BrokerConnection, batches: list[ProducerBatch], cluster: ClusterSnapshot, now: float) -> None:
         ident, txn = self.idempotence, self.transactions
         transactional = txn is not None
+        try:
+            # Before anything is stamped or counted on the wire: a broker that shares no Produce
+            # version fails these batches (never written), not the sender task.
+            conn.version_for(ProduceRequest, None if txn is None else txn.produce_version())
+        except UnsupportedVersionError as exc:
+            for batch in batches:
+                self._finish(batch, copy_error(exc))
+            return
         topics: dict[str, list[ProduceRequestPartition]] = {}
         for batch in batches:
             tp = batch.tp

@@ -237,9 +237,9 @@ class MetadataRequest(Request):
 
     #: None asks for every topic; an empty list for none.
     topics: list[MetadataRequestTopic] | None = field(Array(MetadataRequestTopic), nullable="1+")
-    allow_auto_topic_creation: bool = field(BOOL, "4+", default=True)
-    include_cluster_authorized_operations: bool = field(BOOL, "8-10")
-    include_topic_authorized_operations: bool = field(BOOL, "8+")
+    allow_auto_topic_creation: bool = field(BOOL, "4+", default=True, ignorable=False)
+    include_cluster_authorized_operations: bool = field(BOOL, "8-10", ignorable=False)
+    include_topic_authorized_operations: bool = field(BOOL, "8+", ignorable=False)
 
 
 # --- Produce (key 0) -----------------------------------------------------------------------
@@ -350,8 +350,8 @@ class InitProducerIdRequest(Request):
     #: The spec's default is the empty string; pass None for a non-transactional producer.
     transactional_id: str | None = field(STRING, nullable="0+")
     transaction_timeout_ms: int = field(INT32)
-    producer_id: int = field(INT64, "3+", default=-1)
-    producer_epoch: int = field(INT16, "3+", default=-1)
+    producer_id: int = field(INT64, "3+", default=-1, ignorable=False)
+    producer_epoch: int = field(INT16, "3+", default=-1, ignorable=False)
 
 
 # --- ListOffsets (key 2) -------------------------------------------------------------------
@@ -408,7 +408,7 @@ class ListOffsetsRequest(Request):
 
     #: The spec's default is 0 (a broker id); clients must send -1.
     replica_id: int = field(INT32)
-    isolation_level: int = field(INT8, "2+")
+    isolation_level: int = field(INT8, "2+", ignorable=False)
     topics: list[ListOffsetsRequestTopic] = field(Array(ListOffsetsRequestTopic))
     timeout_ms: int = field(INT32, "10+")
 
@@ -521,7 +521,7 @@ class FindCoordinatorRequest(Request):
 
     key: str = field(STRING, "0-3")
     #: 0 for a consumer group, 1 for a transaction.
-    key_type: int = field(INT8, "1+")
+    key_type: int = field(INT8, "1+", ignorable=False)
     coordinator_keys: list[str] = field(Array(STRING), "4+")
 
 

@@ -20,8 +20,11 @@ from aioprod.errors import (
     ProducerFatalError,
     SendManyError,
     UnknownProducerIdError,
+    UnsupportedVersionError,
 )
+from aioprod.protocol import framing
 from aioprod.protocol.messages import (
+    ApiVersionsRequest,
     InitProducerIdRequest,
     MetadataRequest,
     MetadataRequestTopic,
@@ -453,3 +456,34 @@ async def test_only_the_records_the_broker_names_get_its_error(cluster: Scripted
     assert "refused its batch for record(s) [1]" in str(results[0])
     assert all(isinstance(r, InvalidBatchError) and not r.possibly_persisted for r in (results[0], results[2]))
     assert cluster.partition("v", 0).values == cluster.partition("v", 1).values == []
+
+
+async def test_a_broker_sharing_no_produce_version_fails_its_batches_not_the_producer(
+    cluster: ScriptedCluster,
+) -> None:
+    # The version choice raised into the sender's round: every record, those of the other brokers
+    # too, failed with ProducerFatalError("the sender task died"), the old broker's as possibly
+    # written. As Java, only that broker's batches fail, with UnsupportedVersionError.
+    cluster.add_node(2)
+    cluster.create_topic("mixed", [1, 2])
+    handle = cluster.handle
+
+    async def speaking_produce_v2_at_node_2(conn: Any, frame: bytes) -> Any:  # Kafka 0.10's range
+        header, _ = framing.decode_request_header(frame)
+        if conn.node.node_id == 2 and header.api_key == ApiVersionsRequest.API_KEY:
+            response = cluster._api_versions()
+            for key in response.api_keys:
+                if key.api_key == ProduceRequest.API_KEY:
+                    key.min_version, key.max_version = 0, 2
+            return framing.encode_response(response, header.api_version, header.correlation_id)
+        return await handle(conn, frame)
+
+    cluster.handle = speaking_produce_v2_at_node_2  # type: ignore[method-assign]
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, enable_idempotence=False) as p:
+        old = await p.send("mixed", b"to-old", partition=1)
+        new = await p.send("mixed", b"to-new", partition=0)
+        results = await asyncio.gather(old, new, return_exceptions=True)
+        await p.send_and_wait("mixed", b"still-open", partition=0)
+    assert isinstance(results[0], UnsupportedVersionError) and not getattr(results[0], "possibly_persisted", False)
+    assert results[1].offset == 0  # type: ignore[union-attr]
+    assert cluster.partition("mixed", 0).values == [b"to-new", b"still-open"]

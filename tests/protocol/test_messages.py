@@ -30,6 +30,7 @@ from kafka.protocol import metadata as kp_metadata
 from kafka.protocol import producer as kp_producer
 from kafka.protocol import sasl as kp_sasl
 
+from aioprod.errors import UnsupportedVersionError
 from aioprod.protocol import messages as m
 from aioprod.protocol.framing import (
     FrameDecoder,
@@ -215,7 +216,7 @@ def _produce_kp(version: int) -> bytes:
 def _metadata_ours(version: int, topics: list[str] | None) -> m.MetadataRequest:
     return m.MetadataRequest(
         topics=None if topics is None else [m.MetadataRequestTopic(name=t) for t in topics],
-        allow_auto_topic_creation=False,
+        allow_auto_topic_creation=version < 4,  # v1-3 cannot say False (broker-side auto-creation)
         include_topic_authorized_operations=version >= 8,
     )
 
@@ -714,3 +715,28 @@ def test_credentials_are_not_in_a_sasl_request_repr() -> None:
     request = m.SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00s3cret")
     assert "s3cret" not in repr(request)
     assert request.auth_bytes.endswith(b"s3cret")
+
+
+@pytest.mark.parametrize(
+    ("request_obj", "version"),
+    [
+        # allow_auto_topic_creation=False lost: the broker auto-created the topic (Metadata < v4).
+        (m.MetadataRequest(topics=[m.MetadataRequestTopic(name="t")], allow_auto_topic_creation=False), 3),
+        # A transaction coordinator lookup became a group coordinator lookup (FindCoordinator v0).
+        (m.FindCoordinatorRequest(key="txn", key_type=1, coordinator_keys=["txn"]), 0),
+        # KIP-360's epoch bump became a request for a new producer id (InitProducerId < v3).
+        (
+            m.InitProducerIdRequest(
+                transactional_id="txn", transaction_timeout_ms=60000, producer_id=7, producer_epoch=3
+            ),
+            2,
+        ),
+        # read_committed became read_uncommitted (ListOffsets v1).
+        (m.ListOffsetsRequest(replica_id=-1, isolation_level=1, topics=[]), 1),
+    ],
+    ids=lambda x: f"v{x}" if isinstance(x, int) else type(x).__name__,
+)
+def test_a_set_field_the_version_cannot_carry_is_refused_not_dropped(request_obj: Any, version: int) -> None:
+    # As the specs say ("ignorable" is false unless given) and Java's writers do.
+    with pytest.raises(UnsupportedVersionError):
+        encode_request(request_obj, version, 1, "c")
