@@ -235,7 +235,10 @@ class ProducerConfig:
             from aioprod.protocol.records.compression import resolve_codec, resolve_level
 
             for codec, level in codec_levels.items():  # each checked against its codec, as Java does
-                resolve_level(resolve_codec(codec), level)
+                try:
+                    resolve_level(resolve_codec(codec), level)
+                except ConfigError as exc:
+                    raise ConfigError(str(exc).replace("compression_level", f"compression.{codec}.level", 1)) from None
             chosen = str(values.get("compression_type", "none"))
             if chosen in codec_levels:
                 if "compression_level" in values:

@@ -182,7 +182,7 @@ class EmbeddedBroker:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 65536):
                 raise ValueError(f"EmbeddedBroker {name} must be a port number (0 or None: a free one), got {value!r}")
         self.port = port or free_port()  # 0, as for a socket: any free port
-        self.advertised_port = advertised_port
+        self.advertised_port = advertised_port or None  # 0: as port (a free one)
         self.startup_timeout = startup_timeout
         self.security = security if security is not None and (security.tls or security.sasl) else None
         self.tansu_args = tansu_args

@@ -42,6 +42,9 @@ def copy_error(error: KafkaError, traceback: TracebackType | None = None) -> Kaf
     copy = cls.__new__(cls, *error.args)
     copy.args = error.args  # OSError's __new__ leaves them to __init__ in some subclasses
     copy.__dict__.update(error.__dict__)
+    notes = error.__dict__.get("__notes__")
+    if type(notes) is list:
+        copy.__notes__ = list(notes)  # add_note appends in place: each copy gets its own list
     copy.__cause__ = error.__cause__
     copy.__context__ = error.__context__
     copy.__suppress_context__ = error.__suppress_context__

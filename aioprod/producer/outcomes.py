@@ -184,7 +184,7 @@ def _partition(
     decision = _retry_or_fail(batch, error, now, policy, maybe_written=code not in _NOT_WRITTEN, leader=leader)
     decision.refresh_metadata = error.invalid_metadata
     if part.record_errors and decision.action is Action.FAIL:
-        decision.record_errors = _record_errors(batch, part, error)
+        decision.record_errors = _record_errors(batch, part, error) or None
     return decision
 
 
@@ -198,6 +198,8 @@ def _record_errors(batch: ProducerBatch, part: ProduceResponsePartition, error: 
         for e in part.record_errors
         if 0 <= e.batch_index < batch.record_count
     }
+    if not named:  # no record of this batch named: nothing says which records are innocent
+        return {}
     where = f"{batch.tp.topic}-{batch.tp.partition}"
     innocent = InvalidBatchError(
         f"{where}: the record was not written: the broker refused its batch for record(s) "

@@ -323,7 +323,8 @@ class Sender:
             conn.version_for(ProduceRequest, None if txn is None else txn.produce_version())
         except UnsupportedVersionError as exc:
             for batch in batches:
-                self._finish(batch, copy_error(exc))
+                # A retried batch an earlier attempt of which may be in the log says so.
+                self._finish(batch, _maybe_in_log(exc) if batch.possibly_persisted else copy_error(exc))
             return
         topics: dict[str, list[ProduceRequestPartition]] = {}
         for batch in batches:

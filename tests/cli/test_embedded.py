@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError, free_port
 from tests.cli.conftest import aioprod
@@ -48,8 +49,10 @@ def test_start_stop_restart_keeps_the_port() -> None:
 
 def test_port_zero_is_any_free_port_and_a_bad_port_is_refused_at_once() -> None:
     # Port 0 waited the whole startup timeout (15 s) for a broker on port 0, then did not say why.
-    with EmbeddedBroker(port=0) as broker:
+    with EmbeddedBroker(port=0, advertised_port=0) as broker:
         assert broker.port != 0 and accepts(broker.port)
+        brokers = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30).brokers
+        assert [b.port for b in brokers.values()] == [broker.port]  # advertised port 0: unreachable
     for bad in (70000, "9092", True):
         with pytest.raises(ValueError, match="port must be a port number"):
             EmbeddedBroker(port=bad)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from aioprod.errors import (
     OutOfOrderSequenceNumberError,
     ProducerFatalError,
     SendManyError,
+    TopicAuthorizationFailedError,
     UnknownProducerIdError,
     UnsupportedVersionError,
 )
@@ -34,7 +35,7 @@ from aioprod.protocol.messages import (
 )
 from aioprod.protocol.records import read_batch
 from tests.conftest import Scripted
-from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.cluster import Hold, ScriptedCluster
 
 DUPLICATE = DuplicateSequenceNumberError.code
 OUT_OF_ORDER = OutOfOrderSequenceNumberError.code
@@ -487,3 +488,100 @@ async def test_a_broker_sharing_no_produce_version_fails_its_batches_not_the_pro
     assert isinstance(results[0], UnsupportedVersionError) and not getattr(results[0], "possibly_persisted", False)
     assert results[1].offset == 0  # type: ignore[union-attr]
     assert cluster.partition("mixed", 0).values == [b"to-new", b"still-open"]
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_retry_refused_for_its_produce_version_says_an_earlier_attempt_may_be_in_the_log(
+    scripted: Scripted, idempotent: bool
+) -> None:
+    # It said nothing: told it was never written, a caller resending it wrote it twice.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1])
+    handle = cluster.handle
+
+    async def node_2_speaks_produce_v0_to_v2(conn: Any, frame: bytes) -> Any:
+        header, _ = framing.decode_request_header(frame)
+        if conn.node.node_id == 2 and header.api_key == ApiVersionsRequest.API_KEY:
+            response = cluster._api_versions()
+            for key in response.api_keys:
+                if key.api_key == ProduceRequest.API_KEY:
+                    key.min_version, key.max_version = 0, 2
+            return framing.encode_response(response, header.api_version, header.correlation_id)
+        return await handle(conn, frame)
+
+    cluster.handle = node_2_speaks_produce_v0_to_v2  # type: ignore[method-assign]
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=0,
+        request_timeout_ms=200,
+        delivery_timeout_ms=5000,
+        enable_idempotence=idempotent,
+    ) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].holding = True  # written, the answer never comes back in time
+        fut = await p.send("t", b"v")
+        while not cluster.partition("t").values:
+            await asyncio.sleep(0.01)
+        cluster.move_leader("t", 0, 2)  # the retry goes to a broker sharing no Produce version
+        with pytest.raises(UnsupportedVersionError) as info:
+            await fut
+        cluster.nodes[1].release()
+    assert cluster.partition("t").values == [b"v"]  # the record is in the log
+    assert getattr(info.value, "possibly_persisted", False) is True, repr(info.value)
+
+
+async def test_record_errors_naming_no_record_of_the_batch_leave_the_brokers_error_to_all(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every record was told InvalidBatchError, "not at fault", and may be sent again: the bad one too.
+    produce = ScriptedCluster._produce
+
+    def refused(self: ScriptedCluster, node: Any, request: ProduceRequest, version: int) -> Any:
+        node.script.append(InvalidRecordError.code)
+        response, hold = produce(self, node, request, version)
+        for topic in response.responses:
+            for part in topic.partition_responses:
+                part.record_errors.append(ProduceResponseBatchIndexError(7, "record 7 is bad"))  # 2-record batch
+        return response, hold
+
+    monkeypatch.setattr(ScriptedCluster, "_produce", refused)
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=50) as p:
+        await p.partitions_for("t")
+        futures = [await p.send("t", v) for v in (b"a", b"b")]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+    assert not any(isinstance(r, InvalidBatchError) for r in results), results
+    assert all(isinstance(r, InvalidRecordError) for r in results)
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_note_on_one_records_error_stays_on_it(scripted: Scripted, idempotent: bool) -> None:
+    # Each record's copy of its batch's error shared the batch's notes list: a note one caller
+    # added showed up on every other record of the batch.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    node = cluster.nodes[1]
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=20,
+        request_timeout_ms=200,
+        delivery_timeout_ms=5000,
+        enable_idempotence=idempotent,
+        retry_backoff_ms=1,
+        retry_backoff_max_ms=5,
+    ) as p:
+        await p.partitions_for("t")
+        node.script.extend([Hold, TopicAuthorizationFailedError.code])  # answer lost, then a refusal
+        first = await p.send("t", b"a")
+        second = await p.send("t", b"b")
+        with pytest.raises(TopicAuthorizationFailedError) as one:
+            await first
+        one.value.add_note("caller of record a: moved to the dead-letter queue")
+        with pytest.raises(TopicAuthorizationFailedError) as two:
+            await second
+        node.release()
+    notes = getattr(two.value, "__notes__", [])
+    assert any("may be in the log" in n for n in notes)  # the batch's own note
+    assert not any("record a" in n for n in notes), notes

@@ -218,7 +218,7 @@ def test_javas_compression_level_names(codec: str, level: int) -> None:
 
 
 def test_javas_compression_level_names_are_checked_against_their_codec() -> None:
-    with pytest.raises(ConfigError, match="level"):
+    with pytest.raises(ConfigError, match=r"^compression.gzip.level: gzip levels are 1 to 9, got 42$"):
         ProducerConfig.from_options(bootstrap_servers="127.0.0.1:9092", compression_gzip_level=42)
     with pytest.raises(ConfigError, match=r"compression_level and compression.zstd.level both set"):
         ProducerConfig.from_options(
