@@ -183,7 +183,7 @@ def _partition(
         return decision
     decision = _retry_or_fail(batch, error, now, policy, maybe_written=code not in _NOT_WRITTEN, leader=leader)
     decision.refresh_metadata = error.invalid_metadata
-    if part.record_errors and decision.action is Action.FAIL:
+    if part.record_errors and decision.action is Action.FAIL and decision.error is error:  # (not expired)
         decision.record_errors = _record_errors(batch, part, error) or None
     return decision
 
