@@ -3,13 +3,17 @@
 Each seed draws the producer's settings (idempotence on or off, acks, in-flight limit, linger,
 small batches and buffer memory, compression, delivery timeout, retries), sends records over
 several partitions of three brokers (send, send_many, some cancelled part-way, flush) under
-random produce faults in virtual time, closes the producer (with a random timeout), then
-checks: every future resolved; with idempotence no record is in the log twice and the
-acknowledged records of a partition are in the order their sends were made, and so is any
-record in the log ahead of one (without idempotence too when one request is in flight); every
-acknowledged offset holds its record; no record said not to be written is in the log, nor one
-whose send() was cancelled; the buffer memory is all given back and no batch is left; the
-record metrics agree with the outcomes. The suite runs a few seeds (test_produce_faults.py); for a long hunt:
+random produce faults in virtual time (among them a partition whose validation refuses batches
+for the records it names, INVALID_RECORD / INVALID_TIMESTAMP with record_errors: KIP-467),
+closes the producer (with a random timeout), then checks: every future resolved; with
+idempotence no record is in the log twice and the acknowledged records of a partition are in
+the order their sends were made, and so is any record in the log ahead of one (without
+idempotence too when one request is in flight); every acknowledged offset holds its record; no
+record said not to be written is in the log, nor one whose send() was cancelled; the buffer
+memory is all given back and no batch is left; the record metrics agree with the outcomes; a
+record the broker named failed with its error and its own message, the others of its batch
+with InvalidBatchError, and no other record so. The suite runs a few seeds
+(test_produce_faults.py); for a long hunt:
 
     PYTHONPATH=. .venv/bin/python tests/engine/produce_faults.py 0 300      (seeds [0, 300))
     PYTHONPATH=. .venv/bin/python tests/engine/produce_faults.py 17 18 -v   (one seed, with its trace)
@@ -25,11 +29,12 @@ from collections import deque
 from dataclasses import dataclass
 
 from aioprod import Producer
-from aioprod.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
+from aioprod.errors import BrokerResponseError, InvalidBatchError, KafkaError, KafkaTimeoutError
 from aioprod.producer.outcomes import _NOT_WRITTEN
+from aioprod.protocol.messages import ProduceResponseBatchIndexError
 from aioprod.protocol.records import read_batch
 from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
-from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.cluster import Partition, ScriptedCluster
 
 TOPICS = {"a": [1, 2, 3], "b": [2, 3, 1, 2]}
 #: NOT_LEADER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, CORRUPT_MESSAGE (OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -37,6 +42,12 @@ TOPICS = {"a": [1, 2, 3], "b": [2, 3, 1, 2]}
 PRODUCE_ERRORS = [6, 19, 7, 2]
 #: Errors a broker may give after it appended the batch (a produce that waited for its replicas).
 AFTER_APPEND = [7, 6]
+#: What a partition's validation refuses records with, naming them (KIP-467): INVALID_RECORD (a
+#: null key on a compacted topic), INVALID_TIMESTAMP (out of message.timestamp.*.max.ms).
+RECORD_ERRORS = {
+    87: "One or more records have been rejected",
+    32: "One or more records have been rejected due to invalid timestamp",
+}
 
 
 @dataclass
@@ -44,6 +55,37 @@ class Written:
     """A scripted answer: append the batch as usual, then answer ``code``."""
 
     code: int
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A partition's validation refusing the records whose number (the value up to ':') is
+    ``residue`` modulo ``modulus``, with ``code``: a topic config (cleanup.policy=compact, a
+    timestamp bound) a record breaks or not by its content alone."""
+
+    code: int
+    modulus: int
+    residue: int
+
+    def refuses(self, value: bytes | None) -> bool:
+        return value is not None and int(value.split(b":")[0]) % self.modulus == self.residue
+
+
+@dataclass
+class Refusal:
+    """A batch a partition's validation refused whole for the records it names (KIP-467)."""
+
+    code: int
+    values: list[bytes | None]
+    named: list[int]
+    #: The answer went back on its connection (it was not lost, nor an acks=0 request).
+    told: bool = False
+
+
+def record_message(value: bytes | None) -> str:
+    """The broker's message for a record it names: says which record it is (the client must
+    give each named record its own)."""
+    return f"record #{(value or b'').split(b':')[0].decode()} refused"
 
 
 @dataclass
@@ -67,9 +109,47 @@ class HonestCluster(ScriptedCluster):
     anyway, the producer renumbers the batch while an earlier attempt of it may still land).
     So those codes come from the partition's checks (a batch sent behind one refused with a
     retriable error gets OUT_OF_ORDER). A :class:`Written` answer appends the batch and then
-    answers its error code (a produce that waited for its replicas)."""
+    answers its error code (a produce that waited for its replicas). A partition with a
+    :class:`Rule` refuses a batch holding a record the rule refuses whole, naming each such
+    record (KIP-467), as Kafka's LogValidator does: after the leader and size checks, before the
+    producer's sequence is looked at (a duplicate or a gap), which the refusal leaves as it was."""
 
     on_answer = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: (topic id, partition) -> the :class:`Rule` its validation applies.
+        self.rules: dict[tuple[object, int], Rule] = {}
+        #: Every batch refused by a rule, in order.
+        self.refusals: list[Refusal] = []
+        self._refusing: dict[int, Refusal] = {}  # id(records) -> its refusal, while answering
+        self._answering: dict[int, list[Refusal]] = {}  # id(request) -> the refusals of its answer
+
+    async def handle(self, conn, frame):
+        n = len(self.requests)  # the request handle() records, before its first wait
+        answer = await super().handle(conn, frame)
+        refusals = self._answering.pop(id(self.requests[n].body), ()) if n < len(self.requests) else ()
+        for refusal in refusals:
+            refusal.told = answer is not None
+        return answer
+
+    def _append(self, node, topic, index, records, txn_id, version):
+        # Kafka validates the records (LogValidator) after the leader and size checks and before
+        # the producer's sequence (a duplicate or a gap): a refused batch leaves it as it was.
+        parts = self.topics.get(topic)
+        part = parts[index] if parts is not None and index < len(parts) else None
+        if (
+            part is not None
+            and (rule := self.rules.get((part.topic_id, index))) is not None
+            and part.leader == node.node_id
+            and (part.max_batch_bytes is None or len(records) <= part.max_batch_bytes)
+        ):
+            values = [r.value for r in read_batch(records).records]
+            named = [i for i, v in enumerate(values) if rule.refuses(v)]
+            if named:
+                self._refusing[id(records)] = Refusal(rule.code, values, named)
+                return rule.code, -1
+        return super()._append(node, topic, index, records, txn_id, version)
 
     def _produce(self, node, request, version):
         script = list(node.script)
@@ -88,13 +168,24 @@ class HonestCluster(ScriptedCluster):
             for part, pd in zip(t.partition_responses, td.partition_data, strict=True):
                 if i in after and part.error_code == 0:
                     part.error_code, part.base_offset = after[i], -1
+                refusal = self._refusing.pop(id(pd.records), None)
+                if refusal is not None:
+                    # The batch whole, naming each invalid record with its own message.
+                    self.refusals.append(refusal)
+                    self._answering.setdefault(id(request), []).append(refusal)
+                    if version >= 8:
+                        part.error_message = RECORD_ERRORS[refusal.code]
+                        part.record_errors = [
+                            ProduceResponseBatchIndexError(k, record_message(refusal.values[k])) for k in refusal.named
+                        ]
                 if self.on_answer is not None:
                     batch = read_batch(pd.records)
                     first = batch.records[0].value[:8] if batch.records else None
                     self.on_answer(
                         f"  node {node.node_id} {t.name}-{part.index} pid={batch.producer_id}/{batch.producer_epoch} "
                         f"seq={batch.base_sequence} n={len(batch.records)} first={first!r} -> code {part.error_code} "
-                        f"offset {part.base_offset}{' (written)' if i in after else ''}"
+                        f"offset {part.base_offset}{' (written)' if i in after and refusal is None else ''}"
+                        f"{f' naming {refusal.named}' if refusal is not None else ''}"
                     )
                 i += 1
         return response, hold
@@ -139,6 +230,10 @@ class Run(SeededRun):
         "deaf",
         "black_hole",
     ]
+    #: How likely a fault comes with a partition's validation starting to refuse records (KIP-467),
+    #: one drawn a seed. Drawn from a stream of their own (``validity``): the seed's other draws
+    #: stay as they were, and a seed that draws 0 runs as before (the suite's seeds 0, 4, 37, 45).
+    INVALID_ODDS = [0.0, 0.0, 0.2, 0.5]
 
     @classmethod
     def play(cls, seed: int, verbose: bool = False) -> Run:
@@ -167,6 +262,8 @@ class Run(SeededRun):
         self.conns: dict[int, int] = {}
         self.chaos_mean = self.rng.choice(self.CHAOS_MEANS)
         self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
+        self.validity = random.Random(f"validity-{seed}")
+        self.invalid_odds = self.validity.choice(self.INVALID_ODDS)
 
     # -- faults --------------------------------------------------------------------------------
 
@@ -178,11 +275,33 @@ class Run(SeededRun):
         n = self.rng.choice(self.fault_targets())
         self.inflict(kind, n)
 
+    def invalidate(self) -> None:
+        """A partition's validation refuses some records for a while, naming them (KIP-467), maybe
+        with batches over a size refused too (the parts of a split batch are validated then)."""
+        c, rng = self.cluster, self.validity
+        topic = rng.choice(list(c.topics))
+        idx = rng.randrange(len(c.topics[topic]))
+        part = c.topics[topic][idx]
+        modulus = rng.choice([1, 2, 3, 5])
+        rule = Rule(rng.choice(list(RECORD_ERRORS)), modulus, rng.randrange(modulus))
+        limit = rng.choice([None, 150, 400])
+        after = rng.choice([0.05, 1.0, 10.0])
+        c.rules[(part.topic_id, idx)] = rule
+        if limit is not None:
+            part.max_batch_bytes = limit
+        self.log(
+            f"FAULT {topic}-{idx} refuses records #{rule.residue} mod {modulus} with {rule.code}"
+            f"{f' and batches over {limit} bytes' if limit else ''} for {after}s"
+        )
+        asyncio.get_running_loop().call_later(after, self._validate_again, part, idx, rule, limit)
+
     def fault_targets(self) -> list[int]:
         """The brokers a fault may hit."""
         return list(self.cluster.nodes)
 
     def inflict(self, kind: str, n: int) -> None:
+        if self.validity.random() < self.invalid_odds:
+            self.invalidate()
         c, rng = self.cluster, self.rng
         loop = asyncio.get_running_loop()
         nodes = list(c.nodes)
@@ -278,6 +397,13 @@ class Run(SeededRun):
         for conn in self.cluster.nodes[n].connections:
             conn.side.reading = True
 
+    def _validate_again(self, part: Partition, idx: int, rule: Rule, limit: int | None) -> None:
+        rules = self.cluster.rules
+        if rules.get((part.topic_id, idx)) is rule:
+            del rules[(part.topic_id, idx)]
+        if limit is not None and part.max_batch_bytes == limit:
+            part.max_batch_bytes = None
+
     def _unlimit(self, topic: str, idx: int) -> None:
         self.cluster.topics[topic][idx].max_batch_bytes = None
 
@@ -321,6 +447,7 @@ class Run(SeededRun):
             self._hear(n)
             self._start(n)
         c.network.black_holes.clear()
+        c.rules.clear()
         for parts in c.topics.values():
             for part in parts:
                 part.max_batch_bytes = None
@@ -659,6 +786,7 @@ class Run(SeededRun):
                     self.problems.append(f"record {rec.value[:12]!r} failed with non-Kafka {out!r}")
         if ordered:
             self.check_order(acked, raw, by_value)
+        self.check_refusals()
         m = self.metrics
         if not failed_queued <= m["record-error-total"] <= failed_queued + failed_unqueued:
             self.problems.append(
@@ -669,6 +797,61 @@ class Run(SeededRun):
             self.problems.append(f"METRICS: record-send-total {m['record-send-total']} < {log_count} records written")
         if not acks0 and m["record-send-total"] < acked_count:
             self.problems.append(f"METRICS: record-send-total {m['record-send-total']} < {acked_count} acknowledged")
+
+    def check_refusals(self) -> None:
+        """The records of batches refused for records the broker named (KIP-467): a named record
+        failed with the broker's error and its own message; the others of such a batch with
+        InvalidBatchError (its cause the broker's error; not written unless an earlier attempt
+        may have been: the checks above); no record failed so unless a broker refused it so; and a
+        refusal whose answer went back is what its records end with (unless they ended before)."""
+        acks0 = self.opts["acks"] == 0
+        named: dict[bytes | None, set[int]] = {}  # value -> the codes it was named with
+        spared: dict[bytes | None, set[int]] = {}  # value -> the codes of refusals of its batch, it not named
+        told: dict[bytes | None, tuple[int, bool]] = {}  # value -> (code, named) of the last refusal answered
+        for refusal in self.cluster.refusals:
+            for i, v in enumerate(refusal.values):
+                (named if i in refusal.named else spared).setdefault(v, set()).add(refusal.code)
+                if refusal.told:
+                    told[v] = (refusal.code, i in refusal.named)
+        for rec in self.recs:
+            out = self.outcome(rec)
+            if not rec.queued or out == "pending":
+                continue
+            v = rec.value
+            code = out.code if isinstance(out, BrokerResponseError) else None
+            if code in RECORD_ERRORS:
+                if code not in named.get(v, ()):
+                    self.problems.append(
+                        f"INVALID-LIE: {v[:12]!r} failed {type(out).__name__} but no broker named it with {code} "
+                        f"(named with {named.get(v)}, its batch refused with {spared.get(v)})"
+                    )
+                elif record_message(v) not in str(out):
+                    self.problems.append(f"INVALID-MESSAGE: {v[:12]!r} failed without its own message: {out}")
+            elif isinstance(out, InvalidBatchError):
+                cause = getattr(out.__cause__, "code", None)
+                if cause not in spared.get(v, ()):
+                    self.problems.append(
+                        f"INVALID-BATCH-LIE: {v[:12]!r} failed InvalidBatchError (cause {out.__cause__!r}) but no "
+                        f"batch of it was refused so, it not named (named with {named.get(v)}, its batch refused "
+                        f"with {spared.get(v)})"
+                    )
+            if v not in told or acks0:
+                continue
+            told_code, was_named = told[v]
+            if isinstance(out, tuple):
+                self.problems.append(
+                    f"REFUSAL-IGNORED: {v[:12]!r} acknowledged at {out.topic}-{out.partition}@{out.offset}, but its "
+                    f"batch was refused with {told_code}{' naming it' if was_named else ''}"
+                )
+            elif (code == told_code) if was_named else isinstance(out, InvalidBatchError):
+                continue
+            elif code in RECORD_ERRORS or isinstance(out, InvalidBatchError):
+                self.problems.append(
+                    f"REFUSAL-MISREAD: {v[:12]!r} failed {type(out).__name__} ({out}), but its batch was refused "
+                    f"with {told_code}{' naming it' if was_named else ', not naming it'}"
+                )
+            else:
+                self.notes.append(f"REFUSAL-OVERTAKEN: {v[:12]!r} refused with {told_code}, failed {out!r}")
 
     def check_order(
         self, acked: dict[tuple, list[tuple[int, Rec]]], raw: dict[bytes, list[tuple]], by_value: dict[bytes, Rec]

@@ -5,7 +5,9 @@ and buffer, compression, timeouts, retries), sends over several partitions of th
 random produce faults in virtual time, closes, and checks that every future resolved, nothing is
 written twice (with idempotence), acknowledged records are in order and where their offsets say
 (seed 45: a broker without state for the producer takes a later batch ahead of refused ones),
-no error says "not written" of a record in the log, memory is all given back, and the metrics agree.
+no error says "not written" of a record in the log, memory is all given back, the metrics agree,
+and records of a batch refused for some of them (KIP-467) fail as the broker said (seed 16: parts
+of split batches so refused, with idempotence).
 """
 
 from __future__ import annotations
