@@ -459,17 +459,11 @@ async def test_only_the_records_the_broker_names_get_its_error(cluster: Scripted
     assert cluster.partition("v", 0).values == cluster.partition("v", 1).values == []
 
 
-async def test_a_broker_sharing_no_produce_version_fails_its_batches_not_the_producer(
-    cluster: ScriptedCluster,
-) -> None:
-    # The version choice raised into the sender's round: every record, those of the other brokers
-    # too, failed with ProducerFatalError("the sender task died"), the old broker's as possibly
-    # written. As Java, only that broker's batches fail, with UnsupportedVersionError.
-    cluster.add_node(2)
-    cluster.create_topic("mixed", [1, 2])
+def node_2_speaks_produce_v0_to_v2(cluster: ScriptedCluster) -> None:
+    """Node 2 answers ApiVersions as Kafka 0.10 does for Produce: no version the client speaks."""
     handle = cluster.handle
 
-    async def speaking_produce_v2_at_node_2(conn: Any, frame: bytes) -> Any:  # Kafka 0.10's range
+    async def answering(conn: Any, frame: bytes) -> Any:
         header, _ = framing.decode_request_header(frame)
         if conn.node.node_id == 2 and header.api_key == ApiVersionsRequest.API_KEY:
             response = cluster._api_versions()
@@ -479,7 +473,18 @@ async def test_a_broker_sharing_no_produce_version_fails_its_batches_not_the_pro
             return framing.encode_response(response, header.api_version, header.correlation_id)
         return await handle(conn, frame)
 
-    cluster.handle = speaking_produce_v2_at_node_2  # type: ignore[method-assign]
+    cluster.handle = answering  # type: ignore[method-assign]
+
+
+async def test_a_broker_sharing_no_produce_version_fails_its_batches_not_the_producer(
+    cluster: ScriptedCluster,
+) -> None:
+    # The version choice raised into the sender's round: every record, those of the other brokers
+    # too, failed with ProducerFatalError("the sender task died"), the old broker's as possibly
+    # written. As Java, only that broker's batches fail, with UnsupportedVersionError.
+    cluster.add_node(2)
+    cluster.create_topic("mixed", [1, 2])
+    node_2_speaks_produce_v0_to_v2(cluster)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, enable_idempotence=False) as p:
         old = await p.send("mixed", b"to-old", partition=1)
         new = await p.send("mixed", b"to-new", partition=0)
@@ -498,19 +503,7 @@ async def test_a_retry_refused_for_its_produce_version_says_an_earlier_attempt_m
     cluster = scripted.cluster
     cluster.add_node(2)
     cluster.create_topic("t", [1])
-    handle = cluster.handle
-
-    async def node_2_speaks_produce_v0_to_v2(conn: Any, frame: bytes) -> Any:
-        header, _ = framing.decode_request_header(frame)
-        if conn.node.node_id == 2 and header.api_key == ApiVersionsRequest.API_KEY:
-            response = cluster._api_versions()
-            for key in response.api_keys:
-                if key.api_key == ProduceRequest.API_KEY:
-                    key.min_version, key.max_version = 0, 2
-            return framing.encode_response(response, header.api_version, header.correlation_id)
-        return await handle(conn, frame)
-
-    cluster.handle = node_2_speaks_produce_v0_to_v2  # type: ignore[method-assign]
+    node_2_speaks_produce_v0_to_v2(cluster)
     async with Producer(
         bootstrap_servers=cluster.bootstrap,
         linger_ms=0,
