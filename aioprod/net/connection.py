@@ -526,6 +526,12 @@ class BrokerConnection:
                     self._on_ready()  # a request may go now (whatever the response was to)
                 if self._retiring is not None:
                     self._close_if_retired()
+                if self._closed_error is not None:
+                    # Closed from this task (retired, or by a response's handler): close() cancels
+                    # every task but the current one. Reading on would wait for the transport's
+                    # connection_lost, which reaches the StreamReader only by a weak reference:
+                    # a collection before it frees this task pending.
+                    return
         except asyncio.CancelledError:
             raise
         except ProtocolError as exc:

@@ -26,6 +26,7 @@ from aioprod.protocol.messages import (
     ProduceResponse,
 )
 from aioprod.protocol.records import RecordBatchBuilder
+from tests.brokers import TansuBroker
 from tests.conftest import Scripted
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.tcp import TcpNetwork
@@ -350,3 +351,39 @@ async def test_a_plaintext_listener_closing_on_the_tls_handshake_is_said_to_have
         with pytest.raises(KafkaTimeoutError) as failed:
             await p.send("t", b"x")
     assert f"127.0.0.1:{port} closed the connection during the TLS handshake" in str(failed.value), failed.value
+
+
+async def retire_with_an_answer_in_flight(host: str, port: int) -> list[str]:
+    """Retire a connection with a request in flight, drop it as the pool does, and collect
+    garbage right after its reader closed it: the reader must end, not be destroyed pending.
+    Returns the loop's error messages."""
+    loop = asyncio.get_running_loop()
+    errors: list[str] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context["message"]))
+    conn = BrokerConnection(1, host, port, client_id="t", request_timeout=30.0, max_in_flight=5)
+    await conn.open(setup_timeout=5.0)
+    ended = asyncio.Event()
+    assert conn._reader_task is not None
+    conn._reader_task.add_done_callback(lambda _task: ended.set())
+    # The answer's handler runs in the reader, just before it closes the retired connection: a
+    # collection then lands before the transport's connection_lost.
+    conn.send_nowait(MetadataRequest(topics=[]), lambda _answer: loop.call_soon(gc.collect))
+    conn.retire(KafkaConnectionError("broker 1 moved"))
+    del conn  # the pool drops a closed connection: nothing else holds it
+    await asyncio.wait_for(ended.wait(), 10)
+    return errors
+
+
+async def test_a_retired_connection_closed_by_its_own_reader_ends_the_reader(scripted: Scripted) -> None:
+    # The reader closed the connection, then went back to reading: a task only the transport's
+    # weak path to its StreamReader could wake, freed pending by the next collection ("Task was
+    # destroyed but it is pending!").
+    node = scripted.cluster.nodes[1]
+    assert await retire_with_an_answer_in_flight(node.host, node.port) == []
+
+
+@pytest.mark.integration
+async def test_a_retired_connection_closed_by_its_own_reader_ends_the_reader_on_a_socket(
+    tansu_broker: TansuBroker,
+) -> None:
+    assert await retire_with_an_answer_in_flight("127.0.0.1", tansu_broker.port) == []
