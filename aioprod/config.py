@@ -241,7 +241,7 @@ class ProducerConfig:
                     raise ConfigError(str(exc).replace("compression_level", f"compression.{codec}.level", 1)) from None
             chosen = str(values.get("compression_type", "none"))
             if chosen in codec_levels:
-                if "compression_level" in values:
+                if values.get("compression_level") is not None:  # None: not set
                     raise ConfigError(f"compression_level and compression.{chosen}.level both set")
                 values["compression_level"] = codec_levels[chosen]
         config = cls(**values)
@@ -630,8 +630,8 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
         return value.strip().upper() if name == "sasl_mechanism" else value
     if name == "ssl_endpoint_identification_algorithm":
-        if value is None:
-            return ""
+        if value is None:  # not set (docs/security.md): the default, verify; "" or "none" turn it off
+            return "https"
         if not isinstance(value, str):
             raise ConfigError(f"{name} must be 'https' or '', got {value!r}")
         return value.strip()
@@ -646,6 +646,8 @@ def _coerce(name: str, value: Any) -> Any:
     if name in ("client_id", "security_protocol", "transactional_id"):
         if value is None and name == "transactional_id":
             return None
+        if value is None and name == "security_protocol":  # not set: the default
+            return "PLAINTEXT"
         if not isinstance(value, str) or (name == "transactional_id" and not value):
             raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
         return value.strip().upper() if name == "security_protocol" else value

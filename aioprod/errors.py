@@ -115,9 +115,11 @@ class RecordTooLargeError(KafkaError, ValueError):
 
 
 class InvalidBatchError(KafkaError):
-    """The record was not written: the broker refused its batch for other records of it
-    (INVALID_RECORD or INVALID_TIMESTAMP naming them, KIP-467); those records get the broker's
-    error, this one can be sent again as it is. The broker's error is the ``__cause__``."""
+    """The broker refused the record's batch for other records of it (INVALID_RECORD or
+    INVALID_TIMESTAMP naming them, KIP-467): those records get the broker's error; this one was
+    not at fault and can be sent again as it is. ``possibly_persisted`` is True when an earlier
+    attempt of the batch got no answer (it may be in the log: check before sending it again),
+    else False (it was not written). The broker's error is the ``__cause__``."""
 
     possibly_persisted = False
 

@@ -219,7 +219,11 @@ class ClientOptions:
             config = ProducerConfig.from_options(merged)
         except ConfigError as exc:
             # A value out of range, or options that conflict: say where the ones named came from.
-            named = [where for name, where in origin.items() if re.search(rf"\b{name}\b", str(exc))]
+            named = [
+                where
+                for name, where in origin.items()
+                if re.search(rf"\b({name}|{re.escape(name.replace('_', '.'))})\b", str(exc))
+            ]
             where = f" ({', '.join(named)})" if named else ""
             raise CliUsageError(f"bad producer option{where}: {exc}") from exc
         if log.isEnabledFor(logging.DEBUG):
@@ -240,7 +244,7 @@ ENV_OPTIONS = tuple(
     f.name
     for f in dataclasses.fields(ProducerConfig)
     if f.init and re.search(r"\b(str|int|bool|Secret)\b", str(f.type))
-)
+) + tuple(f"compression_{codec}_level" for codec in ("gzip", "lz4", "zstd"))  # Java's (KIP-390)
 
 
 def client_options(f: F) -> F:

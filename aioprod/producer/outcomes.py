@@ -202,8 +202,8 @@ def _record_errors(batch: ProducerBatch, part: ProduceResponsePartition, error: 
         return {}
     where = f"{batch.tp.topic}-{batch.tp.partition}"
     innocent = InvalidBatchError(
-        f"{where}: the record was not written: the broker refused its batch for record(s) "
-        f"{sorted(named)} of it ({error}); this one was not at fault"
+        f"{where}: the broker refused its batch for record(s) {sorted(named)} of it ({error}); "
+        "this one was not at fault"
     )
     innocent.__cause__ = error
     return {index: named.get(index, innocent) for index in range(batch.record_count)}

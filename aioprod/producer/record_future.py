@@ -196,7 +196,10 @@ class RecordFuture:
 
     A failed record raises (and ``exception()`` returns) its own copy of the batch's error:
     same class, message and attributes, a new object each time, so what one caller does with
-    it (its traceback, notes) never reaches the batch's other records.
+    it (its traceback, notes) never reaches the batch's other records. (A batch the broker
+    refused naming its invalid records, KIP-467, gives those the broker's error and the others
+    :class:`~aioprod.errors.InvalidBatchError`.) The done-callbacks of a batch's records run
+    in the records' order.
     """
 
     __slots__ = (

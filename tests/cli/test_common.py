@@ -143,12 +143,15 @@ def test_every_option_has_an_environment_variable() -> None:
         "sasl_password": "hunter2-sasl",
         "ssl_key_password": "hunter2-key",
         "sasl_jaas_config": "hunter2-jaas",
+        "compression_gzip_level": "1",
+        "compression_lz4_level": "1",
+        "compression_zstd_level": "1",
     }
     env = {}
     for name in ENV_OPTIONS:
         if name == "bootstrap_servers":
             continue
-        default = defaults[name]
+        default = defaults.get(name)
         value = str(default).lower() if isinstance(default, bool) else "x" if default is None else str(default)
         env[f"AIOPROD_{name.upper()}"] = samples.get(name, value)
     result = aioprod("-v", "metadata", "-b", f"127.0.0.1:{refused_port()}", env={**env, "AIOPROD_MAX_BLOCK_MS": "200"})
@@ -180,3 +183,13 @@ def test_a_value_out_of_range_in_a_properties_file_names_its_line(tmp_path: Path
     result = aioprod("produce", "t", "-b", "127.0.0.1:9", "-F", str(properties), input="x\n")
     assert result.exit_code == 2
     assert f"bad producer option ({properties}:2): " in result.stderr
+
+
+def test_a_codec_level_variable_is_read_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Java's per-codec level names are options: their variables were neither used nor refused.
+    from aioprod.cli.common import ClientOptions, CliUsageError
+
+    monkeypatch.setenv("AIOPROD_COMPRESSION_TYPE", "gzip")
+    monkeypatch.setenv("AIOPROD_COMPRESSION_GZIP_LEVEL", "12")
+    with pytest.raises(CliUsageError, match="AIOPROD_COMPRESSION_GZIP_LEVEL"):
+        ClientOptions(None, None, ()).producer_options("h:9092")

@@ -578,3 +578,48 @@ async def test_a_note_on_one_records_error_stays_on_it(scripted: Scripted, idemp
     notes = getattr(two.value, "__notes__", [])
     assert any("may be in the log" in n for n in notes)  # the batch's own note
     assert not any("record a" in n for n in notes), notes
+
+
+async def test_an_innocent_record_of_a_retry_refused_for_others_may_be_in_the_log(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without idempotence the first attempt was written, its answer lost; the retry is refused
+    # for record 1 (its timestamp now too old). Record 0 is in the log: its error said "not written".
+    produce = ScriptedCluster._produce
+    refuse = {"on": False}
+
+    def maybe_refuse(self: ScriptedCluster, node: Any, request: ProduceRequest, version: int) -> Any:
+        if refuse["on"]:  # the retry: record 1's timestamp is now too old (message.timestamp.before.max.ms)
+            node.script.append(InvalidRecordError.code)
+        response, hold = produce(self, node, request, version)
+        if refuse["on"]:
+            for t in response.responses:
+                for part in t.partition_responses:
+                    part.record_errors.append(ProduceResponseBatchIndexError(1, "record 1 is too old"))
+        return response, hold
+
+    monkeypatch.setattr(ScriptedCluster, "_produce", maybe_refuse)
+    cluster = scripted.cluster
+    cluster.create_topic("w", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=50,
+        request_timeout_ms=200,
+        delivery_timeout_ms=5000,
+        enable_idempotence=False,
+    ) as p:
+        await p.partitions_for("w")
+        cluster.nodes[1].holding = True  # the first attempt is written; its answer never comes back
+        futs = [await p.send("w", v) for v in (b"a", b"b")]
+        while not cluster.partition("w").values:
+            await asyncio.sleep(0.01)
+        refuse["on"] = True
+        cluster.nodes[1].holding = False  # answers the retry
+        results = await asyncio.gather(*futs, return_exceptions=True)
+        cluster.nodes[1].release()
+    assert cluster.partition("w").values == [b"a", b"b"]  # both records are in the log
+    first = results[0]
+    assert isinstance(first, InvalidBatchError), results
+    assert first.possibly_persisted is True
+    assert "not written" not in str(first), str(first)
+    assert "possibly_persisted" in (InvalidBatchError.__doc__ or "")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from aioprod import Producer
+from aioprod.certs import CertificateAuthority
 from aioprod.config import ProducerConfig
 from aioprod.errors import ConfigError, KafkaError, UnsupportedOptionError
 
@@ -242,3 +243,22 @@ def test_a_default_delivery_timeout_follows_linger_and_request_timeout(options: 
     assert config.delivery_timeout_ms == config.linger_ms + config.request_timeout_ms
     with pytest.raises(ConfigError, match="delivery_timeout_ms"):  # one that was set still is
         ProducerConfig.from_options({"bootstrap.servers": "127.0.0.1:9092", "delivery.timeout.ms": 120_000, **options})
+
+
+def test_none_for_hostname_verification_and_security_protocol_is_the_default(tmp_path: Path) -> None:
+    # None turned hostname verification off, and security_protocol=None was refused, though a
+    # security option given as None is not set (docs/security.md).
+    ca = CertificateAuthority()
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.cert_pem)
+    tls = {"bootstrap_servers": "h:9093", "security_protocol": "SSL", "ssl_ca_location": ca_file}
+    config = ProducerConfig.from_options(tls, ssl_endpoint_identification_algorithm=None)
+    assert config.tls_context is not None and config.tls_context.check_hostname is True
+    assert (
+        ProducerConfig.from_options(bootstrap_servers="h:9092", security_protocol=None).security_protocol == "PLAINTEXT"
+    )
+
+
+def test_compression_level_none_beside_a_codec_level_is_not_set() -> None:
+    options = {"bootstrap.servers": "h:9092", "compression.type": "gzip", "compression.gzip.level": 5}
+    assert ProducerConfig.from_options(options, compression_level=None).compression_level == 5
