@@ -495,6 +495,13 @@ async def test_a_broker_sharing_no_produce_version_fails_its_batches_not_the_pro
     assert cluster.partition("mixed", 0).values == [b"to-new", b"still-open"]
 
 
+async def written_unanswered(cluster: ScriptedCluster, topic: str) -> None:
+    """Node 1 writes what was just sent and holds its answer (past a short request timeout)."""
+    cluster.nodes[1].holding = True
+    while not cluster.partition(topic).values:
+        await asyncio.sleep(0.01)  # virtual time
+
+
 @pytest.mark.parametrize("idempotent", [False, True])
 async def test_a_retry_refused_for_its_produce_version_says_an_earlier_attempt_may_be_in_the_log(
     scripted: Scripted, idempotent: bool
@@ -512,10 +519,8 @@ async def test_a_retry_refused_for_its_produce_version_says_an_earlier_attempt_m
         enable_idempotence=idempotent,
     ) as p:
         await p.partitions_for("t")
-        cluster.nodes[1].holding = True  # written, the answer never comes back in time
         fut = await p.send("t", b"v")
-        while not cluster.partition("t").values:
-            await asyncio.sleep(0.01)
+        await written_unanswered(cluster, "t")
         cluster.move_leader("t", 0, 2)  # the retry goes to a broker sharing no Produce version
         with pytest.raises(UnsupportedVersionError) as info:
             await fut
@@ -609,10 +614,8 @@ async def test_an_innocent_record_of_a_retry_refused_for_others_may_be_in_the_lo
         enable_idempotence=False,
     ) as p:
         await p.partitions_for("w")
-        cluster.nodes[1].holding = True  # the first attempt is written; its answer never comes back
         futs = [await p.send("w", v) for v in (b"a", b"b")]
-        while not cluster.partition("w").values:
-            await asyncio.sleep(0.01)
+        await written_unanswered(cluster, "w")
         refuse["on"] = True
         cluster.nodes[1].holding = False  # answers the retry
         results = await asyncio.gather(*futs, return_exceptions=True)
