@@ -230,7 +230,8 @@ class ProducerConfig:
         if "bootstrap_servers" not in merged:
             raise ConfigError("bootstrap_servers is required, e.g. '127.0.0.1:9092'")
         values = {name: _coerce(name, value) for name, value in merged.items()}
-        codec_levels = {_CODEC_LEVELS[name]: values.pop(name) for name in list(values) if name in _CODEC_LEVELS}
+        set_levels = {_CODEC_LEVELS[name]: values.pop(name) for name in list(values) if name in _CODEC_LEVELS}
+        codec_levels = {codec: level for codec, level in set_levels.items() if level is not None}
         if codec_levels:
             from aioprod.protocol.records.compression import resolve_codec, resolve_level
 
@@ -582,8 +583,8 @@ def _coerce(name: str, value: Any) -> Any:
             return value.lower() == "true"
         raise ConfigError(f"{name} must be true or false, got {value!r}")
     if name in _INT_FIELDS or name == "compression_level" or name in _CODEC_LEVELS:
-        if value is None and name == "compression_level":
-            return None
+        if value is None and (name == "compression_level" or name in _CODEC_LEVELS):
+            return None  # not set
         if isinstance(value, bool):
             raise ConfigError(f"{name} must be an integer, got {value!r}")
         if isinstance(value, int):

@@ -178,9 +178,9 @@ class EmbeddedBroker:
         security: BrokerSecurity | None = None,
         tansu_args: tuple[str, ...] = (),
     ) -> None:
-        for name, value in (("port", port), ("advertised_port", advertised_port)):
+        for name, value, unset in (("port", port, "a free one"), ("advertised_port", advertised_port, "port's")):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 65536):
-                raise ValueError(f"EmbeddedBroker {name} must be a port number (0 or None: a free one), got {value!r}")
+                raise ValueError(f"EmbeddedBroker {name} must be a port number (0 or None: {unset}), got {value!r}")
         self.port = port or free_port()  # 0, as for a socket: any free port
         self.advertised_port = advertised_port or None  # 0: as port (a free one)
         self.startup_timeout = startup_timeout

@@ -54,8 +54,10 @@ def test_port_zero_is_any_free_port_and_a_bad_port_is_refused_at_once() -> None:
         brokers = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30).brokers
         assert [b.port for b in brokers.values()] == [broker.port]  # advertised port 0: unreachable
     for bad in (70000, "9092", True):
-        with pytest.raises(ValueError, match="port must be a port number"):
+        with pytest.raises(ValueError, match=r"^EmbeddedBroker port must be a port number \(0 or None: a free one\)"):
             EmbeddedBroker(port=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^EmbeddedBroker advertised_port must be .* \(0 or None: port's\)"):
+        EmbeddedBroker(advertised_port=-1)
 
 
 def test_a_port_in_use_is_refused_not_mistaken_for_ready() -> None:

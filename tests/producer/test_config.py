@@ -262,3 +262,6 @@ def test_none_for_hostname_verification_and_security_protocol_is_the_default(tmp
 def test_compression_level_none_beside_a_codec_level_is_not_set() -> None:
     options = {"bootstrap.servers": "h:9092", "compression.type": "gzip", "compression.gzip.level": 5}
     assert ProducerConfig.from_options(options, compression_level=None).compression_level == 5
+    # ... nor is a per-codec level given as None (it said "must be an integer")
+    none = {"bootstrap.servers": "h:9092", "compression.type": "gzip", "compression.gzip.level": None}
+    assert ProducerConfig.from_options(none, compression_level=3).compression_level == 3

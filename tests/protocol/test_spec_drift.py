@@ -320,6 +320,41 @@ def test_fields_match_spec(case: tuple[type[Message], int], reference: Path) -> 
     assert not problems, "\n".join(problems)
 
 
+#: Fields the spec makes non-ignorable that a version without them drops on purpose: each is
+#: half of a version-split pair, and callers fill both halves (the old versions' field and its
+#: successor), so the version chosen carries one of them.
+VERSION_SPLIT = {
+    "FindCoordinatorRequest": {"key", "coordinator_keys"},
+    "AddPartitionsToTxnRequest": {
+        "transactions",
+        "v3_and_below_transactional_id",
+        "v3_and_below_producer_id",
+        "v3_and_below_producer_epoch",
+        "v3_and_below_topics",
+    },
+    "OffsetFetchRequest": {"group_id", "topics", "groups"},
+}
+
+
+@pytest.mark.parametrize("cls", ALL_REQUESTS, ids=lambda c: c.__name__)
+def test_a_field_the_spec_makes_non_ignorable_is_refused_where_a_version_lacks_it(
+    cls: type[Request], reference: Path
+) -> None:
+    # Declared ignorable by default, such fields were dropped silently at versions without them
+    # (allow_auto_topic_creation=False at Metadata v3: the broker auto-created the topic).
+    spec = load_spec(cls.__name__, reference)
+    ours = {f.name: f.metadata["kafka"] for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    ranged = [v for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1) if in_range(spec["validVersions"], v)]
+    dropped = []
+    for f in spec["fields"]:
+        name = snake_case(f["name"])
+        if f.get("ignorable") is True or all(in_range(f["versions"], v) for v in ranged):
+            continue
+        if ours[name].ignorable and name not in VERSION_SPLIT.get(cls.__name__, set()):
+            dropped.append(name)
+    assert not dropped, f"{cls.__name__}: declared ignorable, non-ignorable in the spec: {dropped}"
+
+
 def test_snake_case_rule() -> None:
     assert snake_case("ThrottleTimeMs") == "throttle_time_ms"
     assert snake_case("ApiKey") == "api_key"
