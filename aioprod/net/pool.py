@@ -232,6 +232,7 @@ class ConnectionPool:
                 # where the broker was, maybe another broker now. The waiters and the sender,
                 # woken below, connect to the new address at once.
                 conn.close(KafkaConnectionError(f"broker {node_id} moved to {state.host}:{state.port}"))
+                state.last_error = None  # an earlier attempt's failure says nothing of the new address
                 return
             now = loop.time()
             metrics.record_connection(True, now)

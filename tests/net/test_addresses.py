@@ -99,6 +99,27 @@ async def test_an_address_asyncio_cannot_take_is_backed_off_with_a_clear_error(
         await pool.close()
 
 
+async def test_a_connection_to_where_a_broker_was_does_not_raise_an_older_failure(scripted: Scripted) -> None:
+    # The attempt that completed after the move was closed, and get() raised the failure of the
+    # attempt before it, though the new address had not been tried.
+    cluster, network = scripted.cluster, scripted.network
+    cluster.add_node(2)
+    pool = ConnectionPool(ProducerConfig(bootstrap_servers="127.0.0.1:9091", reconnect_backoff_ms=10))
+    pool.set_address(2, "old.example", 9092)  # nothing listens there yet
+    try:
+        with pytest.raises(KafkaConnectionError):
+            await pool.get(2)
+        network.listen("old.example", 9092, SlowToAnswer(cluster.nodes[1], 1.0))
+        getting = asyncio.ensure_future(pool.get(2))  # after the backoff, a slow handshake
+        while not pool.connecting(2):
+            await asyncio.sleep(0.001)  # virtual time
+        pool.set_address(2, "127.0.0.1", 9092)
+        conn = await asyncio.wait_for(getting, 10)
+        assert (conn.host, conn.port) == ("127.0.0.1", 9092)
+    finally:
+        await pool.close()
+
+
 async def test_records_for_a_broker_that_moved_while_being_connected_to_are_delivered(scripted: Scripted) -> None:
     cluster, network = scripted.cluster, scripted.network
     cluster.add_node(2)
