@@ -437,6 +437,10 @@ class Metadata:
             allow_auto_topic_creation=self._config.allow_auto_create_topics,
         )
         response: MetadataResponse = await conn.send(request)
+        if not response.brokers:
+            # A broker in its startup phase answers with an empty cache: no brokers, its topics
+            # unknown. Not the cluster: a failed refresh, retried (Java's handleSuccessfulResponse).
+            raise KafkaError(f"metadata from {describe_node(node)} named no brokers (a broker starting up?)")
         return self._apply(response, node)
 
     def _forget(self, topics: list[str]) -> None:

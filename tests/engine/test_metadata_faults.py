@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import KafkaTimeoutError, NotLeaderOrFollowerError
+from aioprod.errors import KafkaTimeoutError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from aioprod.protocol.messages import MetadataRequest, MetadataResponseBroker, ProduceRequest
 from tests.conftest import Scripted
 from tests.fakes.cluster import Partition, ScriptedCluster
@@ -575,3 +575,32 @@ async def test_a_demand_after_fruitless_refreshes_waits_at_most_the_backoff_sinc
         while len(cluster.requests_of(MetadataRequest)) == before:
             await asyncio.sleep(0.001)
     assert cluster.requests_of(MetadataRequest)[-1].at - last <= 1.0 + 0.05
+
+
+async def test_an_answer_naming_no_brokers_does_not_wipe_the_leaders(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A broker in its startup phase answers with an empty cache. Taken as the cluster, every
+    # leader was forgotten and records waited on a healthy broker; Java ignores such an answer.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    answer = ScriptedCluster._metadata
+    empty = [False]
+
+    def starting_up(self: ScriptedCluster, node: Any, request: Any) -> Any:
+        response = answer(self, node, request)
+        if empty[0]:  # no brokers, no topics
+            response.brokers = []
+            for topic in response.topics:
+                topic.error_code, topic.partitions = UnknownTopicOrPartitionError.code, []
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", starting_up)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
+        await p.send_and_wait("t", b"before")
+        empty[0] = True
+        await clock.advance(2)  # a periodic refresh gets the empty answer
+        started = clock.now
+        await asyncio.wait_for(p.send_and_wait("t", b"during"), 5)  # node 1 still leads and takes it
+        assert clock.now - started < 1
+    assert cluster.partition("t").values == [b"before", b"during"]
