@@ -70,6 +70,8 @@ _JOIN_TIMEOUT = 10.0
 
 _counter = itertools.count(1)
 _live: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
+#: Background closes of producers dropped unclosed: interpreter exit waits for them too.
+_abandoned_closes: set[tuple[concurrent.futures.Future[None], threading.Thread, int]] = set()
 
 
 class SyncProducer:
@@ -644,7 +646,10 @@ def _abandoned(
     if os.getpid() != pid:
         return  # a forked child's copy: the producer and its thread live in the parent
     warnings.warn(f"SyncProducer ({thread.name}) was never closed; closing it now", ResourceWarning, stacklevel=2)
-    _start_close(portal, loop, gate, producer, _ATEXIT_CLOSE_TIMEOUT)
+    closing = _start_close(portal, loop, gate, producer, _ATEXIT_CLOSE_TIMEOUT)
+    entry = (closing, thread, pid)
+    _abandoned_closes.add(entry)
+    closing.add_done_callback(lambda _: _abandoned_closes.discard(entry))
 
 
 @atexit.register
@@ -655,3 +660,9 @@ def _close_at_exit() -> None:
             continue  # inherited by a forked child: the parent closes it
         with contextlib.suppress(Exception):
             producer.close(_ATEXIT_CLOSE_TIMEOUT)
+    for closing, thread, pid in list(_abandoned_closes):  # dropped unclosed: closing in the background
+        if pid != os.getpid():
+            continue  # a forked child's copy of the parent's close
+        with contextlib.suppress(Exception):
+            closing.exception(_ATEXIT_CLOSE_TIMEOUT + _GRACE)
+            thread.join(_JOIN_TIMEOUT)

@@ -669,6 +669,25 @@ atexit.register(at_exit)
     assert "resolved" in done.stdout, done.stderr[-2000:]
 
 
+def test_a_producer_dropped_unclosed_just_before_exit_still_delivers(tansu_broker: TansuBroker, topic: str) -> None:
+    # Its background close was not waited for at exit: the daemon loop thread died with the
+    # record queued (docs/sync.md promises queued records a chance).
+    code = f"""
+import warnings
+warnings.simplefilter("ignore", ResourceWarning)
+from aioprod import SyncProducer
+
+def main():
+    producer = SyncProducer(bootstrap_servers="{tansu_broker.bootstrap}", linger_ms=200)
+    producer.send("{topic}", b"queued")  # not yet acknowledged; dropped unclosed on return
+
+main()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"queued"]
+
+
 def test_a_timeout_may_be_any_real_number(tansu_broker: TansuBroker, topic: str) -> None:
     # check_timeout took any real number, but a thread's wait takes only a float or an int:
     # a Fraction timeout raised a bare TypeError, after the record was queued.
