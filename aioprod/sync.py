@@ -26,6 +26,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
@@ -365,12 +366,7 @@ class SyncProducer:
         if os.getpid() != self._pid:
             return  # a forked child: the producer and its thread live in the parent process
         limit = self._delivery_timeout if timeout is None else timeout
-        with self._lock:
-            if self._closing is None:
-                self._finalizer.detach()
-                _live.discard(self)
-                self._closing = _start_close(self._portal, self._loop, self._gate, self._producer, limit)
-            closing = self._closing
+        closing = self._begin_close(limit)
         try:
             closing.result(_thread_timeout(limit + _GRACE))
         except TimeoutError:
@@ -382,6 +378,15 @@ class SyncProducer:
                 self._thread.join(_JOIN_TIMEOUT)
 
     # -- plumbing --------------------------------------------------------------------
+
+    def _begin_close(self, timeout: float) -> concurrent.futures.Future[None]:
+        """Start the close, once: a later call gets the first one's future."""
+        with self._lock:
+            if self._closing is None:
+                self._finalizer.detach()
+                _live.discard(self)
+                self._closing = _start_close(self._portal, self._loop, self._gate, self._producer, timeout)
+            return self._closing
 
     def _check_thread(self) -> None:
         # The Thread object, not its id: once the loop thread has ended, its id can be a
@@ -654,15 +659,17 @@ def _abandoned(
 
 @atexit.register
 def _close_at_exit() -> None:
-    """Give records of producers the program never closed a short, bounded chance."""
+    """Give records of producers the program never closed a short, bounded chance: one bound
+    for all of them (each closes on its own loop, in parallel; a loop that does not answer
+    added its own wait to the next one's)."""
+    deadline = time.monotonic() + _ATEXIT_CLOSE_TIMEOUT + _GRACE
     for producer in list(_live):
-        if producer._pid != os.getpid():
-            continue  # inherited by a forked child: the parent closes it
-        with contextlib.suppress(Exception):
-            producer.close(_ATEXIT_CLOSE_TIMEOUT)
-    for closing, thread, pid in list(_abandoned_closes):  # dropped unclosed: closing in the background
+        if producer._pid == os.getpid():  # (one inherited by a forked child: the parent closes it)
+            with contextlib.suppress(Exception):
+                _abandoned_closes.add((producer._begin_close(_ATEXIT_CLOSE_TIMEOUT), producer._thread, producer._pid))
+    for closing, thread, pid in list(_abandoned_closes):  # closing in the background
         if pid != os.getpid():
             continue  # a forked child's copy of the parent's close
         with contextlib.suppress(Exception):
-            closing.exception(_ATEXIT_CLOSE_TIMEOUT + _GRACE)
-            thread.join(_JOIN_TIMEOUT)
+            closing.exception(max(0.0, deadline - time.monotonic()))
+            thread.join(max(0.0, deadline - time.monotonic()))

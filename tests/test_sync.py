@@ -14,7 +14,9 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import warnings
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from fractions import Fraction
@@ -686,6 +688,30 @@ main()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"queued"]
+
+
+def test_exit_waits_one_bound_for_all_the_producers_it_closes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each unclosed producer whose loop did not answer got its own 10 s, one after another: three
+    # blocked loops (a delivery callback that blocks) made exit take 30 s. Virtual time here.
+    clock = [100.0]
+    waited: list[float] = []
+
+    class NeverClosing:
+        def exception(self, timeout: float) -> None:
+            waited.append(timeout)
+            clock[0] += timeout
+            raise TimeoutError
+
+    class Thread:
+        def join(self, timeout: float) -> None:
+            waited.append(timeout)
+            clock[0] += timeout
+
+    monkeypatch.setattr(sync, "time", types.SimpleNamespace(monotonic=lambda: clock[0]), raising=False)
+    monkeypatch.setattr(sync, "_live", weakref.WeakSet())
+    monkeypatch.setattr(sync, "_abandoned_closes", {(NeverClosing(), Thread(), os.getpid()) for _ in range(3)})
+    sync._close_at_exit()
+    assert len(waited) == 3 and sum(waited) <= sync._ATEXIT_CLOSE_TIMEOUT + sync._GRACE, waited
 
 
 def test_a_timeout_may_be_any_real_number(tansu_broker: TansuBroker, topic: str) -> None:

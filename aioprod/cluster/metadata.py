@@ -152,6 +152,7 @@ class Metadata:
         self._missing_partitions: set[tuple[str, int]] = set()
         #: Loop time of the first failed refresh since the last one that worked (None: working).
         self._failing_since: float | None = None
+        self._refresh_error: KafkaError | None = None
         # Set while the last refresh failed to authenticate: waiting cannot fix credentials,
         # so callers fail at once instead of after max_block_ms (as the Java client does).
         self._auth_error: AuthenticationError | None = None
@@ -293,6 +294,8 @@ class Metadata:
         seen = [str(e) for e in errors if e is not None]
         if seen:
             return f" (no broker reachable: {seen[0]})"
+        if self._refresh_error is not None:
+            return f" (metadata refresh failing: {self._refresh_error})"
         return ""
 
     def least_loaded_node(self) -> int | None:
@@ -400,7 +403,9 @@ class Metadata:
                 self._failures = 0
                 self._failing_since = None
                 self._auth_error = None
+                self._refresh_error = None
             except KafkaError as exc:
+                self._refresh_error = exc
                 self._failures += 1
                 if self._failing_since is None:
                     self._failing_since = loop.time()

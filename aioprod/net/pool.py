@@ -198,6 +198,12 @@ class ConnectionPool:
                     f"cannot connect to {describe_node(node_id)} at {state.host}:{state.port}: {unexpected!r}"
                 ) from unexpected
         except KafkaError as exc:
+            if (conn.host, conn.port) != (state.host, state.port) and not self._closed:
+                # The broker moved while this failed: the old address's failure says nothing of
+                # the new one, not tried yet. The waiters, woken below, connect there at once.
+                log.debug("%s: attempt to its old address failed: %s", describe_node(node_id), exc)
+                state.last_error = None
+                return
             state.failures += 1
             state.last_error = exc
             backoff = self._backoff(state.failures)

@@ -604,3 +604,24 @@ async def test_an_answer_naming_no_brokers_does_not_wipe_the_leaders(
         await asyncio.wait_for(p.send_and_wait("t", b"during"), 5)  # node 1 still leads and takes it
         assert clock.now - started < 1
     assert cluster.partition("t").values == [b"before", b"during"]
+
+
+async def test_a_cluster_that_keeps_answering_no_brokers_says_so(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Such answers are failed refreshes, logged at DEBUG only: the send's timeout named no cause.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    answer = ScriptedCluster._metadata
+
+    def starting_up(self: ScriptedCluster, node: Any, request: Any) -> Any:
+        response = answer(self, node, request)
+        response.brokers = []
+        for topic in response.topics:
+            topic.error_code, topic.partitions = UnknownTopicOrPartitionError.code, []
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", starting_up)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, max_block_ms=5000) as p:
+        with pytest.raises(KafkaTimeoutError, match=r"metadata refresh failing: .*named no brokers"):
+            await p.send_and_wait("t", b"v")

@@ -120,6 +120,25 @@ async def test_a_connection_to_where_a_broker_was_does_not_raise_an_older_failur
         await pool.close()
 
 
+async def test_a_failed_attempt_to_where_a_broker_was_is_not_raised(scripted: Scripted) -> None:
+    # The broker moved (its old address dead, say) while the pool was connecting there: get()
+    # raised the old address's failure, and the new one, never tried, was backed off.
+    cluster, network = scripted.cluster, scripted.network
+    cluster.add_node(2)
+    network.listen("old.example", 9092, SlowToAnswer(cluster.nodes[1], 30.0))  # its handshake never completes
+    pool = ConnectionPool(ProducerConfig(bootstrap_servers="127.0.0.1:9091", request_timeout_ms=2000))
+    pool.set_address(2, "old.example", 9092)
+    try:
+        getting = asyncio.ensure_future(pool.get(2))
+        while not pool.connecting(2):
+            await asyncio.sleep(0.001)  # virtual time
+        pool.set_address(2, "127.0.0.1", 9092)
+        conn = await asyncio.wait_for(getting, 10)
+        assert (conn.host, conn.port) == ("127.0.0.1", 9092)
+    finally:
+        await pool.close()
+
+
 async def test_records_for_a_broker_that_moved_while_being_connected_to_are_delivered(scripted: Scripted) -> None:
     cluster, network = scripted.cluster, scripted.network
     cluster.add_node(2)
