@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -577,6 +578,21 @@ async def test_a_demand_after_fruitless_refreshes_waits_at_most_the_backoff_sinc
     assert cluster.requests_of(MetadataRequest)[-1].at - last <= 1.0 + 0.05
 
 
+def answering_no_brokers(monkeypatch: pytest.MonkeyPatch, when: Callable[[], bool]) -> None:
+    """Metadata answers name no brokers and no topics while ``when()``: a broker starting up."""
+    answer = ScriptedCluster._metadata
+
+    def starting_up(self: ScriptedCluster, node: Any, request: Any) -> Any:
+        response = answer(self, node, request)
+        if when():
+            response.brokers = []
+            for topic in response.topics:
+                topic.error_code, topic.partitions = UnknownTopicOrPartitionError.code, []
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", starting_up)
+
+
 async def test_an_answer_naming_no_brokers_does_not_wipe_the_leaders(
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -584,18 +600,8 @@ async def test_an_answer_naming_no_brokers_does_not_wipe_the_leaders(
     # leader was forgotten and records waited on a healthy broker; Java ignores such an answer.
     cluster, clock = scripted.cluster, scripted.clock
     cluster.create_topic("t", 1)
-    answer = ScriptedCluster._metadata
     empty = [False]
-
-    def starting_up(self: ScriptedCluster, node: Any, request: Any) -> Any:
-        response = answer(self, node, request)
-        if empty[0]:  # no brokers, no topics
-            response.brokers = []
-            for topic in response.topics:
-                topic.error_code, topic.partitions = UnknownTopicOrPartitionError.code, []
-        return response
-
-    monkeypatch.setattr(ScriptedCluster, "_metadata", starting_up)
+    answering_no_brokers(monkeypatch, lambda: empty[0])
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
         await p.send_and_wait("t", b"before")
         empty[0] = True
@@ -612,16 +618,7 @@ async def test_a_cluster_that_keeps_answering_no_brokers_says_so(
     # Such answers are failed refreshes, logged at DEBUG only: the send's timeout named no cause.
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
-    answer = ScriptedCluster._metadata
-
-    def starting_up(self: ScriptedCluster, node: Any, request: Any) -> Any:
-        response = answer(self, node, request)
-        response.brokers = []
-        for topic in response.topics:
-            topic.error_code, topic.partitions = UnknownTopicOrPartitionError.code, []
-        return response
-
-    monkeypatch.setattr(ScriptedCluster, "_metadata", starting_up)
+    answering_no_brokers(monkeypatch, lambda: True)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, max_block_ms=5000) as p:
         with pytest.raises(KafkaTimeoutError, match=r"metadata refresh failing: .*named no brokers"):
             await p.send_and_wait("t", b"v")
