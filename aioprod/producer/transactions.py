@@ -113,9 +113,9 @@ _FATAL_FOR_RECORDS = frozenset(
 #: which the coordinator answers with a fresh id.
 _IDENTITY_GONE = frozenset({InvalidProducerIdMappingError.code, UnknownProducerIdError.code})
 #: TxnOffsetCommit answers meaning the consumer group moved on: the offsets cannot commit.
+_GROUP_MOVED_ON = frozenset({UnknownMemberIdError.code, IllegalGenerationError.code, FencedInstanceIdError.code})
 #: Java's ADD_PARTITIONS_RETRY_BACKOFF_MS, in seconds.
 _FIRST_ADD_BACKOFF = 0.02
-_GROUP_MOVED_ON = frozenset({UnknownMemberIdError.code, IllegalGenerationError.code, FencedInstanceIdError.code})
 
 
 class TxnState(enum.Enum):
@@ -576,23 +576,21 @@ class TransactionManager:
             return
         try:
             await self._add_offsets(offsets, group)
-        except Exception as exc:
+        except KafkaError as exc:
             # As the Java client: offsets that could not join leave a transaction that must not
             # commit (it would commit the output without them); fatal answers failed it already.
-            # So do offsets a bug cut short: they may have joined in part. (Only an abort or
-            # close cancels this, and they abort the transaction anyway.)
             if not self.failed:
-                self.abortable(
-                    exc
-                    if isinstance(exc, KafkaError)
-                    else TransactionAbortableError(f"sending the offsets did not finish: {exc!r}")
-                )
-            if not isinstance(exc, KafkaError):
-                raise
+                self.abortable(exc)
             if isinstance(exc, BrokerResponseError) and exc.code in _GROUP_MOVED_ON:
                 raise TransactionAbortableError(
                     f"the consumer group {group.group_id!r} moved on (a rebalance?): the offsets cannot commit ({exc})"
                 ) from exc
+            raise
+        except Exception as exc:
+            # So do offsets a bug cut short: they may have joined in part. (Only an abort or
+            # close cancels this, and they abort the transaction anyway.)
+            if not self.failed:
+                self.abortable(TransactionAbortableError(f"sending the offsets did not finish: {exc!r}"))
             raise
 
     async def _add_offsets(
@@ -947,9 +945,8 @@ def as_group(group: str | ConsumerGroupMetadata | Any) -> ConsumerGroupMetadata:
     if isinstance(group, str):
         if not group:
             raise ValueError("the consumer group id is empty")
-        _check_utf8("the consumer group id", group)
-        return ConsumerGroupMetadata(group)
-    if not isinstance(group, ConsumerGroupMetadata):
+        group = ConsumerGroupMetadata(group)
+    elif not isinstance(group, ConsumerGroupMetadata):
         group_id = getattr(group, "group_id", None)
         if not isinstance(group_id, str) or not group_id:
             raise TypeError(f"group must be a group id or consumer group metadata, got {type(group).__name__}")
