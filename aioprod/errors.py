@@ -28,7 +28,7 @@ class KafkaError(Exception):
 def _rebuild_error(cls: type[KafkaError], args: tuple[Any, ...], state: dict[str, Any]) -> KafkaError:
     """Unpickle (or copy) an error without calling its __init__: see KafkaError.__reduce__."""
     error = cls.__new__(cls, *args)
-    error.args = args
+    error.args = args  # OSError's __new__ leaves them to __init__ in some subclasses
     error.__dict__.update(state)
     return error
 
@@ -38,10 +38,7 @@ def copy_error(error: KafkaError, traceback: TracebackType | None = None) -> Kaf
     ``traceback``. An error kept to be raised again (one batch's, for each of its records; a
     topic's refusal, for each send) is raised as a copy: raising the kept object again would
     add each raiser's frames to its one traceback, and keep them all alive."""
-    cls = type(error)
-    copy = cls.__new__(cls, *error.args)
-    copy.args = error.args  # OSError's __new__ leaves them to __init__ in some subclasses
-    copy.__dict__.update(error.__dict__)
+    copy = _rebuild_error(type(error), error.args, error.__dict__)
     notes = error.__dict__.get("__notes__")
     if type(notes) is list:
         copy.__notes__ = list(notes)  # add_note appends in place: each copy gets its own list
