@@ -39,6 +39,12 @@ class _NodeState:
     last_error: KafkaError | None = None
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
+    def wake_waiters(self) -> None:
+        """Every get() waiting for the node looks again."""
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
 
 class ConnectionPool:
     """node id → connection. Bootstrap servers get negative ids, as in the Java client."""
@@ -188,16 +194,16 @@ class ConnectionPool:
         state.attempting = True
         metrics, events = self._metrics, self._metrics.events
         try:
-            try:
-                await conn.open(setup_timeout, attempt=state.failures)
-            except KafkaError:
-                raise
-            except Exception as unexpected:  # still a failed attempt, backed off: never a reconnect at once
+            await conn.open(setup_timeout, attempt=state.failures)
+        except Exception as failure:
+            if isinstance(failure, KafkaError):
+                exc = failure
+            else:  # still a failed attempt, backed off: never a reconnect at once
                 conn.close()
-                raise KafkaConnectionError(
-                    f"cannot connect to {describe_node(node_id)} at {state.host}:{state.port}: {unexpected!r}"
-                ) from unexpected
-        except KafkaError as exc:
+                exc = KafkaConnectionError(
+                    f"cannot connect to {describe_node(node_id)} at {state.host}:{state.port}: {failure!r}"
+                )
+                exc.__cause__ = failure
             if (conn.host, conn.port) != (state.host, state.port) and not self._closed:
                 # The broker moved while this failed: the old address's failure says nothing of
                 # the new one, not tried yet. The waiters, woken below, connect there at once.
@@ -267,9 +273,7 @@ class ConnectionPool:
             conn.on_close(lambda c, err: self._on_connection_closed(node_id, c, err))
         finally:
             state.attempting = False
-            for waiter in state.waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+            state.wake_waiters()
             self._on_change()
 
     def _on_connection_closed(self, node_id: int, conn: BrokerConnection, error: KafkaError) -> None:
@@ -278,9 +282,7 @@ class ConnectionPool:
         if state is not None and state.connection is conn:
             state.connection = None
             if conn.retiring:  # its broker moved: no failure, and get() connects to the new address now
-                for waiter in state.waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+                state.wake_waiters()
             else:
                 state.last_error = error
                 state.failures += 1
@@ -310,9 +312,7 @@ class ConnectionPool:
             if state.connection is not None:
                 self._closing.append(state.connection)
                 state.connection.close()
-            for waiter in state.waiters:  # get() wakes up and sees the pool closed
-                if not waiter.done():
-                    waiter.set_result(None)
+            state.wake_waiters()  # get() wakes up and sees the pool closed
 
     async def close(self, grace: float = CLOSE_GRACE) -> None:
         """Close every connection and wait for them; a TLS close left waiting for the
