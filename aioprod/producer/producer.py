@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from aioprod._compiled import speedups
-from aioprod.cluster.metadata import ClusterSnapshot, Metadata
+from aioprod.cluster.metadata import ClusterSnapshot, Metadata, TopicInfo
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
     KafkaError,
@@ -394,13 +394,7 @@ class Producer:
         if info is None or not info.partitions or (partition is not None and partition not in info.partitions):
             self._check_loop()
             deadline = self._loop.time() + self._max_block
-            try:
-                info = await self._metadata.topic(topic, self._max_block, partition)
-            except KafkaError:
-                self._metrics.record_send_error(1, self._loop.time())
-                raise
-            if self._state is not _STARTED or self._fatal is not None:
-                self._raise_not_open()  # close() began while this waited: as docs/delivery.md says
+            info = await self._wait_for_topic(topic, partition, 1)
         if tps is None or len(tps) < len(info.all_partitions):
             tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(max(info.all_partitions) + 1)]
         if partition is None:
@@ -568,13 +562,7 @@ class Producer:
         deadline = loop.time() + self._max_block
         info = self._metadata.snapshot.topics.get(topic)
         if info is None or not info.partitions or (partition is not None and partition not in info.partitions):
-            try:
-                info = await self._metadata.topic(topic, self._max_block, partition)
-            except KafkaError:
-                self._metrics.record_send_error(len(values), loop.time())
-                raise
-            if self._state is not _STARTED or self._fatal is not None:
-                self._raise_not_open()
+            info = await self._wait_for_topic(topic, partition, count)
         self._metadata.touch(topic)
         tps = self._tps.get(topic)
         if tps is None or len(tps) < len(info.all_partitions):
@@ -996,6 +984,19 @@ class Producer:
                 "this producer was started on another event loop: a Producer belongs to the loop it was "
                 "started on (one producer per loop; from threads or several asyncio.run() calls, use SyncProducer)"
             )
+
+    async def _wait_for_topic(self, topic: str, partition: int | None, records: int) -> TopicInfo:
+        """The topic's metadata, waited for (at most ``max_block_ms``): a failure counts the
+        ``records`` it leaves unqueued as errors; a close begun meanwhile refuses them (as
+        docs/delivery.md says)."""
+        try:
+            info = await self._metadata.topic(topic, self._max_block, partition)
+        except KafkaError:
+            self._metrics.record_send_error(records, self._loop.time())
+            raise
+        if self._state is not _STARTED or self._fatal is not None:
+            self._raise_not_open()
+        return info
 
     def _raise_not_open(self) -> NoReturn:
         if self._state is _STARTED:
