@@ -537,6 +537,8 @@ def _unsupported(name: str) -> str | None:
 
 #: Java's per-codec level options (KIP-390): the one of compression_type is compression_level.
 _CODEC_LEVELS = {f"compression_{codec}_level": codec for codec in ("gzip", "lz4", "zstd")}
+#: The compression level options, each of which None leaves unset.
+_LEVEL_FIELDS = {"compression_level", *_CODEC_LEVELS}
 
 
 def _canonical_name(raw: str) -> str:
@@ -582,8 +584,8 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         raise ConfigError(f"{name} must be true or false, got {value!r}")
-    if name in _INT_FIELDS or name == "compression_level" or name in _CODEC_LEVELS:
-        if value is None and (name == "compression_level" or name in _CODEC_LEVELS):
+    if name in _INT_FIELDS or name in _LEVEL_FIELDS:
+        if value is None and name in _LEVEL_FIELDS:
             return None  # not set
         if isinstance(value, bool):
             raise ConfigError(f"{name} must be an integer, got {value!r}")

@@ -71,7 +71,8 @@ _JOIN_TIMEOUT = 10.0
 
 _counter = itertools.count(1)
 _live: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
-#: Background closes of producers dropped unclosed: interpreter exit waits for them too.
+#: Closes nobody waits for (of producers dropped unclosed, and those interpreter exit starts):
+#: the exit waits for them, one bound for all.
 _abandoned_closes: set[tuple[concurrent.futures.Future[None], threading.Thread, int]] = set()
 
 

@@ -42,6 +42,7 @@ def check_schema(schema: StructType, topic: str | None, *, case_sensitive: bool 
                 " drop or rename all but one"
             )
     fields = {f.name: f.dataType for f in schema.fields}
+    lower = {n.lower(): n for n in fields}
     found: dict[str, DataType] = {}
 
     def expect(name: str, ok: bool, expected: str) -> None:
@@ -50,13 +51,11 @@ def check_schema(schema: StructType, topic: str | None, *, case_sensitive: bool 
         found[name] = fields[name]
 
     if "value" not in fields:
-        lower = {n.lower(): n for n in fields}
         hint = f" (found {lower['value']!r}; names are case-sensitive)" if "value" in lower else ""
         raise DataFrameSchemaError(f"the DataFrame has no 'value' column; expected binary or string{hint}")
     expect("value", isinstance(fields["value"], (BinaryType, StringType)), "binary or string")
     if not case_sensitive:
         # Spark finds F.col("key") in a column "Key": left unread, the rows went out keyless.
-        lower = {n.lower(): n for n in fields}
         for name in sink:
             if name not in fields and name in lower:
                 raise DataFrameSchemaError(
