@@ -958,6 +958,7 @@ RecordFuture_remove_done_callback(RecordFutureObject *self, PyObject *fn)
     PyObject *kept, *callbacks;
     Py_ssize_t removed, count;
     int done;
+retry:
     if (self->callbacks == NULL || PyList_GET_SIZE(self->callbacks) == 0)
         return PyLong_FromLong(0);
     done = future_done(self);
@@ -985,11 +986,16 @@ RecordFuture_remove_done_callback(RecordFutureObject *self, PyObject *fn)
         Py_DECREF(entry);
     }
     count = PyList_GET_SIZE(callbacks);
-    Py_DECREF(callbacks);
-    if (self->callbacks != callbacks) { /* cancelled or run meanwhile: they are scheduled */
+    if (self->callbacks != callbacks) {
+        Py_DECREF(callbacks);
         Py_DECREF(kept);
+        /* Cancelled or run meanwhile: they are scheduled. Replaced by a removal that a
+         * comparison ran: remove from the list there is now. */
+        if (self->callbacks != NULL && self->cancel_message == NULL)
+            goto retry;
         return PyLong_FromLong(0);
     }
+    Py_DECREF(callbacks);
     removed = count - PyList_GET_SIZE(kept);
     if (PyList_GET_SIZE(kept) == 0) {
         Py_DECREF(kept);

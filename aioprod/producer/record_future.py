@@ -264,10 +264,15 @@ class RecordFuture:
             self._callbacks.append((fn, context))
 
     def remove_done_callback(self, fn: _Callback, /) -> int:
-        callbacks = self._callbacks
-        if not callbacks or self.done():  # once done, its callbacks are as good as scheduled
-            return 0
-        kept = [entry for entry in callbacks if entry[0] != fn]
+        while True:
+            callbacks = self._callbacks
+            if not callbacks or self.done():  # once done, its callbacks are as good as scheduled
+                return 0
+            # Identity first (as the compiled twin and asyncio's C Future); a comparison runs
+            # Python code, which may cancel the future or replace the list: then look again.
+            kept = [entry for entry in callbacks if entry[0] is not fn and entry[0] != fn]
+            if self._callbacks is callbacks:
+                break
         removed = len(callbacks) - len(kept)
         if not kept:
             self._callbacks = None

@@ -432,6 +432,70 @@ async def test_callbacks_run_while_one_is_removed_leave_nothing_to_remove(
     assert future.remove_done_callback(print) == 0
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["python", "compiled"])
+async def test_removing_a_callback_whose_comparison_cancels_the_future_compares_identity_first(
+    compiled_record_future: type[Any], compiled: bool
+) -> None:
+    """As asyncio's Future: the registered callback itself is removed without running its __eq__."""
+    future = (compiled_record_future if compiled else _PyRecordFuture)(
+        BatchSettlement(asyncio.get_running_loop()), 0, 1
+    )
+    calls: list[str] = []
+
+    class Callback:
+        def __call__(self, fut: Any) -> None:
+            calls.append("called")
+
+        def __eq__(self, other: object) -> bool:
+            future.cancel("from __eq__")
+            return other is self
+
+        __hash__ = object.__hash__
+
+    callback = Callback()
+    future.add_done_callback(callback)
+    future.add_done_callback(callback)
+    assert future.remove_done_callback(callback) == 2
+    await asyncio.sleep(0)
+    assert (future.cancelled(), calls) == (False, [])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["python", "compiled"])
+async def test_a_callback_removed_by_another_removals_comparison_stays_removed(
+    compiled_record_future: type[Any], compiled: bool
+) -> None:
+    """remove_done_callback(a), whose comparison removes b: neither runs, and a counts once."""
+    settlement = BatchSettlement(asyncio.get_running_loop())
+    future = (compiled_record_future if compiled else _PyRecordFuture)(settlement, 0, 1)
+    ran: list[str] = []
+
+    def b(fut: Any) -> None:
+        ran.append("b")
+
+    class A:
+        armed = True
+
+        def __call__(self, fut: Any) -> None:
+            ran.append("a")
+
+        def __eq__(self, other: object) -> bool:
+            if A.armed:
+                A.armed = False
+                future.remove_done_callback(b)
+            return other is self
+
+        __hash__ = object.__hash__
+
+    a = A()
+    future.add_done_callback(a)
+    future.add_done_callback(b)
+    assert future.remove_done_callback(a) == 1
+    settlement.settle(("t", 0, 5, -1))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert ran == []
+
+
 async def test_a_future_cancelled_while_it_is_cancelled_keeps_the_first_message(
     compiled_record_future: type[Any],
 ) -> None:
