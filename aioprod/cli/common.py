@@ -328,7 +328,7 @@ def parse_delimiter(text: str, flag: str) -> bytes:
                     raise CliUsageError(f"{flag} {text!r}: \\x needs two hex digits") from None
                 index += 4
                 continue
-        out += char.encode()
+        out += os.fsencode(char)  # bytes given on the command line that are not UTF-8 stay as given
         index += 1
     if not out:
         raise CliUsageError(f"{flag} must not be empty")

@@ -85,12 +85,20 @@ class AioprodGroup(click.Group):
         sys.exit(result if isinstance(result, int) else EXIT_OK)
 
 
+#: Flags of kafka-producer-perf-test (and kafka-console-producer) that aioprod spells otherwise.
+_JAVA_FLAGS = {"--producer-props": "-X KEY=VALUE, once per option", "--producer.config": "-F FILE"}
+
+
 def _exit_usage(exc: click.UsageError) -> NoReturn:
     if type(exc).__name__ == "NoArgsIsHelpError":  # `aioprod` alone: the help is the answer
         exc.show()
         sys.exit(exc.exit_code)
     where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-    click.echo(f"aioprod: error: {one_line(exc.format_message())}{where}", err=True)
+    message = one_line(exc.format_message())
+    java = _JAVA_FLAGS.get(exc.option_name) if isinstance(exc, click.NoSuchOption) else None
+    if java is not None:
+        message = f"{message.rstrip('.')}: aioprod's is {java}"
+    click.echo(f"aioprod: error: {message}{where}", err=True)
     sys.exit(exc.exit_code)
 
 

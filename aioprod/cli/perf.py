@@ -59,7 +59,10 @@ from aioprod.cli.common import (
 from aioprod.cli.metrics_table import java_style_lines
 from aioprod.cli.stats import AckTracker, LatencySummary
 from aioprod.config import ProducerConfig
+from aioprod.errors import KafkaError
 from aioprod.metrics import MetricsSnapshot
+from aioprod.producer.accumulator import RecordAccumulator
+from aioprod.protocol.records import BATCH_HEADER_SIZE
 
 _MIN_SLEEP = 0.002  # as Java's throttler: shorter waits are not worth a sleep
 _MIB = 1024 * 1024
@@ -225,10 +228,11 @@ async def run_perf(
     rate: float | None,
     tracker: AckTracker,
     reporter: Reporter,
-) -> tuple[float, str, MetricsSnapshot]:
+) -> tuple[float, str, MetricsSnapshot, str | None]:
     """Send ``records`` records, paced to ``rate`` records/s if given; (elapsed s, topic
     problem, the producer's metrics once every record has its outcome)."""
     check = watch_topic(options, topic)
+    stopped: str | None = None
     try:
         async with open_producer(options, tracker) as producer:
             try:
@@ -252,6 +256,13 @@ async def run_perf(
                     except (TypeError, ValueError) as exc:
                         tracker.fail(exc)
                         continue
+                    except KafkaError as exc:
+                        # The cluster, not this record (buffer full for max.block.ms): every later
+                        # send would wait as long. Stop sending; what was sent still gets its outcome,
+                        # reported as the run goes on and in the results.
+                        stopped = f"stopped sending after {i:,} of {records:,} records: {describe(exc)}"
+                        warn(stopped)
+                        break
                     tracker.track(future, sent_at, len(value))
                 await tracker.wait()
                 # The whole run, failures and stalls included (Java's tool does the same).
@@ -259,7 +270,7 @@ async def run_perf(
             metrics = producer.metrics_snapshot()
     finally:
         check.cancel()
-    return elapsed, topic_problem(check), metrics
+    return elapsed, topic_problem(check), metrics, stopped
 
 
 def render(result: PerfResult, out: Console) -> None:
@@ -369,11 +380,14 @@ def perf(
     else:
         assert record_size is not None
         limit = ProducerConfig.from_options(options).max_request_size
-        if record_size > limit:
+        longest_key = None if keys is None else b"key-%d" % (keys - 1)
+        wire = RecordAccumulator.record_size(longest_key, None, []) + record_size + BATCH_HEADER_SIZE
+        if wire > limit:
             # Every record would fail as too large: say so before building a payload that size.
             raise CliUsageError(
-                f"--record-size {record_size:,} is larger than max.request.size ({limit:,}): every record would "
-                "fail (raise it with -X max.request.size=..., and the broker's message.max.bytes)"
+                f"--record-size {record_size:,} is larger than max.request.size ({limit:,}) with the record's and "
+                f"its batch's overhead (about {wire:,} bytes): every record would fail (raise it with "
+                "-X max.request.size=..., and the broker's message.max.bytes)"
             )
         fixed = payload(record_size)
         values = lambda _i: fixed  # noqa: E731
@@ -394,7 +408,7 @@ def perf(
         if broker is not None:
             err.print(f"No bootstrap servers given: using an embedded Tansu broker on {target} (memory storage)")
         try:
-            elapsed, problem, metrics = run(
+            elapsed, problem, metrics, stopped = run(
                 run_perf(options, topic, num_records, values, keys, rate, tracker, reporter)
             )
         except CliError:
@@ -425,6 +439,8 @@ def perf(
         render(result, out)
         if print_metrics:
             echo("\n".join(java_style_lines(metrics)))
+    if stopped is not None:
+        raise CliError(f"{stopped}{problem}; {tracker.counts()}")
     if result.failed:
         raise CliError(f"{result.failed:,} of {num_records:,} records failed (first: {result.first_error}){problem}")
 

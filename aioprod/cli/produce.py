@@ -94,20 +94,26 @@ async def read_chunks(stream: IO[bytes]) -> AsyncIterator[bytes]:
         yield item
 
 
-async def read_records(stream: IO[bytes], delimiter: bytes) -> AsyncIterator[bytes]:
+async def read_records(stream: IO[bytes], delimiter: bytes, *, drop_cr: bool | None = None) -> AsyncIterator[bytes]:
     """The stream split at ``delimiter``; a last unterminated record counts.
 
-    With the default newline delimiter a trailing ``\\r`` is dropped too (CRLF input).
+    With ``drop_cr`` (by default: the delimiter is a newline) a trailing ``\\r`` is dropped too
+    (CRLF input). Each byte is searched once, so a very long record costs linear time.
     """
-    crlf = delimiter == b"\n"
-    pending = b""
+    crlf = delimiter == b"\n" if drop_cr is None else drop_cr
+    pending = bytearray()
     async for chunk in read_chunks(stream):
+        scan_from = max(0, len(pending) - len(delimiter) + 1)  # a delimiter may straddle the chunks
         pending += chunk
-        *records, pending = pending.split(delimiter)
-        for record in records:
+        start = 0
+        while (end := pending.find(delimiter, max(start, scan_from))) != -1:
+            record = bytes(pending[start:end])
+            start = end + len(delimiter)
             yield record.removesuffix(b"\r") if crlf else record
+        del pending[:start]
     if pending:
-        yield pending.removesuffix(b"\r") if crlf else pending
+        record = bytes(pending)
+        yield record.removesuffix(b"\r") if crlf else record
 
 
 Headers = list[tuple[str, bytes | None]]
@@ -178,17 +184,19 @@ async def produce_lines(
     line_format: LineFormat,
     partition: int | None,
     tracker: AckTracker,
+    drop_cr: bool | None = None,
 ) -> None:
     """Send every line; failures are reported as they happen, on stderr (and stdout with --report)."""
     check = watch_topic(options, topic)
+    stopped: KafkaError | None = None
+    line_number = 0
     try:
         async with open_producer(options, tracker) as producer:
             try:
                 await check_first(check, producer, topic)
             except KafkaError as exc:
                 raise CliError(f"{describe(exc)}{topic_problem(check)}") from exc
-            line_number = 0
-            async for line in read_records(stream, delimiter):
+            async for line in read_records(stream, delimiter, drop_cr=drop_cr):
                 line_number += 1
                 try:
                     key, value, headers = line_format.split(line)
@@ -206,11 +214,17 @@ async def produce_lines(
                     tracker.fail(exc, line_number)
                     continue
                 except KafkaError as exc:  # the cluster is: every later line would wait max.block.ms too
-                    raise CliError(f"stopped at line {line_number}: {describe(exc)}{topic_problem(check)}") from exc
+                    stopped = exc
+                    break
                 tracker.track(future, sent_at, line_number)
-            await tracker.wait()
+            await tracker.wait()  # the lines already sent get their outcome (and their "line N:" failures)
     finally:
         check.cancel()
+    if stopped is not None:
+        raise CliError(
+            f"stopped at line {line_number}: {describe(stopped)}{topic_problem(check)}; "
+            f"lines before it: {tracker.counts()}"
+        ) from stopped
 
 
 @click.command(short_help="Produce one record per input line, like kcat -P.")
@@ -221,7 +235,9 @@ async def produce_lines(
 @click.option(
     "-k", "--key", "fixed_key", metavar="KEY", help="The key of every record (a line split by -K keeps its own)."
 )
-@click.option("-D", "--delimiter", metavar="DELIM", default="\\n", show_default=True, help="Record delimiter.")
+@click.option(
+    "-D", "--delimiter", metavar="DELIM", show_default="\\n (and a trailing \\r dropped)", help="Record delimiter."
+)
 @click.option("-Z", "--null-empty", is_flag=True, help="Send an empty key or value as null (kcat -Z).")
 @click.option("-H", "--header", "headers", metavar="KEY=VALUE", multiple=True, help="Add a header to every record.")
 @click.option(
@@ -243,7 +259,7 @@ def produce(
     client: ClientOptions,
     key_separator: str | None,
     fixed_key: str | None,
-    delimiter: str,
+    delimiter: str | None,
     null_empty: bool,
     headers: tuple[str, ...],
     parse_headers: bool,
@@ -278,14 +294,14 @@ def produce(
     options = client.producer_options(servers)
     line_format = LineFormat(
         key_separator=parse_delimiter(key_separator, "--key-separator") if key_separator is not None else None,
-        fixed_key=fixed_key.encode() if fixed_key is not None else None,
+        fixed_key=os.fsencode(fixed_key) if fixed_key is not None else None,  # argv bytes as given
         empty_is_null=null_empty,
-        headers=tuple((k, v.encode()) for k, v in parse_pairs(headers, "--header")),
+        headers=tuple((k, os.fsencode(v)) for k, v in parse_pairs(headers, "--header")),
         headers_delimiter=parse_delimiter(headers_delimiter, "--headers-delimiter") if parse_headers else None,
         headers_separator=parse_delimiter(headers_separator, "--headers-separator"),
         headers_key_separator=parse_delimiter(headers_key_separator, "--headers-key-separator"),
     )
-    record_delimiter = parse_delimiter(delimiter, "--delimiter")
+    record_delimiter = parse_delimiter(delimiter, "--delimiter") if delimiter is not None else b"\n"
 
     reporting = report
 
@@ -310,7 +326,7 @@ def produce(
 
     tracker = AckTracker(on_ack=on_ack, on_error=on_error)
     record_outcomes(tracker)
-    run(produce_lines(options, topic, input_file, record_delimiter, line_format, partition, tracker))
+    run(produce_lines(options, topic, input_file, record_delimiter, line_format, partition, tracker, delimiter is None))
     summary = f"{tracker.acked:,} record{'' if tracker.acked == 1 else 's'} produced to {topic!r}"
     if tracker.failed or tracker.unsent:
         raise CliError(f"{summary}; {tracker.failed + tracker.unsent:,} failed (lines above)")

@@ -147,7 +147,10 @@ class AckTracker:
             return LatencySummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         total = len(samples)
         counts = sorted(Counter(round(ms * 1000) for ms in samples).items())
-        wanted = [(q, max(1, math.ceil(q / 100 * total))) for q in (50, 95, 99, 99.9)]
+        # Ranks in integers (per mille): in floats 99.9 / 100 * 1000 is 999.0000000000001, one rank too many.
+        wanted = [
+            (q, max(1, -(-permille * total // 1000))) for q, permille in ((50, 500), (95, 950), (99, 990), (99.9, 999))
+        ]
         found: dict[float, float] = {}
         seen = 0
         for micros, count in counts:

@@ -43,6 +43,15 @@ def test_latency_percentiles_are_nearest_rank_to_the_microsecond() -> None:
     assert AckTracker().summary().count == 0
 
 
+def test_the_p99_9_of_a_round_count_is_not_one_rank_too_high() -> None:
+    # In floats, 99.9 / 100 * 1000 is 999.0000000000001: the rank was 1,000, the maximum.
+    for total in (1_000, 10_000):
+        tracker = AckTracker()
+        tracker.latencies_ms.extend(float(i) for i in range(1, total + 1))
+        summary = tracker.summary()
+        assert (summary.p50, summary.p99, summary.p999) == (total * 0.5, total * 0.99, total * 0.999)
+
+
 def test_the_latency_summary_needs_no_second_copy_of_the_samples() -> None:
     """perf keeps 8 bytes a record; its summary once sorted them into Python floats (5x that:
     several GB at the end of a 100M-record run)."""

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from aioprod.cli.perf import payload
+from aioprod.errors import KafkaTimeoutError
+from aioprod.producer.producer import Producer
 from tests.cli.conftest import aioprod
 from tests.readback import read_topic
 
@@ -177,3 +179,44 @@ def test_a_record_size_over_max_request_size_is_a_usage_error() -> None:
     result = aioprod("perf", "-t", "p", "-n", "1", "-s", "10000000000", "-b", "127.0.0.1:9")
     assert result.exit_code == 2, result.stderr
     assert "--record-size 10,000,000,000 is larger than max.request.size (1,048,576)" in result.stderr
+
+
+def test_a_record_size_that_fits_only_without_its_overhead_is_a_usage_error() -> None:
+    # -s 1048576, the obvious 1 MB test, connected and then failed every record as too large.
+    result = aioprod("perf", "-t", "p", "-n", "3", "-s", "1048576", "-b", "127.0.0.1:9")
+    assert result.exit_code == 2, result.stderr
+    assert "--record-size 1,048,576 is larger than max.request.size (1,048,576) with the record's" in result.stderr
+
+
+def test_a_send_that_fails_stops_the_run_which_still_reports_the_records_sent(
+    bootstrap: str, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The buffer full for max.block.ms (a cluster that takes nothing) on the 51st send: the run
+    # once ended with one line, no table and no counts, after up to delivery.timeout.ms of silence.
+    real_send = Producer.send
+    sends = 0
+
+    async def send(self: Producer, *args: object, **kwargs: object) -> object:
+        nonlocal sends
+        sends += 1
+        if sends > 50:
+            raise KafkaTimeoutError("buffer_memory stayed full for max_block_ms")
+        return await real_send(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Producer, "send", send)
+    result = aioprod("perf", "-b", bootstrap, "-t", topic, "-n", "1000", "-s", "10", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["acked"] == 50
+    assert (
+        "stopped sending after 50 of 1,000 records: KafkaTimeoutError: buffer_memory stayed full for max_block_ms; "
+        "50 records delivered, 0 failed, 0 unsent"
+    ) in result.stderr
+    assert len(read_topic(bootstrap, topic)) == 50
+
+
+def test_the_java_tools_producer_flags_get_aioprods_spelling() -> None:
+    result = aioprod("perf", "-t", "p", "-n", "1", "-s", "1", "--producer-props", "acks=1")
+    assert result.exit_code == 2
+    assert "No such option '--producer-props': aioprod's is -X KEY=VALUE, once per option" in result.stderr
+    result = aioprod("perf", "-t", "p", "-n", "1", "-s", "1", "--producer.config", "p.properties")
+    assert "No such option '--producer.config': aioprod's is -F FILE" in result.stderr

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from aioprod.errors import KafkaTimeoutError
+from aioprod.producer.producer import Producer
 from tests.brokers import TansuBroker
 from tests.cli.conftest import aioprod, create_topic
 from tests.readback import read_topic
@@ -249,3 +251,44 @@ def test_a_foreign_option_given_with_x_is_a_usage_error() -> None:
     assert "bad producer option (-X session.timeout.ms): option 'session.timeout.ms' is a consumer option" in (
         result.stderr
     )
+
+
+def test_an_explicit_newline_delimiter_keeps_a_trailing_cr(bootstrap: str, topic: str) -> None:
+    result = aioprod("produce", topic, "-b", bootstrap, "-D", "\\n", "-p", "0", input=b"a\r\nb\r\n")
+    assert result.exit_code == 0, result.stderr
+    assert [r.value for r in sorted(read_topic(bootstrap, topic), key=lambda r: r.offset)] == [b"a\r", b"b\r"]
+
+
+def test_flag_values_that_are_not_utf8_are_the_bytes_given(bootstrap: str, topic: str) -> None:
+    # Python hands argv bytes that are not UTF-8 over as lone surrogates: .encode() raised.
+    args = ["-K", "\udcff", "-D", "\udca7", "-k", "\udcfe", "-H", "h=\udce9", "-p", "0"]
+    result = aioprod("produce", topic, "-b", bootstrap, *args, input=b"k\xffv\xa7w\xa7")
+    assert result.exit_code == 0, result.stderr
+    records = sorted(read_topic(bootstrap, topic), key=lambda r: r.offset)
+    assert [(r.key, r.value, r.headers) for r in records] == [
+        (b"k", b"v", (("h", b"\xe9"),)),
+        (b"\xfe", b"w", (("h", b"\xe9"),)),
+    ]
+
+
+def test_a_send_that_fails_stops_at_its_line_and_says_what_became_of_the_lines_before(
+    bootstrap: str, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_send = Producer.send
+    sends = 0
+
+    async def send(self: Producer, *args: object, **kwargs: object) -> object:
+        nonlocal sends
+        sends += 1
+        if sends > 3:
+            raise KafkaTimeoutError("buffer_memory stayed full for max_block_ms")
+        return await real_send(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Producer, "send", send)
+    result = aioprod("produce", topic, "-b", bootstrap, input="".join(f"line {i}\n" for i in range(1, 10)))
+    assert result.exit_code == 1
+    assert (
+        "stopped at line 4: KafkaTimeoutError: buffer_memory stayed full for max_block_ms; "
+        "lines before it: 3 records delivered, 0 failed, 0 unsent"
+    ) in result.stderr
+    assert sorted(r.value for r in read_topic(bootstrap, topic)) == [b"line 1", b"line 2", b"line 3"]
