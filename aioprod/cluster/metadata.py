@@ -142,7 +142,14 @@ class Metadata:
         self._fruitless = 0
         #: Set when a topic not asked for before is waited for: it ends that backoff.
         self._new_topic = asyncio.Event()
+        #: Topics waited for that the snapshot lacks, and whether anything else asked for a
+        #: refresh: a refresh for new topics alone describes only them (KIP-526), so a producer
+        #: meeting topics one by one does not describe every topic in use for each.
+        self._unknown_topics: set[str] = set()
+        self._full_refresh_wanted = False
+        #: Loop time of the last refresh of every topic that worked, and of the last of any kind.
         self._last_refresh = float("-inf")
+        self._last_answer = float("-inf")
         #: Refreshes started, and the number of the latest one that succeeded (a wait for a
         #: partition needs an answer asked for after it began, not a failure or an older answer).
         self._refreshes_started = 0
@@ -190,6 +197,7 @@ class Metadata:
         return self._last_refresh
 
     def request_update(self) -> None:
+        self._full_refresh_wanted = True
         self._need_update.set()
 
     def pool_changed(self) -> None:
@@ -268,7 +276,11 @@ class Metadata:
                 self._fruitless = 0
                 self._new_topic.set()
             self.touch(topic)
-            self.request_update()
+            if info is None:
+                self._unknown_topics.add(topic)
+                self._need_update.set()
+            else:
+                self.request_update()  # known, without the partition (or any): describe all again
             if self._updated is None or self._updated.done():
                 self._updated = loop.create_future()
             with contextlib.suppress(TimeoutError):
@@ -381,25 +393,37 @@ class Metadata:
             demanded = self._need_update.is_set()
             if demanded and not self._new_topic.is_set():
                 now = loop.time()
-                if now - self._last_refresh > self._config.retry_backoff_max_ms / 1000:
+                if now - self._last_answer > self._config.retry_backoff_max_ms / 1000:
                     self._fruitless = 0  # a demand after a quiet spell starts afresh
                 # At least retry_backoff_ms after the last refresh (Java's timeToAllowUpdate):
                 # answers that keep changing (brokers lagging by different amounts) refreshed
                 # back to back; longer while demanded refreshes find nothing new.
                 spacing = self._backoff(self._fruitless) if self._fruitless else self._config.retry_backoff_ms / 1000
-                wait = self._last_refresh + spacing - now  # counted from the last refresh, as Java's
+                wait = self._last_answer + spacing - now  # counted from the last refresh, as Java's
                 if wait > 0:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(wait):
                             await self._new_topic.wait()
             self._need_update.clear()
             self._new_topic.clear()  # the refresh about to start describes every topic asked for so far
+            # Only topics the snapshot lacks asked for it, and others are in use: describe the
+            # new ones alone. That proves nothing about the others, so it does not count as a
+            # refresh of them (metadata-age, a partition proven missing).
+            unknown = self._unknown_topics
+            others_in_use = not self._topics.keys() <= unknown
+            partial = demanded and not self._full_refresh_wanted and bool(unknown) and others_in_use
+            self._full_refresh_wanted = False
+            self._unknown_topics = set()
             try:
-                self._refreshes_started += 1
-                started = self._refreshes_started
-                changed = await self._refresh()
-                self._refresh_succeeded = started
-                self._missing_partitions.clear()
+                if partial:
+                    changed = await self._refresh(sorted(unknown))
+                else:
+                    self._refreshes_started += 1
+                    started = self._refreshes_started
+                    changed = await self._refresh()
+                    self._refresh_succeeded = started
+                    self._missing_partitions.clear()
+                    self._last_refresh = loop.time()
                 self._failures = 0
                 self._failing_since = None
                 self._auth_error = None
@@ -416,7 +440,7 @@ class Metadata:
                 await asyncio.sleep(self._backoff(self._failures))
                 self._need_update.set()
                 continue
-            self._last_refresh = loop.time()
+            self._last_answer = loop.time()
             self._fruitless = 0 if changed or not demanded else self._fruitless + 1
 
     def _backoff(self, attempts: int) -> float:
@@ -424,7 +448,8 @@ class Metadata:
             self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, attempts
         )
 
-    async def _refresh(self) -> bool:
+    async def _refresh(self, only: list[str] | None = None) -> bool:
+        """Describe every topic in use, or ``only`` those (merged into the snapshot)."""
         loop = asyncio.get_running_loop()
         while (node := self.least_loaded_node()) is None:
             # Every broker is busy, connecting or backing off: wait for that to change.
@@ -438,7 +463,7 @@ class Metadata:
         if idle:
             self._forget(idle)
         request = MetadataRequest(
-            topics=[MetadataRequestTopic(name=t) for t in sorted(self._topics)],
+            topics=[MetadataRequestTopic(name=t) for t in (sorted(self._topics) if only is None else only)],
             allow_auto_topic_creation=self._config.allow_auto_create_topics,
         )
         response: MetadataResponse = await conn.send(request)
@@ -446,7 +471,7 @@ class Metadata:
             # A broker in its startup phase answers with an empty cache: no brokers, its topics
             # unknown. Not the cluster: a failed refresh, retried (Java's handleSuccessfulResponse).
             raise KafkaError(f"metadata from {describe_node(node)} named no brokers (a broker starting up?)")
-        return self._apply(response, node)
+        return self._apply(response, node, partial=only is not None)
 
     def _forget(self, topics: list[str]) -> None:
         """``topics`` went unused for metadata_max_idle_ms: stop describing them, and drop all
@@ -468,15 +493,23 @@ class Metadata:
         for key in [k for k in self._leader_epochs if k[0] in topics]:
             del self._leader_epochs[key]
 
-    def _apply(self, response: MetadataResponse, node: int | None = None) -> bool:
+    def _apply(self, response: MetadataResponse, node: int | None = None, *, partial: bool = False) -> bool:
         """Install what ``response`` (from ``node``) says; returns whether leaders, brokers
-        or topics changed."""
+        or topics changed. A ``partial`` answer describes some topics: the others stay as
+        they were, against the brokers it names."""
         brokers = {b.node_id: Broker(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
         old = self.snapshot
         topics: dict[str, TopicInfo] = {}
+        if partial:
+            same_brokers = brokers == dict(old.brokers)
+            for name, info in old.topics.items():
+                if name in self._topics:  # not forgotten as idle meanwhile
+                    topics[name] = info if same_brokers else TopicInfo(name, info.partitions, brokers)
         for t in response.topics:
             if t.name is None:
                 continue
+            if partial:
+                topics.pop(t.name, None)  # described again: as the answer says, or not at all
             if t.error_code in _FATAL_TOPIC_ERRORS:
                 self._topic_errors[t.name] = error = error_for_code(t.error_code, f"topic {t.name!r}")
                 self._topic_trouble(t.name, error, node, at_once=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -622,3 +623,81 @@ async def test_a_cluster_that_keeps_answering_no_brokers_says_so(
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, max_block_ms=5000) as p:
         with pytest.raises(KafkaTimeoutError, match=r"metadata refresh failing: .*named no brokers"):
             await p.send_and_wait("t", b"v")
+
+
+async def test_a_new_topics_refresh_describes_it_alone_and_keeps_the_others(scripted: Scripted) -> None:
+    # KIP-526: a producer meeting topics one by one (a topic per tenant) described every topic
+    # in use for each new one, a cost growing with the square of the topics.
+    cluster = scripted.cluster
+    for i in range(20):
+        cluster.create_topic(f"tenant-{i}", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        for i in range(20):
+            await p.send_and_wait(f"tenant-{i}", b"v")
+        asked = [[t.name for t in r.body.topics or []] for r in cluster.requests_of(MetadataRequest)]
+        cluster.create_topic("tenant-new", 1)
+        await p.send_and_wait("tenant-new", b"v")
+        for i in range(20):  # the others' metadata stayed: no refresh before these go
+            await p.send_and_wait(f"tenant-{i}", b"again")
+        later = [[t.name for t in r.body.topics or []] for r in cluster.requests_of(MetadataRequest)][len(asked) :]
+        age = p.metrics()["metadata-age"]
+    assert asked[0] == ["tenant-0"]  # the first describes every topic in use: it is the only one
+    assert all(len(topics) == 1 for topics in asked[1:])
+    assert later == [["tenant-new"]]
+    assert not math.isnan(age)  # the first refresh was of every topic
+
+
+async def test_a_topic_being_created_is_asked_for_alone_a_backoff_apart(scripted: Scripted) -> None:
+    # Each answer without the topic wakes its wait, which asks again: alone, those requests must
+    # keep the refreshes' spacing (an answer is not a refresh of every topic, but it is one).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        allow_auto_create_topics=False,
+        retry_backoff_ms=100,
+        retry_backoff_max_ms=1000,
+        max_block_ms=10_000,
+    ) as p:
+        await p.send_and_wait("t", b"v")
+        before = len(cluster.requests_of(MetadataRequest))
+        waiting = asyncio.ensure_future(p.send("late", b"v"))
+        await asyncio.sleep(5)
+        requests = cluster.requests_of(MetadataRequest)[before:]
+        cluster.create_topic("late", 1)
+        metadata = await (await waiting)
+    assert metadata.topic == "late"
+    assert {t.name for r in requests for t in r.body.topics or []} == {"late"}
+    gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
+    # 100 ms doubling to the 1 s cap, each within ±20 %: about 8 in 5 s, not one per answer.
+    assert 3 <= len(requests) <= 12
+    assert all(gap >= 0.08 for gap in gaps)
+
+
+async def test_a_new_topics_answer_naming_other_brokers_moves_the_other_topics_too(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A partial answer still names every broker: a topic it does not describe, led by a broker
+    # it no longer names, has no leader now, so keyless records go to its other partitions.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    cluster.create_topic("fresh", leaders=[1])
+    view = ScriptedCluster.metadata_view
+    unlisted: set[int] = set()
+
+    def without(self: ScriptedCluster, node: Any) -> Any:
+        brokers, topics = view(self, node)
+        return [b for b in brokers if b[0] not in unlisted], topics
+
+    monkeypatch.setattr(ScriptedCluster, "metadata_view", without)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"v", partition=1)
+        unlisted.add(2)
+        requests = len(cluster.requests_of(MetadataRequest))
+        await p.send_and_wait("fresh", b"new topic")
+        assert [[t.name for t in r.body.topics or []] for r in cluster.requests_of(MetadataRequest)[requests:]] == [
+            ["fresh"]
+        ]
+        partitions = {(await p.send_and_wait("t", b"%d" % i)).partition for i in range(20)}
+    assert partitions == {0}
