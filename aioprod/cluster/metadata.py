@@ -387,8 +387,11 @@ class Metadata:
         # fresh") sent thousands of requests a second.
         max_age = max(self._config.metadata_max_age_ms, self._config.retry_backoff_ms) / 1000
         while True:
+            # The periodic refresh is due max_age after the last refresh of every topic, not after
+            # the last answer: partial ones (new topics) must not put it off (Java's timeToNextUpdate).
+            due = max_age if self._last_refresh == float("-inf") else self._last_refresh + max_age - loop.time()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max_age):
+                async with asyncio.timeout(max(due, 0)):
                     await self._need_update.wait()
             demanded = self._need_update.is_set()
             if demanded and not self._new_topic.is_set():
@@ -411,7 +414,8 @@ class Metadata:
             # refresh of them (metadata-age, a partition proven missing).
             unknown = self._unknown_topics
             others_in_use = not self._topics.keys() <= unknown
-            partial = demanded and not self._full_refresh_wanted and bool(unknown) and others_in_use
+            fresh = loop.time() - self._last_refresh < max_age  # else due anyway (Java's newMetadataRequestAndVersion)
+            partial = demanded and fresh and not self._full_refresh_wanted and bool(unknown) and others_in_use
             self._full_refresh_wanted = False
             self._unknown_topics = set()
             try:

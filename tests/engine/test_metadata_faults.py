@@ -701,3 +701,51 @@ async def test_a_new_topics_answer_naming_other_brokers_moves_the_other_topics_t
         ]
         partitions = {(await p.send_and_wait("t", b"%d" % i)).partition for i in range(20)}
     assert partitions == {0}
+
+
+async def test_a_wait_for_a_missing_topic_does_not_put_off_the_refresh_of_the_others(scripted: Scripted) -> None:
+    # Each answer without the topic made a partial refresh and restarted the metadata_max_age_ms
+    # timer: the topics in use were never described again (Java refreshes by the last full one).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=0,
+        allow_auto_create_topics=False,
+        metadata_max_age_ms=2000,
+        retry_backoff_max_ms=1000,
+        max_block_ms=30_000,
+    ) as p:
+        await p.send_and_wait("t", b"v")
+        before = len(cluster.requests_of(MetadataRequest))
+        waiting = asyncio.ensure_future(p.send("not-yet", b"v"))
+        # "t" grows a partition: only a refresh of "t" finds it.
+        cluster.topics["t"].append(Partition(1, cluster.topics["t"][0].topic_id))
+        await asyncio.sleep(20)
+        asked = [[t.name for t in r.body.topics or []] for r in cluster.requests_of(MetadataRequest)[before:]]
+        age = p.metrics()["metadata-age"]
+        waiting.cancel()
+    # 20 s with metadata_max_age_ms=2000: "t" must have been described again (about 10 times).
+    assert any("t" in names for names in asked), f"only partial refreshes in 20 s: {asked}"
+    assert age <= 3.0, f"metadata-age {age:.1f}s with metadata_max_age_ms=2000"
+
+
+async def test_new_topics_coming_faster_than_the_max_age_do_not_put_off_the_refresh_of_the_others(
+    scripted: Scripted,
+) -> None:
+    # A topic per tenant, a new one every 1.5 s, with metadata_max_age_ms=2000: each new topic's
+    # partial refresh restarted the periodic timer, so "t" was never described again.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=2000) as p:
+        await p.send_and_wait("t", b"v")
+        before = len(cluster.requests_of(MetadataRequest))
+        for i in range(12):
+            cluster.create_topic(f"tenant-{i}", 1)
+            await p.send_and_wait(f"tenant-{i}", b"v")
+            await p.send_and_wait("t", b"v")
+            await asyncio.sleep(1.5)
+        asked = [[t.name for t in r.body.topics or []] for r in cluster.requests_of(MetadataRequest)[before:]]
+        age = p.metrics()["metadata-age"]
+    assert any("t" in names for names in asked), f"only partial refreshes in 18 s: {asked}"
+    assert age <= 3.0, f"metadata-age {age:.1f}s with metadata_max_age_ms=2000"
