@@ -100,23 +100,29 @@ def test_a_retried_task_writes_every_row_once_and_a_rerun_writes_nothing(
     rows = 20_000 if mode == "executors" else 6_000
     df = failing_frame(spark, rows, fail_at=rows * 7 // 8)  # in Spark partition 1
     write_id = f"eos-test-{uuid.uuid4().hex[:8]}"
-    report = write_dataframe(
-        df, bootstrap_servers=bootstrap, topic=topic, mode=mode, exactly_once=True, write_id=write_id
-    )
-    assert (report.rows_written, report.rows_failed, report.aborted) == (rows, 0, None)
-    assert (report.write_id, report.partitions_skipped) == (write_id, [])
-    if mode == "executors":
-        # Attempt 2 or later when the first attempt's worker started its producer after the
-        # retry had: that fences the retry, which then fails and runs again.
-        assert [(p.spark_partition, p.attempt > 0) for p in report.partitions] == [(0, False), (1, True)]
+    options: dict[str, Any] = {"mode": mode, "exactly_once": True, "write_id": write_id, "max_block_ms": 15_000}
+    try:
+        report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, **options)
+    except WriteError as exc:
+        # The gap docs/spark.md names (test_an_old_attempt_that_starts_after_the_retry_prepared_...):
+        # the first attempt's worker, seconds late on a loaded host, fenced the retry after it
+        # prepared. Finished as the docs say, by a rerun.
+        assert mode == "executors" and re.search(r"partition 1: (commit in doubt|not committed)", str(exc)), exc
+        finish = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, **options)
+        assert (finish.partitions_skipped, finish.rows_failed, finish.aborted) == ([0], 0, None)
+    else:
+        assert (report.rows_written, report.rows_failed, report.aborted) == (rows, 0, None)
+        assert (report.write_id, report.partitions_skipped) == (write_id, [])
+        if mode == "executors":
+            # Attempt 2 or later when the first attempt's worker started its producer after the
+            # retry had: that fences the retry, which then fails and runs again.
+            assert [(p.spark_partition, p.attempt > 0) for p in report.partitions] == [(0, False), (1, True)]
     log = logs(bootstrap, topic)
     assert numbers(log.committed) == Counter(range(rows))  # every row, once
     assert log.open == []  # what the first attempt wrote was aborted when the second one started
     assert set(numbers(log.aborted)) <= set(range(rows // 2, rows))
 
-    again = write_dataframe(
-        df, bootstrap_servers=bootstrap, topic=topic, mode=mode, exactly_once=True, write_id=write_id
-    )
+    again = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, **options)
     assert (again.rows_written, again.rows_failed, again.aborted) == (0, 0, None)
     assert again.partitions_skipped == ([0, 1] if mode == "executors" else [0])
     # Nothing more was committed, and nothing is left open. Spark does not wait for the Python
@@ -126,6 +132,30 @@ def test_a_retried_task_writes_every_row_once_and_a_rerun_writes_nothing(
     later = logs(bootstrap, topic)
     assert (later.committed, later.open) == (log.committed, [])
     assert set(numbers(later.aborted)) <= set(range(rows // 2, rows))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (docs/spark.md, How): an old attempt's worker that starts after the retry prepared fences it",
+)
+def test_an_old_attempt_that_starts_after_the_retry_prepared_does_not_fail_the_write(
+    tansu_broker: TansuBroker,
+) -> None:
+    # Spark does not stop the Python worker of a failed attempt; this one reads the input that
+    # reached it only after the retry has written everything and prepared, then takes the
+    # transactional id. A fix needs ids per attempt, fencing older attempts only.
+    bootstrap = tansu_broker.bootstrap
+    topic = new_topic(bootstrap)
+    plan = dataclasses.replace(exactly_once_plan(bootstrap, topic, max_block_ms=1500), retry_fenced=True)
+    values = [b"%d" % i for i in range(100)]
+    retry = executors._run_partition(plan, iter([Chunk(0, values)]), None)
+    assert retry["prepared"] is not None
+    old = TransactionalPartitionWrite(plan, "-1", commit=False)  # outside Spark a task's partition is -1
+    write_partition(old, [Chunk(0, values[:60])])  # Spark drops its result: its task failed
+    assert spark_transactions.end_transactions(plan, [retry], None, 1) == (set(), None)
+    log = logs(bootstrap, topic)
+    assert numbers(log.committed) == Counter(range(100))
+    assert log.open == []
 
 
 @pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning")
