@@ -262,6 +262,8 @@ async def run_perf(
                         # reported as the run goes on and in the results.
                         stopped = f"stopped sending after {i:,} of {records:,} records: {describe(exc)}"
                         warn(stopped)
+                        tracker.fail(exc)  # this record; the rest were never sent
+                        tracker.unsent += records - i - 1
                         break
                     tracker.track(future, sent_at, len(value))
                 await tracker.wait()

@@ -206,10 +206,12 @@ def test_a_send_that_fails_stops_the_run_which_still_reports_the_records_sent(
     monkeypatch.setattr(Producer, "send", send)
     result = aioprod("perf", "-b", bootstrap, "-t", topic, "-n", "1000", "-s", "10", "--json")
     assert result.exit_code == 1
-    assert json.loads(result.stdout)["acked"] == 50
+    report = json.loads(result.stdout)
+    assert (report["acked"], report["failed"], report["unsent"]) == (50, 1, 949)  # every record accounted for
+    assert report["first_error"] == "KafkaTimeoutError: buffer_memory stayed full for max_block_ms"
     assert (
         "stopped sending after 50 of 1,000 records: KafkaTimeoutError: buffer_memory stayed full for max_block_ms; "
-        "50 records delivered, 0 failed, 0 unsent"
+        "50 records delivered, 1 failed, 949 unsent"
     ) in result.stderr
     assert len(read_topic(bootstrap, topic)) == 50
 
