@@ -16,18 +16,22 @@ label. Metrics whose Java name ends in ``-total`` are counters, the rest gauges.
 
 Needs ``prometheus_client`` (``pip install 'aioprod[prometheus]'``), imported when a
 collector is made, never by ``aioprod`` itself. A scrape may come from any thread: each
-producer's snapshot is taken on its own event loop.
+producer's snapshot is taken on its own event loop. A producer whose loop does not take it in
+time (blocked) is left out of that scrape, with a warning, so the others are still exported.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from aioprod.metrics import BROKER_METRICS, PRODUCER_METRICS, TOPIC_METRICS, MetricsSnapshot
 
 __all__ = ["ProducerCollector", "metric_name"]
+
+log = logging.getLogger(__name__)
 
 
 class _HasMetrics(Protocol):
@@ -81,7 +85,14 @@ class ProducerCollector:
         return self._families([])
 
     def collect(self) -> Iterator[Any]:
-        return self._families([producer.metrics_snapshot() for producer in list(self._producers.values())])
+        snapshots = []
+        for client_id, producer in list(self._producers.items()):
+            try:
+                snapshots.append(producer.metrics_snapshot())
+            except TimeoutError as exc:
+                # One blocked loop must not blind the scrape of every other producer.
+                log.warning("producer %r left out of this scrape: %s", client_id, exc)
+        return self._families(snapshots)
 
     def _families(self, snapshots: list[MetricsSnapshot]) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily

@@ -386,3 +386,39 @@ def test_metrics_from_another_thread_while_the_loop_is_blocked_say_so(monkeypatc
         loop.call_soon_threadsafe(loop.stop)
         runner.join()
         loop.close()
+
+
+def test_a_scrape_leaves_out_a_producer_whose_loop_is_blocked_and_exports_the_others(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The scrape failed whole after SNAPSHOT_TIMEOUT: one blocked loop blinded every producer's metrics.
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from aioprod.prometheus import ProducerCollector
+
+    monkeypatch.setattr(metrics_module, "SNAPSHOT_TIMEOUT", 0.2)
+    loops = [asyncio.new_event_loop() for _ in range(2)]
+    runners = [threading.Thread(target=loop.run_forever) for loop in loops]
+    for runner in runners:
+        runner.start()
+    producers = [
+        Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}", client_id=name) for name in ("stuck", "fine")
+    ]
+    for producer, loop in zip(producers, loops, strict=True):
+        asyncio.run_coroutine_threadsafe(producer.start(), loop).result()
+    unblock = threading.Event()
+    loops[0].call_soon_threadsafe(unblock.wait)  # the first producer's loop is stuck here
+    try:
+        registry = CollectorRegistry()
+        registry.register(ProducerCollector(*producers))
+        exported = generate_latest(registry).decode()
+    finally:
+        unblock.set()
+        for producer, loop, runner in zip(producers, loops, runners, strict=True):
+            asyncio.run_coroutine_threadsafe(producer.close(0), loop).result()
+            loop.call_soon_threadsafe(loop.stop)
+            runner.join()
+            loop.close()
+    assert 'kafka_producer_record_send_total{client_id="fine"} 0.0' in exported
+    assert 'client_id="stuck"' not in exported
+    assert "producer 'stuck' left out of this scrape: metrics snapshot: the producer's event loop" in caplog.text
