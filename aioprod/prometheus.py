@@ -17,21 +17,30 @@ label. Metrics whose Java name ends in ``-total`` are counters, the rest gauges.
 Needs ``prometheus_client`` (``pip install 'aioprod[prometheus]'``), imported when a
 collector is made, never by ``aioprod`` itself. A scrape may come from any thread: each
 producer's snapshot is taken on its own event loop. A producer whose loop does not take it in
-time (blocked) is left out of that scrape, with a warning, so the others are still exported.
+time (a blocked loop: every producer is asked at once, within one 5 s budget), or that cannot
+be used in this process (a forked child), is left out of that scrape with a warning, so the
+others are still exported.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from aioprod.errors import ProducerClosedError
 from aioprod.metrics import BROKER_METRICS, PRODUCER_METRICS, TOPIC_METRICS, MetricsSnapshot
 
 __all__ = ["ProducerCollector", "metric_name"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds a scrape waits for the producers' snapshots, all together (Prometheus' default
+#: scrape_timeout is 10 s).
+SCRAPE_BUDGET = 5.0
 
 
 class _HasMetrics(Protocol):
@@ -85,13 +94,27 @@ class ProducerCollector:
         return self._families([])
 
     def collect(self) -> Iterator[Any]:
+        # Asked of every producer at once, within one budget under Prometheus' default
+        # scrape_timeout (10 s): one after the other, each blocked loop would hold the scrape
+        # SNAPSHOT_TIMEOUT (10 s), and Prometheus would drop the scrape leaving it out.
+        producers = list(self._producers.items())
+        if not producers:
+            return self._families([])
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(producers), thread_name_prefix="aioprod-scrape")
+        try:
+            futures = [(client_id, pool.submit(producer.metrics_snapshot)) for client_id, producer in producers]
+        finally:
+            pool.shutdown(wait=False)
+        deadline = time.monotonic() + SCRAPE_BUDGET
         snapshots = []
-        for client_id, producer in list(self._producers.items()):
+        for client_id, future in futures:
             try:
-                snapshots.append(producer.metrics_snapshot())
-            except TimeoutError as exc:
-                # One blocked loop must not blind the scrape of every other producer.
-                log.warning("producer %r left out of this scrape: %s", client_id, exc)
+                snapshots.append(future.result(max(0.0, deadline - time.monotonic())))
+            except (TimeoutError, ProducerClosedError) as exc:
+                # A blocked loop, or a SyncProducer of the parent process in a forked child: not
+                # a reason to blind the scrape of every other producer.
+                why = str(exc) or f"no snapshot within the scrape's {SCRAPE_BUDGET:g} s"
+                log.warning("producer %r left out of this scrape: %s", client_id, why)
         return self._families(snapshots)
 
     def _families(self, snapshots: list[MetricsSnapshot]) -> Iterator[Any]:

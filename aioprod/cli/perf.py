@@ -175,6 +175,10 @@ class Reporter:
             self._kinds.add(kind)
             warn(f"records are failing: {describe(exc)}")
 
+    def said(self, exc: BaseException) -> None:
+        """This kind of failure was said already."""
+        self._kinds.add(type(exc).__name__)
+
     @contextlib.asynccontextmanager
     async def running(self, tracker: AckTracker) -> AsyncIterator[None]:
         task = asyncio.create_task(self._bar(tracker) if self.progress is not None else self._lines(tracker))
@@ -262,6 +266,7 @@ async def run_perf(
                         # reported as the run goes on and in the results.
                         stopped = f"stopped sending after {i:,} of {records:,} records: {describe(exc)}"
                         warn(stopped)
+                        reporter.said(exc)  # the line above said it: not again as "records are failing"
                         tracker.fail(exc)  # this record; the rest were never sent
                         tracker.unsent += records - i - 1
                         break

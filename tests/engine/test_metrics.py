@@ -7,6 +7,7 @@ import asyncio
 import math
 import threading
 from collections import deque
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from aioprod.errors import (
     KafkaTimeoutError,
     MessageTooLargeError,
     NotLeaderOrFollowerError,
+    ProducerClosedError,
     RecordTooLargeError,
     SendManyError,
 )
@@ -422,3 +424,58 @@ def test_a_scrape_leaves_out_a_producer_whose_loop_is_blocked_and_exports_the_ot
     assert 'kafka_producer_record_send_total{client_id="fine"} 0.0' in exported
     assert 'client_id="stuck"' not in exported
     assert "producer 'stuck' left out of this scrape: metrics snapshot: the producer's event loop" in caplog.text
+
+
+class _FakeProducerForScrapes:
+    """Stands in for a producer in a collector: its snapshot runs ``take`` (a fault injected)."""
+
+    def __init__(self, client_id: str, take: Any) -> None:
+        self.config = SimpleNamespace(client_id=client_id)
+        self._take = take
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        result: MetricsSnapshot = self._take()
+        return result
+
+
+def test_a_scrape_asks_every_producer_at_once_within_one_budget(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One after the other, each blocked loop held the scrape SNAPSHOT_TIMEOUT (10 s): past
+    # Prometheus' default scrape_timeout (10 s), which then dropped the whole scrape anyway.
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    import aioprod.prometheus as prometheus_module
+    from aioprod.prometheus import ProducerCollector
+
+    monkeypatch.setattr(prometheus_module, "SCRAPE_BUDGET", 0.5)
+    fine = Producer(bootstrap_servers="127.0.0.1:9", client_id="fine")
+    asked_second, release = threading.Event(), threading.Event()
+
+    def first() -> MetricsSnapshot:
+        assert asked_second.wait(30), "the second producer was asked only after the first answered"
+        release.wait(30)  # then blocked: a loop that does not take the snapshot
+        return fine.metrics_snapshot()
+
+    def second() -> MetricsSnapshot:
+        asked_second.set()
+        return fine.metrics_snapshot()
+
+    def closed_by_fork() -> MetricsSnapshot:  # a SyncProducer of the parent, in a forked child
+        raise ProducerClosedError("this SyncProducer was created in process 1 and cannot be used in process 2")
+
+    registry = CollectorRegistry()
+    producers = [
+        _FakeProducerForScrapes("blocked", first),
+        _FakeProducerForScrapes("fine", second),
+        _FakeProducerForScrapes("parent", closed_by_fork),
+    ]
+    registry.register(ProducerCollector(*producers))
+    try:
+        exported = generate_latest(registry).decode()
+    finally:
+        release.set()
+    assert 'kafka_producer_record_send_total{client_id="fine"} 0.0' in exported
+    assert 'client_id="blocked"' not in exported and 'client_id="parent"' not in exported
+    assert "producer 'blocked' left out of this scrape: no snapshot within the scrape's 0.5 s" in caplog.text
+    assert "producer 'parent' left out of this scrape: this SyncProducer was created in process 1" in caplog.text
