@@ -151,7 +151,7 @@ def test_a_partition_whose_commit_fails_is_written_once_more_and_committed(
 
     monkeypatch.setattr(executors, "end_transactions", after_a_late_old_worker)
     options: dict[str, Any] = {"mode": "executors", "exactly_once": True, "transport": transport}
-    report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, max_block_ms=1500, **options)
+    report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, max_block_ms=3000, **options)
     assert calls == [[0, 1], [1]]  # the commit of both, then of partition 1 written once more
     assert (report.rows_written, report.rows_failed, report.aborted) == (rows, 0, None)
     assert (report.retried_partitions, report.partitions_skipped) == ([1], [])
