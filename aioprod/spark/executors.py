@@ -8,7 +8,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from aioprod.errors import KafkaError
@@ -23,7 +23,7 @@ from aioprod.spark.writer import PartitionWrite, ProgressCallback, Transactional
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark import Accumulator, SparkContext
-    from pyspark.sql import DataFrame, Row
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,7 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
     """Run the write as one Spark job; ``progress`` hears the totals once, when it ends.
 
     Exactly-once: the tasks' transactions are committed once the job has succeeded and every
-    partition wrote all its rows, and aborted otherwise (see :mod:`aioprod.spark.transactions`);
-    partitions whose commit failed are written once more (see :func:`_write_again`).
+    partition wrote all its rows, and aborted otherwise (see :mod:`aioprod.spark.transactions`).
     """
     started = time.monotonic()
     sc = spark_context(df)
@@ -79,8 +78,6 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
     outcome = None
     if plan.exactly_once:
         invisible, outcome = end_transactions(plan, rows, accumulator, time.monotonic() - started)
-        if invisible and sc is not None and plan.retry_fenced and not any(r["aborted"] or r["failed"] for r in rows):
-            rows, invisible, outcome = _write_again(df, sc, plan, used, rows, invisible, outcome, started)
     partitions: list[PartitionReport] = []
     tally = Tally()
     for r in rows:
@@ -125,58 +122,9 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
     return report
 
 
-def _write_again(
-    df: DataFrame,
-    sc: SparkContext,
-    plan: Plan,
-    transport: str,
-    rows: list[dict[str, Any]],
-    invisible: set[int],
-    outcome: str | None,
-    started: float,
-) -> tuple[list[dict[str, Any]], set[int], str | None]:
-    """Every partition wrote all its rows, but some commits failed: most often an old attempt's
-    worker (which Spark does not stop) took the transactional id after the retry had prepared,
-    aborting it. Run those partitions once more, in a job of their own, and commit them: what
-    the user's rerun would do, without recomputing the others. A partition whose commit did
-    happen (an answer lost) finds its marker and writes nothing."""
-    again = sorted(invisible)
-    log.warning(
-        "write %s: the commit of Spark partition(s) %s failed (%s); writing them once more in a new Spark job",
-        plan.write_id,
-        again,
-        outcome,
-    )
-    accumulator = handle_accumulator(sc)
-    with executor_python(sc):
-        try:
-            _, redone = _run_job(df, sc, plan, transport, accumulator, again)
-        except BaseException:
-            abort_after_failed_job(plan, accumulator)
-            raise
-    tried = {r["spark_partition"]: r["attempt"] for r in rows}
-    for r in redone:  # attempts of the first job, then of this one
-        r["attempt"] += tried[r["spark_partition"]] + 1
-    kept = [r for r in rows if r["spark_partition"] not in invisible]
-    still, outcome = end_transactions(plan, redone, accumulator, time.monotonic() - started)
-    if still and any(r["aborted"] or r["failed"] for r in redone):
-        outcome = (
-            f"Spark partition(s) {again}, written once more after their commit failed, could not write (their "
-            f"transactions are aborted); the other partitions are committed. Run the write again with "
-            f"write_id={plan.write_id!r} and the same DataFrame: it writes only what is not committed."
-        )
-    return sorted(kept + redone, key=lambda r: r["spark_partition"]), still, outcome
-
-
 def _run_job(
-    df: DataFrame,
-    sc: SparkContext | None,
-    plan: Plan,
-    transport: str,
-    prepared: Accumulator[list[str]] | None,
-    partitions: list[int] | None = None,
+    df: DataFrame, sc: SparkContext | None, plan: Plan, transport: str, prepared: Accumulator[list[str]] | None
 ) -> tuple[str, list[dict[str, Any]]]:
-    """Run the write's tasks (only over ``partitions``, if given: that needs a SparkContext)."""
     try:
         if transport in ("auto", "arrow"):
             try:
@@ -187,21 +135,11 @@ def _run_job(
                     raise
                 log.info("mapInArrow is not available (%s%s); writing from Rows instead", exc, _pyspark.untested_note())
             else:
-                if partitions is not None and sc is not None:
-                    return "arrow", sc.runJob(result.rdd, _as_dicts, partitions)
                 return "arrow", [r.asDict() for r in result.collect()]
-        mapped = df.rdd.mapPartitions(functools.partial(executor_rows_task, plan, prepared=prepared))
-        if partitions is not None and sc is not None:
-            return "rows", sc.runJob(mapped, list, partitions)
-        return "rows", mapped.collect()
+        return "rows", df.rdd.mapPartitions(functools.partial(executor_rows_task, plan, prepared=prepared)).collect()
     except Exception as exc:
         explain_job_failure(exc, sc)
         raise
-
-
-def _as_dicts(rows: Iterable[Row]) -> list[dict[str, Any]]:
-    """Runs on an executor: the result rows of the Arrow transport's tasks, as the Row transport's dicts."""
-    return [r.asDict() for r in rows]
 
 
 def executor_arrow_task(

@@ -100,17 +100,25 @@ def test_a_retried_task_writes_every_row_once_and_a_rerun_writes_nothing(
     rows = 20_000 if mode == "executors" else 6_000
     df = failing_frame(spark, rows, fail_at=rows * 7 // 8)  # in Spark partition 1
     write_id = f"eos-test-{uuid.uuid4().hex[:8]}"
-    # max_block_ms bounds a commit Tansu answers by closing the connection (a late old worker's
-    # fence, below), after which the write runs the partition once more.
     options: dict[str, Any] = {"mode": mode, "exactly_once": True, "write_id": write_id, "max_block_ms": 15_000}
-    report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, **options)
-    assert (report.rows_written, report.rows_failed, report.aborted) == (rows, 0, None)
-    assert (report.write_id, report.partitions_skipped) == (write_id, [])
-    if mode == "executors":
-        # Attempt 2 or later when the first attempt's worker started its producer after the
-        # retry had: that fences the retry, which then fails and runs again (or, if the retry had
-        # prepared, its commit fails, and the write runs the partition once more).
-        assert [(p.spark_partition, p.attempt > 0) for p in report.partitions] == [(0, False), (1, True)]
+    try:
+        report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, **options)
+    except WriteError as exc:
+        # The gap docs/spark.md names (test_an_old_attempt_that_starts_after_the_retry_prepared_...):
+        # the first attempt's worker, seconds late on a loaded host, fenced the retry after it
+        # prepared. Finished as the docs say, by a rerun.
+        text = str(exc)
+        fenced = re.search(r"partition 1: (commit in doubt|not committed).*(closed the connection|Fenced)", text, re.S)
+        assert mode == "executors" and fenced, exc  # Tansu closes the connection where Kafka says PRODUCER_FENCED
+        finish = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, **options)
+        assert (finish.partitions_skipped, finish.rows_failed, finish.aborted) == ([0], 0, None)
+    else:
+        assert (report.rows_written, report.rows_failed, report.aborted) == (rows, 0, None)
+        assert (report.write_id, report.partitions_skipped) == (write_id, [])
+        if mode == "executors":
+            # Attempt 2 or later when the first attempt's worker started its producer after the
+            # retry had: that fences the retry, which then fails and runs again.
+            assert [(p.spark_partition, p.attempt > 0) for p in report.partitions] == [(0, False), (1, True)]
     log = logs(bootstrap, topic)
     assert numbers(log.committed) == Counter(range(rows))  # every row, once
     assert log.open == []  # what the first attempt wrote was aborted when the second one started
@@ -128,37 +136,29 @@ def test_a_retried_task_writes_every_row_once_and_a_rerun_writes_nothing(
     assert set(numbers(later.aborted)) <= set(range(rows // 2, rows))
 
 
-@pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning")
-@pytest.mark.parametrize("transport", ["arrow", "rows"])
-def test_a_partition_whose_commit_fails_is_written_once_more_and_committed(
-    spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch, transport: str
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known gap (docs/spark.md, How): an old attempt's worker that starts after the retry prepared fences it",
+)
+def test_an_old_attempt_that_starts_after_the_retry_prepared_does_not_fail_the_write(
+    tansu_broker: TansuBroker,
 ) -> None:
-    # The late old worker: Spark does not stop the Python worker of a failed attempt, and one that
-    # starts its producer after the attempt Spark keeps has prepared fences that transaction, and
-    # leaves its own rows open. The write failed, naming the partition, for the user to run again.
+    # Spark does not stop the Python worker of a failed attempt; this one reads the input that
+    # reached it only after the retry has written everything and prepared, then takes the
+    # transactional id. A fix needs ids per attempt, fencing older attempts only.
     bootstrap = tansu_broker.bootstrap
     topic = new_topic(bootstrap)
-    rows = 2_000
-    df = spark.range(rows, numPartitions=2).selectExpr("cast(id as string) as value")
-    commit = executors.end_transactions
-    calls: list[list[int]] = []
-
-    def after_a_late_old_worker(plan: Plan, results: list[dict[str, Any]], *args: Any) -> Any:
-        if not calls:  # the first commit: partition 1's id is taken first, as the old worker does
-            write_partition(TransactionalPartitionWrite(plan, "1", commit=False), [Chunk(0, [b"-1"] * 10)])
-        calls.append([r["spark_partition"] for r in results])
-        return commit(plan, results, *args)
-
-    monkeypatch.setattr(executors, "end_transactions", after_a_late_old_worker)
-    options: dict[str, Any] = {"mode": "executors", "exactly_once": True, "transport": transport}
-    report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, max_block_ms=3000, **options)
-    assert calls == [[0, 1], [1]]  # the commit of both, then of partition 1 written once more
-    assert (report.rows_written, report.rows_failed, report.aborted) == (rows, 0, None)
-    assert (report.retried_partitions, report.partitions_skipped) == ([1], [])
+    plan = dataclasses.replace(exactly_once_plan(bootstrap, topic, max_block_ms=1500), retry_fenced=True)
+    values = [b"%d" % i for i in range(100)]
+    retry = executors._run_partition(plan, iter([Chunk(0, values)]), None)
+    assert retry["prepared"] is not None
+    old = TransactionalPartitionWrite(plan, "-1", commit=False)  # outside Spark a task's partition is -1
+    write_partition(old, [Chunk(0, values[:60])])  # Spark drops its result: its task failed
+    assert spark_transactions.end_transactions(plan, [retry], None, 1) == (set(), None)
     log = logs(bootstrap, topic)
-    assert numbers(log.committed) == Counter(range(rows))  # every row once
-    assert log.open == []  # the old worker's rows were aborted when partition 1 was written again
-    assert numbers(log.aborted)[-1] == 10
+    assert numbers(log.committed) == Counter(range(100))
+    assert log.open == []
 
 
 @pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning")
