@@ -104,7 +104,7 @@ def test_a_retried_task_writes_every_row_once_and_a_rerun_writes_nothing(
     try:
         report = write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, **options)
     except WriteError as exc:
-        # The gap docs/spark.md names (test_an_old_attempt_that_starts_after_the_retry_prepared_...):
+        # What docs/spark.md names (test_a_partition_fenced_after_it_prepared_fails_the_commit_...):
         # the first attempt's worker, seconds late on a loaded host, fenced the retry after it
         # prepared. Finished as the docs say, by a rerun.
         text = str(exc)
@@ -134,31 +134,6 @@ def test_a_retried_task_writes_every_row_once_and_a_rerun_writes_nothing(
     later = logs(bootstrap, topic)
     assert (later.committed, later.open) == (log.committed, [])
     assert set(numbers(later.aborted)) <= set(range(rows // 2, rows))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known gap (docs/spark.md, How): an old attempt's worker that starts after the retry prepared fences it",
-)
-def test_an_old_attempt_that_starts_after_the_retry_prepared_does_not_fail_the_write(
-    tansu_broker: TansuBroker,
-) -> None:
-    # Spark does not stop the Python worker of a failed attempt; this one reads the input that
-    # reached it only after the retry has written everything and prepared, then takes the
-    # transactional id. A fix needs ids per attempt, fencing older attempts only.
-    bootstrap = tansu_broker.bootstrap
-    topic = new_topic(bootstrap)
-    plan = dataclasses.replace(exactly_once_plan(bootstrap, topic, max_block_ms=1500), retry_fenced=True)
-    values = [b"%d" % i for i in range(100)]
-    retry = executors._run_partition(plan, iter([Chunk(0, values)]), None)
-    assert retry["prepared"] is not None
-    old = TransactionalPartitionWrite(plan, "-1", commit=False)  # outside Spark a task's partition is -1
-    write_partition(old, [Chunk(0, values[:60])])  # Spark drops its result: its task failed
-    assert spark_transactions.end_transactions(plan, [retry], None, 1) == (set(), None)
-    log = logs(bootstrap, topic)
-    assert numbers(log.committed) == Counter(range(100))
-    assert log.open == []
 
 
 @pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning")
