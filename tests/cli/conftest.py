@@ -12,6 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from aioprod.cli.main import cli
+from aioprod.errors import KafkaTimeoutError
+from aioprod.producer.producer import Producer
 
 #: The developer's own settings must not leak into the tests: no AIOPROD_* option, no colour switch.
 CLEAN_ENV: dict[str, str | None] = {
@@ -64,6 +66,22 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def full_buffer_after(monkeypatch: pytest.MonkeyPatch, sends: int) -> None:
+    """Every ``send()`` after the first ``sends`` raises as when ``buffer_memory`` stays full for
+    ``max_block_ms`` (a cluster that takes nothing): a fault injected into the real producer."""
+    real_send = Producer.send
+    count = 0
+
+    async def send(self: Producer, *args: object, **kwargs: object) -> object:
+        nonlocal count
+        count += 1
+        if count > sends:
+            raise KafkaTimeoutError("buffer_memory stayed full for max_block_ms")
+        return await real_send(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Producer, "send", send)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

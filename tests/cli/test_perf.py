@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 from aioprod.cli.perf import payload
-from aioprod.errors import KafkaTimeoutError
-from aioprod.producer.producer import Producer
-from tests.cli.conftest import aioprod
+from tests.cli.conftest import aioprod, full_buffer_after
 from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
@@ -193,17 +191,7 @@ def test_a_send_that_fails_stops_the_run_which_still_reports_the_records_sent(
 ) -> None:
     # The buffer full for max.block.ms (a cluster that takes nothing) on the 51st send: the run
     # once ended with one line, no table and no counts, after up to delivery.timeout.ms of silence.
-    real_send = Producer.send
-    sends = 0
-
-    async def send(self: Producer, *args: object, **kwargs: object) -> object:
-        nonlocal sends
-        sends += 1
-        if sends > 50:
-            raise KafkaTimeoutError("buffer_memory stayed full for max_block_ms")
-        return await real_send(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Producer, "send", send)
+    full_buffer_after(monkeypatch, 50)
     result = aioprod("perf", "-b", bootstrap, "-t", topic, "-n", "1000", "-s", "10", "--json")
     assert result.exit_code == 1
     report = json.loads(result.stdout)

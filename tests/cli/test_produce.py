@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aioprod.errors import KafkaTimeoutError
-from aioprod.producer.producer import Producer
 from tests.brokers import TansuBroker
-from tests.cli.conftest import aioprod, create_topic
+from tests.cli.conftest import aioprod, create_topic, full_buffer_after
 from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
@@ -274,17 +272,7 @@ def test_flag_values_that_are_not_utf8_are_the_bytes_given(bootstrap: str, topic
 def test_a_send_that_fails_stops_at_its_line_and_says_what_became_of_the_lines_before(
     bootstrap: str, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_send = Producer.send
-    sends = 0
-
-    async def send(self: Producer, *args: object, **kwargs: object) -> object:
-        nonlocal sends
-        sends += 1
-        if sends > 3:
-            raise KafkaTimeoutError("buffer_memory stayed full for max_block_ms")
-        return await real_send(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Producer, "send", send)
+    full_buffer_after(monkeypatch, 3)
     result = aioprod("produce", topic, "-b", bootstrap, input="".join(f"line {i}\n" for i in range(1, 10)))
     assert result.exit_code == 1
     assert (
