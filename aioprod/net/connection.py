@@ -335,7 +335,7 @@ class BrokerConnection:
                     "when it rejects ours: check ssl_certificate_location)"
                     if tls is not None
                     else "before answering ApiVersions (a TLS listener closes like this on a plaintext client: "
-                    "check security_protocol)"
+                    "check security_protocol if it persists; a broker shutting down does it once)"
                 )
                 error = KafkaConnectionError(f"{error} {hint}")
             self.close(error)

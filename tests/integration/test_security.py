@@ -495,7 +495,9 @@ async def _mismatch_error(bootstrap: str, **options: Any) -> KafkaError:
 async def test_a_plaintext_client_on_a_tls_listener_is_told_to_check_security_protocol(
     tls_only: EmbeddedBroker,
 ) -> None:
-    assert "check security_protocol" in str(await _mismatch_error(tls_only.bootstrap))
+    # A broker restarting closes the same way, once: the hint says so (a soak saw it at every restart).
+    error = str(await _mismatch_error(tls_only.bootstrap))
+    assert "check security_protocol if it persists; a broker shutting down does it once" in error
 
 
 @pytest.mark.parametrize("listener", ["short_sessions", "tansu_authentication"])
