@@ -24,11 +24,13 @@ others are still exported.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import functools
 import importlib.util
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from aioprod.errors import ProducerClosedError
@@ -94,28 +96,42 @@ class ProducerCollector:
         return self._families([])
 
     def collect(self) -> Iterator[Any]:
-        # Asked of every producer at once, within one budget under Prometheus' default
-        # scrape_timeout (10 s): one after the other, each blocked loop would hold the scrape
-        # SNAPSHOT_TIMEOUT (10 s), and Prometheus would drop the scrape leaving it out.
-        producers = list(self._producers.items())
-        if not producers:
-            return self._families([])
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(producers), thread_name_prefix="aioprod-scrape")
-        try:
-            futures = [(client_id, pool.submit(producer.metrics_snapshot)) for client_id, producer in producers]
-        finally:
-            pool.shutdown(wait=False)
-        deadline = time.monotonic() + SCRAPE_BUDGET
         snapshots = []
-        for client_id, future in futures:
+        for client_id, take in self._snapshots():
             try:
-                snapshots.append(future.result(max(0.0, deadline - time.monotonic())))
+                snapshots.append(take())
             except (TimeoutError, ProducerClosedError) as exc:
                 # A blocked loop, or a SyncProducer of the parent process in a forked child: not
                 # a reason to blind the scrape of every other producer.
                 why = str(exc) or f"no snapshot within the scrape's {SCRAPE_BUDGET:g} s"
                 log.warning("producer %r left out of this scrape: %s", client_id, why)
         return self._families(snapshots)
+
+    def _snapshots(self) -> list[tuple[str, Callable[[], MetricsSnapshot]]]:
+        """How to take each producer's snapshot for this scrape.
+
+        From a thread without an event loop (an exporter's), every producer is asked at once, on
+        threads of its own, within one ``SCRAPE_BUDGET`` under Prometheus' default scrape_timeout
+        (10 s): one after the other, each blocked loop would hold the scrape ``SNAPSHOT_TIMEOUT``
+        (10 s). On an event loop (a ``/metrics`` handler), each is taken in turn, here: a thread
+        would wait for the very loop this scrape holds.
+        """
+        producers = list(self._producers.items())
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            return [(client_id, producer.metrics_snapshot) for client_id, producer in producers]
+        if not producers:
+            return []
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(producers), thread_name_prefix="aioprod-scrape")
+        try:
+            futures = [(client_id, pool.submit(producer.metrics_snapshot)) for client_id, producer in producers]
+        finally:
+            pool.shutdown(wait=False)
+        deadline = time.monotonic() + SCRAPE_BUDGET
+        return [(client_id, functools.partial(_result_by, future, deadline)) for client_id, future in futures]
 
     def _families(self, snapshots: list[MetricsSnapshot]) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -144,3 +160,7 @@ def _rows(snapshot: MetricsSnapshot, labels: tuple[str, ...]) -> Iterator[tuple[
     else:
         for node, values in snapshot.brokers.items():
             yield [client_id, str(node)], values
+
+
+def _result_by(future: concurrent.futures.Future[MetricsSnapshot], deadline: float) -> MetricsSnapshot:
+    return future.result(max(0.0, deadline - time.monotonic()))

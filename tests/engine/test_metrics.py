@@ -479,3 +479,21 @@ def test_a_scrape_asks_every_producer_at_once_within_one_budget(
     assert 'client_id="blocked"' not in exported and 'client_id="parent"' not in exported
     assert "producer 'blocked' left out of this scrape: no snapshot within the scrape's 0.5 s" in caplog.text
     assert "producer 'parent' left out of this scrape: this SyncProducer was created in process 1" in caplog.text
+
+
+async def test_a_scrape_on_the_producers_own_loop_takes_its_snapshot_there(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A /metrics handler on the producer's loop (aiohttp, Starlette): a thread asked for the
+    # snapshot waited for the very loop the scrape held, for the whole budget, then left it out.
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from aioprod.prometheus import ProducerCollector
+
+    async with Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}", client_id="web") as producer:
+        registry = CollectorRegistry()
+        registry.register(ProducerCollector(producer))
+        exported = generate_latest(registry).decode()
+        await producer.close(0)
+    assert 'kafka_producer_record_send_total{client_id="web"} 0.0' in exported
+    assert "left out" not in caplog.text
