@@ -94,13 +94,12 @@ async def read_chunks(stream: IO[bytes]) -> AsyncIterator[bytes]:
         yield item
 
 
-async def read_records(stream: IO[bytes], delimiter: bytes, *, drop_cr: bool | None = None) -> AsyncIterator[bytes]:
+async def read_records(stream: IO[bytes], delimiter: bytes, *, drop_cr: bool = False) -> AsyncIterator[bytes]:
     """The stream split at ``delimiter``; a last unterminated record counts.
 
-    With ``drop_cr`` (by default: the delimiter is a newline) a trailing ``\\r`` is dropped too
-    (CRLF input). Each byte is searched once, so a very long record costs linear time.
+    With ``drop_cr`` (the command's default delimiter: CRLF input) a trailing ``\\r`` is
+    dropped too. Each byte is searched once, so a very long record costs linear time.
     """
-    crlf = delimiter == b"\n" if drop_cr is None else drop_cr
     pending = bytearray()
     async for chunk in read_chunks(stream):
         scan_from = max(0, len(pending) - len(delimiter) + 1)  # a delimiter may straddle the chunks
@@ -109,11 +108,11 @@ async def read_records(stream: IO[bytes], delimiter: bytes, *, drop_cr: bool | N
         while (end := pending.find(delimiter, max(start, scan_from))) != -1:
             record = bytes(pending[start:end])
             start = end + len(delimiter)
-            yield record.removesuffix(b"\r") if crlf else record
+            yield record.removesuffix(b"\r") if drop_cr else record
         del pending[:start]
     if pending:
         record = bytes(pending)
-        yield record.removesuffix(b"\r") if crlf else record
+        yield record.removesuffix(b"\r") if drop_cr else record
 
 
 Headers = list[tuple[str, bytes | None]]
@@ -184,7 +183,7 @@ async def produce_lines(
     line_format: LineFormat,
     partition: int | None,
     tracker: AckTracker,
-    drop_cr: bool | None = None,
+    drop_cr: bool = False,
 ) -> None:
     """Send every line; failures are reported as they happen, on stderr (and stdout with --report)."""
     check = watch_topic(options, topic)

@@ -37,7 +37,7 @@ def split(data: bytes, delimiter: bytes, drop_cr: bool) -> list[bytes]:
     return [record.removesuffix(b"\r") for record in records] if drop_cr else records
 
 
-async def read_all(data: bytes, cuts: list[int], delimiter: bytes, drop_cr: bool | None) -> list[bytes]:
+async def read_all(data: bytes, cuts: list[int], delimiter: bytes, drop_cr: bool) -> list[bytes]:
     return [record async for record in read_records(Chunked(data, cuts), delimiter, drop_cr=drop_cr)]  # type: ignore[arg-type]
 
 
@@ -53,8 +53,9 @@ def test_records_are_split_at_every_delimiter_even_one_cut_across_pieces(
     assert asyncio.run(read_all(data, cuts, delimiter, drop_cr)) == split(data, delimiter, drop_cr)
 
 
-def test_a_newline_delimiter_drops_a_trailing_cr_unless_told_not_to() -> None:
+def test_a_trailing_cr_is_dropped_only_when_asked() -> None:
     data = b"a\r\nb\r\nc\r"
-    assert asyncio.run(read_all(data, [3, 1], b"\n", None)) == [b"a", b"b", b"c"]
+    assert asyncio.run(read_all(data, [3, 1], b"\n", True)) == [b"a", b"b", b"c"]
     assert asyncio.run(read_all(data, [3, 1], b"\n", False)) == [b"a\r", b"b\r", b"c\r"]
-    assert asyncio.run(read_all(b"a\r-b\r-", [2], b"-", None)) == [b"a\r", b"b\r"]
+    assert asyncio.run(read_all(b"a\r-b\r-", [2], b"-", False)) == [b"a\r", b"b\r"]
+    assert asyncio.run(read_all(b"a\r-b\r-", [2], b"-", True)) == [b"a", b"b"]
