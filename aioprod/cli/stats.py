@@ -153,16 +153,18 @@ class AckTracker:
         ]
         found: dict[float, float] = {}
         seen = 0
+        top = max(samples)
         for micros, count in counts:
             seen += count
             while wanted and wanted[0][1] <= seen:
-                found[wanted.pop(0)[0]] = micros / 1000
+                # Rounding to the microsecond may go up past the exact maximum: 8.6849 to 8.685.
+                found[wanted.pop(0)[0]] = min(micros / 1000, top)
             if not wanted:
                 break
         return LatencySummary(
             count=total,
             avg=math.fsum(samples) / total,
-            max=max(samples),
+            max=top,
             p50=found[50],
             p95=found[95],
             p99=found[99],

@@ -52,6 +52,14 @@ def test_the_p99_9_of_a_round_count_is_not_one_rank_too_high() -> None:
         assert (summary.p50, summary.p99, summary.p999) == (total * 0.5, total * 0.99, total * 0.999)
 
 
+def test_no_percentile_is_above_the_maximum() -> None:
+    # To the microsecond, 8.6849 ms rounded up to 8.685: perf --json printed p99_9 8.69 and max 8.68.
+    tracker = AckTracker()
+    tracker.latencies_ms.extend([1.0, 8.6848, 8.6849])
+    summary = tracker.summary()
+    assert (summary.p50, summary.p95, summary.p99, summary.p999, summary.max) == (8.6849,) * 5
+
+
 def test_the_latency_summary_needs_no_second_copy_of_the_samples() -> None:
     """perf keeps 8 bytes a record; its summary once sorted them into Python floats (5x that:
     several GB at the end of a 100M-record run)."""
