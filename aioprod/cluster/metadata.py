@@ -131,7 +131,8 @@ class Metadata:
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._need_update = asyncio.Event()
         self._updated: asyncio.Future[None] | None = None
-        self._pool_changed: asyncio.Future[None] | None = None
+        #: Set (and dropped) at the next change of the pool, when someone waits for one.
+        self._pool_changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[ClusterSnapshot], None]] = []
         #: Told the topics dropped from the refreshes (unused for metadata_max_idle_ms).
@@ -201,10 +202,10 @@ class Metadata:
         self._need_update.set()
 
     def pool_changed(self) -> None:
-        """A connection came up, went down or freed room: a refresh waiting for a node may go."""
-        waiter = self._pool_changed
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        """A connection came up, went down or freed room: requests waiting for a node may go."""
+        changed, self._pool_changed = self._pool_changed, None
+        if changed is not None:
+            changed.set()
 
     def touch(self, topic: str, now: float | None = None) -> None:
         """``topic`` is in use (at loop time ``now``): keep describing it (see
@@ -351,6 +352,21 @@ class Metadata:
             return ready
         return connecting if connecting is not None else connectable
 
+    async def node_for_request(self) -> int:
+        """:meth:`least_loaded_node`, waiting while there is none: every broker at its in-flight
+        limit or backing off. A wait, not a failure to back off from: a request queued behind
+        the others, as many callers at once do (the Spark driver ends 32 transactions at once),
+        goes as soon as an answer frees room."""
+        while (node := self.least_loaded_node()) is None:
+            if self._pool_changed is None:
+                self._pool_changed = asyncio.Event()
+            changed = self._pool_changed
+            with contextlib.suppress(TimeoutError):
+                # A backoff ending changes nothing the pool reports: look again after one.
+                async with asyncio.timeout(self._config.reconnect_backoff_ms / 1000):
+                    await changed.wait()
+        return node
+
     def update_leader(self, topic: str, partition: int, leader: int, epoch: int, address: Broker | None) -> bool:
         """A produce response named the partition's new leader (KIP-951): use it now, if
         it is newer than what is known. Returns whether anything changed.
@@ -455,12 +471,7 @@ class Metadata:
     async def _refresh(self, only: list[str] | None = None) -> bool:
         """Describe every topic in use, or ``only`` those (merged into the snapshot)."""
         loop = asyncio.get_running_loop()
-        while (node := self.least_loaded_node()) is None:
-            # Every broker is busy, connecting or backing off: wait for that to change.
-            self._pool_changed = loop.create_future()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._config.reconnect_backoff_ms / 1000):
-                    await self._pool_changed
+        node = await self.node_for_request()
         conn = await self._pool.get(node)
         idle_since = loop.time() - self._config.metadata_max_idle_ms / 1000
         idle = [t for t, used in self._topics.items() if used < idle_since]

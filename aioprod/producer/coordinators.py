@@ -20,7 +20,6 @@ from aioprod.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     KafkaError,
-    KafkaTimeoutError,
     NotCoordinatorError,
     OperationNotAttemptedError,
     UnknownTopicOrPartitionError,
@@ -90,7 +89,6 @@ class Coordinators:
         self._fatal_codes = fatal_codes
         self._on_fatal = on_fatal
         self._nodes: dict[tuple[int, str], int] = {}
-        self._failures = 0
         #: The last answer or connection error that made a request go again, for timeout messages.
         self.last_error: KafkaError | None = None
 
@@ -100,11 +98,10 @@ class Coordinators:
         if node is not None:
             self._nodes[(key_type, key)] = node  # the most recently used, last
             return node
+        failures = 0
         while True:
-            candidate = self._metadata.least_loaded_node()
+            candidate = await self._metadata.node_for_request()
             try:
-                if candidate is None:
-                    raise KafkaTimeoutError("no broker can take a request now")
                 conn = await self._pool.get(candidate)
                 response: FindCoordinatorResponse = await conn.send(
                     FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key])
@@ -112,7 +109,8 @@ class Coordinators:
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
-                await self.backoff(exc)
+                failures += 1
+                await self._backoff(exc, failures)
                 continue
             if response.coordinators:
                 found = response.coordinators[0]
@@ -124,24 +122,26 @@ class Coordinators:
                 self._raise_if_fatal(code, error)
                 if not error.retriable:
                     raise error
-                await self.backoff(error)
+                failures += 1
+                await self._backoff(error, failures)
                 continue
             self._pool.set_address(node_id, host, port)
             self._nodes[(key_type, key)] = node_id
             if len(self._nodes) > MAX_CACHED:
                 del self._nodes[next(iter(self._nodes))]  # the least recently used
-            self._failures = 0
             return node_id
 
     async def connection(self, key_type: int, key: str) -> BrokerConnection:
         """A connection to the coordinator of ``key``, found again (with backoff) while the
         one known cannot be reached."""
+        failures = 0
         while True:
             node = await self.node(key_type, key)
             try:
                 return await self._pool.get(node)
             except KafkaError as exc:
-                await self._unreachable(key_type, key, exc)
+                failures += 1
+                await self._unreachable(key_type, key, exc, failures)
 
     async def request(
         self,
@@ -158,17 +158,18 @@ class Coordinators:
         """Send to the coordinator of ``key`` until it answers without a retriable error.
         An answer in ``tolerate`` is returned as it is; after CONCURRENT_TRANSACTIONS the wait
         is at most ``concurrent_backoff`` seconds, when given."""
+        failures = 0
         while True:
             conn = await self.connection(key_type, key)
             try:
                 response: R = await conn.send(build(), max_version=max_version)
             except KafkaError as exc:
-                await self._unreachable(key_type, key, exc)
+                failures += 1
+                await self._unreachable(key_type, key, exc, failures)
                 continue
             assert isinstance(response, response_cls)
             codes = [code for code in error_codes(response) if code]
             if not codes or all(code in tolerate for code in codes):
-                self._failures = 0
                 self.last_error = None
                 return response
             code = next((c for c in codes if c in self._fatal_codes), None) or next(
@@ -180,27 +181,30 @@ class Coordinators:
                 self._nodes.pop((key_type, key), None)
             elif code not in RETRY:
                 raise error
-            await self.backoff(error, concurrent_backoff if code == ConcurrentTransactionsError.code else None)
+            failures += 1
+            cap = concurrent_backoff if code == ConcurrentTransactionsError.code else None
+            await self._backoff(error, failures, cap)
 
-    async def _unreachable(self, key_type: int, key: str, error: KafkaError) -> None:
+    async def _unreachable(self, key_type: int, key: str, error: KafkaError, failures: int) -> None:
         """The coordinator of ``key`` could not be reached or answer: a retriable ``error`` means
         finding it again after a backoff; any other is raised."""
         if not error.retriable:
             raise error
         self._nodes.pop((key_type, key), None)
-        await self.backoff(error)
+        await self._backoff(error, failures)
 
     def _raise_if_fatal(self, code: int, error: KafkaError) -> None:
         """An answer in ``fatal_codes`` ends the caller, whichever request it came to."""
         if code in self._fatal_codes:
             raise error if self._on_fatal is None else self._on_fatal(error)
 
-    async def backoff(self, error: KafkaError, cap: float | None = None) -> None:
-        self._failures += 1
+    async def _backoff(self, error: KafkaError, failures: int, cap: float | None = None) -> None:
+        """Before the next try of one call, its ``failures``-th: each call counts its own, so
+        that callers at once do not lengthen each other's backoffs."""
         self.last_error = error
         log.debug("%s: %s; trying again", self._name, error)
         delay = exponential_backoff(
-            self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, self._failures
+            self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, failures
         )
         await asyncio.sleep(delay if cap is None else min(cap, delay))
 

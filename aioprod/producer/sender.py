@@ -22,7 +22,6 @@ from collections.abc import Callable
 from aioprod.cluster.metadata import ClusterSnapshot, Metadata
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
-    KafkaConnectionError,
     KafkaError,
     OutOfOrderSequenceNumberError,
     ProducerClosedError,
@@ -648,11 +647,8 @@ class Sender:
         # answers UNKNOWN_SERVER_ERROR) is asked once more for a fresh identity.
         bump = ident.has_producer_id
         while True:
-            node = self._metadata.least_loaded_node()
             try:
-                if node is None:
-                    raise KafkaConnectionError("no broker can take a request now")
-                conn = await self._pool.get(node)
+                conn = await self._pool.get(await self._metadata.node_for_request())
                 response: InitProducerIdResponse = await conn.send(
                     InitProducerIdRequest(
                         transactional_id=None,

@@ -239,3 +239,33 @@ async def test_close_keeps_a_prepared_transaction_whose_handle_a_repeated_call_r
     async with committer(cluster) as q:
         await q.commit_prepared_transaction(prepared)
     assert cluster.partition("t", 0).committed == [b"v"]
+
+
+async def test_ends_by_handle_at_once_wait_for_room_instead_of_backing_off(
+    cluster: ScriptedCluster, scripted: Scripted
+) -> None:
+    """The Spark driver ends up to 32 prepared transactions at once: a look-up that found every
+    connection at its in-flight limit backed off, longer for every such look-up (one count
+    shared by all), and 32 at once took longer than one at a time."""
+    handles = [await prepared_transaction(cluster, transactional_id=f"txn-{i}") for i in range(10)]
+    async with committer(cluster, retry_backoff_ms=100, max_in_flight_requests_per_connection=1) as q:
+        await asyncio.gather(*(q.commit_prepared_transaction(h) for h in handles[:2]))  # both brokers connected
+        start = scripted.clock.now
+        await asyncio.gather(*(q.commit_prepared_transaction(h) for h in handles[2:]))
+        assert scripted.clock.now == start  # no one slept a backoff: each waited for room
+    assert len(committed(cluster)) == 3 * 10
+
+
+async def test_calls_at_once_do_not_lengthen_each_others_backoff(cluster: ScriptedCluster, scripted: Scripted) -> None:
+    """Each call counts its own failures: two ends answered "loading" twice each back off
+    0.1 s then 0.2 s (±20 %). With one count shared by both, each failure lengthened the
+    other's next backoff too (0.45 s here)."""
+    first, second = [await prepared_transaction(cluster, transactional_id=f"txn-{i}") for i in range(2)]
+    async with committer(cluster, retry_backoff_ms=100, retry_backoff_max_ms=10_000) as q:
+        await q._committed_offsets("another-group")  # connected to the coordinator
+        cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([LOADING] * 4)
+        start = scripted.clock.now
+        await asyncio.gather(q.commit_prepared_transaction(first), q.commit_prepared_transaction(second))
+        assert scripted.clock.now - start <= 1.2 * (0.1 + 0.2)
+    assert len(cluster.requests_of(m.EndTxnRequest)) == 6
+    assert len(committed(cluster)) == 6
