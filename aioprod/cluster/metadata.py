@@ -110,6 +110,10 @@ class ClusterSnapshot:
 EMPTY_CLUSTER = ClusterSnapshot(MappingProxyType({}), MappingProxyType({}))
 
 
+#: The shortest wait between two looks of node_for_request() for a node (ms).
+MIN_LOOK_MS = 10
+
+
 class Metadata:
     """Holds the current :class:`ClusterSnapshot`; its task refreshes it."""
 
@@ -357,13 +361,16 @@ class Metadata:
         limit or backing off. A wait, not a failure to back off from: a request queued behind
         the others, as many callers at once do (the Spark driver ends 32 transactions at once),
         goes as soon as an answer frees room."""
+        # A backoff ending changes nothing the pool reports: look again after one. Not less
+        # than MIN_LOOK_MS apart: reconnect_backoff_ms=0 (no backoff ever, so nothing to look
+        # again for) made this a busy loop while every connection was at its in-flight limit.
+        look_again = max(self._config.reconnect_backoff_ms, MIN_LOOK_MS) / 1000
         while (node := self.least_loaded_node()) is None:
             if self._pool_changed is None:
                 self._pool_changed = asyncio.Event()
             changed = self._pool_changed
             with contextlib.suppress(TimeoutError):
-                # A backoff ending changes nothing the pool reports: look again after one.
-                async with asyncio.timeout(self._config.reconnect_backoff_ms / 1000):
+                async with asyncio.timeout(look_again):
                     await changed.wait()
         return node
 

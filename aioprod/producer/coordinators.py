@@ -20,6 +20,7 @@ from aioprod.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     KafkaError,
+    KafkaTimeoutError,
     NotCoordinatorError,
     OperationNotAttemptedError,
     UnknownTopicOrPartitionError,
@@ -100,6 +101,11 @@ class Coordinators:
             return node
         failures = 0
         while True:
+            if self.last_error is None and self._metadata.least_loaded_node() is None:
+                # A wait, not a failure; but a deadline running out meanwhile says why.
+                self.last_error = KafkaTimeoutError(
+                    "no broker can take a request now: every connection is at its in-flight limit or backing off"
+                )
             candidate = await self._metadata.node_for_request()
             try:
                 conn = await self._pool.get(candidate)
