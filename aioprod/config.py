@@ -51,6 +51,8 @@ _ALIASES = {
     "message_max_bytes": "max_request_size",
     "queue_buffering_max_kbytes": None,  # different unit: refuse rather than guess
     "sasl_mechanisms": "sasl_mechanism",
+    "message_send_max_retries": "retries",  # librdkafka: retries is its alias
+    "topic_metadata_refresh_interval_ms": "metadata_max_age_ms",
     # aiokafka's names, so its users' settings carry over too.
     "sasl_plain_username": "sasl_username",
     "sasl_plain_password": "sasl_password",
@@ -90,6 +92,12 @@ UNSUPPORTED_OPTIONS = {
             "partition_assignment_strategy",
             "key_deserializer",
             "value_deserializer",
+            "client_rack",
+            "check_crcs",
+            "default_api_timeout_ms",
+            "exclude_internal_topics",
+            "group_protocol",
+            "group_remote_assignor",
         ),
         _CONSUMER_OPTION,
     ),
@@ -124,6 +132,11 @@ UNSUPPORTED_OPTIONS = {
             "sasl_client_callback_handler_class",
         ),
         _JAVA_OPTION,
+    ),
+    "api_version": "aiokafka's: aioprod negotiates each request's version with the broker (ApiVersions); remove it",
+    "enable_ssl_certificate_verification": (
+        "librdkafka's: aioprod always verifies the broker's certificate chain; "
+        "ssl_endpoint_identification_algorithm='' skips the host name check, an ssl_context of your own anything else"
     ),
 }
 

@@ -193,7 +193,15 @@ class Sender:
                     "the producer's sender task was cancelled: its event loop shut down without close() "
                     "(a Producer belongs to the loop it was started on; use SyncProducer across asyncio.run() calls)"
                 )
+                unfinished = sum(batch.record_count for batch in self._acc.incomplete)
+                if unfinished:
+                    log.warning(
+                        "the event loop shut down without producer.close(): %d record(s) not acknowledged "
+                        "are dropped (await close() before the loop ends)",
+                        unfinished,
+                    )
                 self._ended_by(fatal)
+                self._pool.close_now()  # its connections, left open otherwise
             raise
         except BaseException as exc:
             log.exception("aioprod sender task died")

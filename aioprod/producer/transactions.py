@@ -899,12 +899,20 @@ def _is_fatal(error: KafkaError) -> bool:
 
 def as_offsets(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> dict[TopicPartition, OffsetAndMetadata]:
     """Check and normalise ``send_offsets_to_transaction``'s offsets."""
+    if not isinstance(offsets, Mapping):
+        raise TypeError(
+            "offsets must be a mapping of TopicPartition(topic, partition) to the next offset to read "
+            f"(an int or OffsetAndMetadata), got {type(offsets).__name__}"
+        )
     out = {}
     for tp, value in offsets.items():
         if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and type(tp[1]) is int):
             raise TypeError(f"offsets keys must be TopicPartition(topic, partition), got {tp!r}")
         if type(value) is int:
             value = OffsetAndMetadata(value)
+        elif not isinstance(value, OffsetAndMetadata) and hasattr(value, "offset") and hasattr(value, "metadata"):
+            # another client's OffsetAndMetadata (aiokafka's, kafka-python's): its fields, checked below
+            value = OffsetAndMetadata(value.offset, value.metadata, getattr(value, "leader_epoch", None))
         if not isinstance(value, OffsetAndMetadata):
             raise TypeError(f"offset for {tp} must be an int or OffsetAndMetadata, got {type(value).__name__}")
         # Checked here, before anything is sent: the encoder's own errors came after

@@ -107,6 +107,19 @@ async def test_offsets_commit_with_the_transaction_and_only_then(cluster: Script
     assert cluster.coordinator.committed == {"group-a": {("in", 0): 42}}
 
 
+async def test_another_clients_offset_and_metadata_is_taken(cluster: ScriptedCluster) -> None:
+    # aiokafka's consume-transform-produce code passes its own OffsetAndMetadata (and
+    # TopicPartition) values: refused as "must be an int or OffsetAndMetadata, got OffsetAndMetadata".
+    from aiokafka.structs import OffsetAndMetadata as AiokafkaOffsetAndMetadata  # type: ignore[import-untyped]
+    from aiokafka.structs import TopicPartition as AiokafkaTopicPartition
+
+    async with producer(cluster) as p, p.transaction():
+        await p.send("t", b"out", partition=0)
+        offsets = {AiokafkaTopicPartition("in", 0): AiokafkaOffsetAndMetadata(42, "m")}
+        await p.send_offsets_to_transaction(offsets, "group-a")  # type: ignore[dict-item]
+    assert cluster.coordinator.committed == {"group-a": {("in", 0): 42}}
+
+
 async def test_a_newer_instance_fences_the_older_one(cluster: ScriptedCluster) -> None:
     async with producer(cluster) as old:
         old.begin_transaction()

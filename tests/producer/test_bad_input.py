@@ -177,6 +177,76 @@ def test_a_transactional_call_from_another_thread_while_the_loop_runs_says_so() 
         loop.close()
 
 
+@pytest.mark.parametrize("lane", [True, False], ids=["send-lane", "python-path"])
+def test_a_send_of_a_known_topic_from_another_threads_loop_says_so(
+    tansu_broker: TansuBroker, topic: str, lane: bool
+) -> None:
+    # A send that need not wait (its topic known) skipped the loop check: the record went into
+    # the accumulator from the wrong thread, bound to the caller's loop, and was lost; flush()
+    # and close() on the producer's own loop then hung.
+    import threading
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+
+    def run(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+
+    async def make() -> Producer:
+        return Producer(bootstrap_servers=tansu_broker.bootstrap)
+
+    producer = run(make())
+    producer._lanes_on = lane
+    try:
+        run(producer.start())
+        run(producer.send_and_wait(topic, b"known"))
+        with pytest.raises(RuntimeError, match="started on another event loop"):
+            asyncio.run(producer.send(topic, b"from another loop"))  # type: ignore[arg-type]
+        run(producer.flush())
+    finally:
+        run(producer.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
+
+
+def test_a_loop_that_ends_without_close_says_what_it_dropped(
+    tansu_broker: TansuBroker, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The records send() accepted failed with an error nobody read, without a log line, and the
+    # producer's connections were left open.
+    import gc
+    import warnings
+
+    async def service() -> None:
+        producer = Producer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=60_000)
+        await producer.start()
+        await producer.send(topic, b"warm")
+        await producer.flush()  # sent at once, not after its linger
+        for i in range(10):
+            await producer.send(topic, b"queued %d" % i)
+        # ... and asyncio.run() returns: no close()
+
+    with caplog.at_level("WARNING", logger="aioprod"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(service())
+        gc.collect()
+    assert any("without producer.close(): 10 record(s) not acknowledged" in r.getMessage() for r in caplog.records)
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+@pytest.mark.parametrize("offsets", [[("in", 0)], None, 5])
+async def test_offsets_that_are_not_a_mapping_are_a_type_error(tansu_broker: TansuBroker, offsets: object) -> None:
+    # confluent-kafka's form, consumer.position(consumer.assignment()), is a list: AttributeError.
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, transactional_id=f"offsets-{offsets!r}") as p:
+        p.begin_transaction()
+        with pytest.raises(TypeError, match="offsets must be a mapping of TopicPartition"):
+            await p.send_offsets_to_transaction(offsets, "group")  # type: ignore[arg-type]
+        await p.abort_transaction()
+
+
 def _picky(topic: str, key: bytes | None, partitions: object) -> int:
     if key == b"bad":
         raise LookupError("no partition for this key")

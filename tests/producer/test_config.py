@@ -34,6 +34,10 @@ def test_dotted_and_snake_names_mean_the_same() -> None:
 def test_librdkafka_aliases() -> None:
     c = ProducerConfig.from_options({"metadata.broker.list": "h:1", "queue.buffering.max.ms": 9})
     assert c.linger_ms == 9
+    c = ProducerConfig.from_options(
+        {"bootstrap.servers": "h:1", "message.send.max.retries": 3, "topic.metadata.refresh.interval.ms": 60_000}
+    )
+    assert (c.retries, c.metadata_max_age_ms) == (3, 60_000)
 
 
 def test_config_is_frozen() -> None:
@@ -153,6 +157,16 @@ def test_a_positional_argument_that_is_not_a_mapping_is_a_config_error(options: 
         ("sasl.login.connect.timeout.ms", "is a Java client option aioprod does not implement"),
         ("sasl.oauthbearer.token.endpoint.url", "give aioprod a sasl_oauth_token_provider"),
         ("partitioner.class", "is a Java partitioner option"),
+        # A Java client.properties (MSK's has client.rack) got "did you mean 'client.id'?", and
+        # aioprod -F refused the whole file instead of skipping the line.
+        ("client.rack", "is a consumer option (aioprod is a producer)"),
+        ("group.protocol", "is a consumer option (aioprod is a producer)"),
+        ("default.api.timeout.ms", "is a consumer option (aioprod is a producer)"),
+        ("check.crcs", "is a consumer option (aioprod is a producer)"),
+        ("exclude.internal.topics", "is a consumer option (aioprod is a producer)"),
+        ("group.remote.assignor", "is a consumer option (aioprod is a producer)"),
+        ("api_version", "aioprod negotiates each request's version with the broker"),
+        ("enable.ssl.certificate.verification", "aioprod always verifies the broker's certificate chain"),
     ],
 )
 def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_typo(name: str, what: str) -> None:
