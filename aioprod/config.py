@@ -657,7 +657,13 @@ def _coerce(name: str, value: Any) -> Any:
         return value
     if name == "sasl_oauth_token_provider":
         if value is not None and not callable(value):
-            raise ConfigError(f"sasl_oauth_token_provider must be callable, got {type(value).__name__}")
+            hint = (
+                " (an aiokafka AbstractTokenProvider? give a callable, sync or async, returning "
+                "(token, expires_at in seconds since the epoch): aioprod refreshes the token by its expiry)"
+                if callable(getattr(value, "token", None))
+                else ""
+            )
+            raise ConfigError(f"sasl_oauth_token_provider must be callable, got {type(value).__name__}{hint}")
         return value
     if name in ("client_id", "security_protocol", "transactional_id"):
         if value is None and name == "transactional_id":
@@ -704,6 +710,8 @@ def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
         text = item.strip()
         if any(c.isspace() for c in text):
             raise ConfigError(f"bootstrap_servers entry {item!r} has spaces in it: separate entries with commas")
+        if ";" in text:
+            raise ConfigError(f"bootstrap_servers entry {item!r} has a ';' in it: separate entries with commas")
         scheme, sep, rest = text.partition("://")
         if sep and scheme.replace("_", "").isalnum():
             text = rest

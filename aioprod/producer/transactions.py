@@ -439,13 +439,14 @@ class TransactionManager:
             if not window.expired():  # the operation itself ended with a timeout error: report it
                 self._forget(task)
                 raise
+            last = self._coordinators.last_error
             if name == "start":  # start() closes the producer when it fails: nothing goes on
                 raise KafkaTimeoutError(
                     f"the transactional producer could not initialise within max_block_ms "
-                    f"({self._config.max_block_ms} ms): the coordinator did not answer InitProducerId; "
-                    "the producer is closed"
+                    f"({self._config.max_block_ms} ms): the coordinator did not answer InitProducerId"
+                    + (f" (the last answer: {last})" if last is not None else "")
+                    + "; the producer is closed"
                 ) from None
-            last = self._coordinators.last_error
             raise KafkaTimeoutError(
                 f"{name}() did not complete within max_block_ms ({self._config.max_block_ms} ms)"
                 + (f" (the coordinator's last answer: {last})" if last is not None else "")
@@ -957,7 +958,13 @@ def as_group(group: str | ConsumerGroupMetadata | Any) -> ConsumerGroupMetadata:
     elif not isinstance(group, ConsumerGroupMetadata):
         group_id = getattr(group, "group_id", None)
         if not isinstance(group_id, str) or not group_id:
-            raise TypeError(f"group must be a group id or consumer group metadata, got {type(group).__name__}")
+            hint = (
+                " (confluent_kafka's consumer_group_metadata() is librdkafka's own encoding: give "
+                "ConsumerGroupMetadata(group_id, generation_id, member_id, group_instance_id), or the group id)"
+                if isinstance(group, bytes)
+                else ""
+            )
+            raise TypeError(f"group must be a group id or consumer group metadata, got {type(group).__name__}{hint}")
         group = ConsumerGroupMetadata(
             group_id,
             int(getattr(group, "generation_id", -1)),

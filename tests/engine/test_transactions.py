@@ -120,6 +120,14 @@ async def test_another_clients_offset_and_metadata_is_taken(cluster: ScriptedClu
     assert cluster.coordinator.committed == {"group-a": {("in", 0): 42}}
 
 
+async def test_confluent_kafkas_group_metadata_is_refused_saying_what_to_give(cluster: ScriptedCluster) -> None:
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        with pytest.raises(TypeError, match=r"consumer_group_metadata\(\) is librdkafka's own encoding"):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): 1}, b"CGMDv2:\xff\xff\xff\xffg\x00\x00\x01")
+        await p.abort_transaction()
+
+
 async def test_a_newer_instance_fences_the_older_one(cluster: ScriptedCluster) -> None:
     async with producer(cluster) as old:
         old.begin_transaction()

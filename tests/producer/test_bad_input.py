@@ -117,6 +117,15 @@ async def test_unreachable_bootstrap_fails_within_max_block(topic: str) -> None:
     assert topic in str(info.value) and "no broker reachable" in str(info.value)
 
 
+async def test_a_transactional_producer_that_reaches_no_broker_says_why() -> None:
+    producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}", transactional_id="tx", max_block_ms=300)
+    with pytest.raises(KafkaTimeoutError) as info:
+        await asyncio.wait_for(producer.start(), 10)  # the 10 s guard only catches a hang
+    message = str(info.value)
+    assert "could not initialise within max_block_ms (300 ms)" in message
+    assert "(the last answer: connecting to broker -1 at 127.0.0.1:" in message and "[Errno 111]" in message
+
+
 async def test_close_from_a_delivery_callback(tansu_broker: TansuBroker, topic: str) -> None:
     p = Producer(bootstrap_servers=tansu_broker.bootstrap)
     await p.start()

@@ -12,6 +12,13 @@ from aioprod.config import ProducerConfig
 from aioprod.errors import ConfigError, KafkaError, UnsupportedOptionError
 
 
+class _AiokafkaStyleTokenProvider:
+    """aiokafka's sasl_oauth_token_provider: an object with an async token() returning a str."""
+
+    async def token(self) -> str:
+        return "t"
+
+
 def test_java_4_defaults() -> None:
     c = ProducerConfig.from_options(bootstrap_servers="h:9092")
     assert c.bootstrap_servers == (("h", 9092),)
@@ -116,6 +123,11 @@ def test_config_is_frozen() -> None:
         ),
         ({"bootstrap_servers": "h:1", "stats_cb": print}, "statistics_callback needs statistics_interval_ms > 0"),
         ({"bootstrap_servers": "h:1", "statistics_callback": 5}, "statistics_callback must be callable"),
+        ({"bootstrap_servers": "a:9092;b:9092"}, "has a ';' in it: separate entries with commas"),
+        (
+            {"bootstrap_servers": "h:1", "sasl_oauth_token_provider": _AiokafkaStyleTokenProvider()},
+            "an aiokafka AbstractTokenProvider? give a callable",
+        ),
     ],
 )
 def test_bad_options_fail_at_construction_naming_the_option(options: dict[str, object], message: str) -> None:
