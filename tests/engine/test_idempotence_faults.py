@@ -14,12 +14,13 @@ from aioprod.errors import (
     MessageTooLargeError,
     NotEnoughReplicasError,
     OutOfOrderSequenceNumberError,
+    ProducerFatalError,
     TransactionAbortableError,
     TransactionAbortedError,
 )
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
-from tests.fakes.cluster import FakeNode, Hold, ScriptedCluster
+from tests.fakes.cluster import OUT_OF_ORDER_SEQUENCE_NUMBER, FakeNode, Hold, ScriptedCluster
 
 NOT_ENOUGH_REPLICAS = 19
 
@@ -176,11 +177,42 @@ async def test_a_written_batch_retried_after_it_left_the_brokers_duplicate_windo
         for i in range(6):
             await (await p.send("t", b"later-%d" % i, partition=0))
         cluster.disconnect(1)  # the held answer is lost: "held" is retried with its stamp
-        with pytest.raises(OutOfOrderSequenceNumberError, match="may be in the log"):
+        with pytest.raises(OutOfOrderSequenceNumberError, match="may be in the log") as info:
             await held  # written, here; a broker without state for the producer could have skipped it
         await flushing
         await (await p.send("t", b"after", partition=0))  # the producer goes on
     assert cluster.partition("t", 0).values.count(b"held") == 1
+    assert info.value.possibly_persisted is True  # the flag, not only the text (set apart)
+
+
+async def test_a_record_maybe_in_the_log_when_the_producer_goes_fatal_says_so(scripted: Scripted) -> None:
+    # The batches a fatal error fails keep what is known of them: one written, its answer lost,
+    # must not be told it was not written.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    p = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10)
+    await p.start()
+    try:
+        await p.partitions_for("t")
+        cluster.nodes[2].script = deque([Hold])  # written, its answer held ...
+        maybe = await p.send("t", b"maybe", partition=1)
+        while not cluster.partition("t", 1).values:
+            await asyncio.sleep(0.001)  # virtual time
+        cluster.stop(2)  # ... and lost with the broker: the retry waits for node 2
+        await asyncio.sleep(0.5)
+        assert not maybe.done()
+        # Sequence 0 of partition 0 refused as out of order: a gap the producer cannot explain.
+        cluster.nodes[1].script = deque([OUT_OF_ORDER_SEQUENCE_NUMBER])
+        trigger = await p.send("t", b"trigger", partition=0)
+        with pytest.raises(ProducerFatalError):
+            await trigger
+        with pytest.raises(ProducerFatalError) as info:
+            await maybe
+    finally:
+        await p.close(0)
+    assert cluster.partition("t", 1).values == [b"maybe"]  # it is in the log
+    assert info.value.possibly_persisted is True
 
 
 async def test_a_batch_a_stateless_broker_skipped_is_not_reported_as_delivered(scripted: Scripted) -> None:

@@ -243,6 +243,23 @@ def result_row(partition: int, prepared: PreparedTransaction | None) -> dict[str
     return {"spark_partition": partition, "prepared": handle, "aborted": None, "failed": 0}
 
 
+def test_a_failed_write_aborts_what_only_the_accumulator_reports(tansu_broker: TansuBroker) -> None:
+    # Another attempt's transaction, whose result row never reached the driver, is known only
+    # from the accumulator: left open, it would hold read_committed readers of its partition for
+    # transaction_timeout_ms.
+    bootstrap = tansu_broker.bootstrap
+    topic = new_topic(bootstrap)
+    plan = exactly_once_plan(bootstrap, topic)
+    kept = run_task(plan, 0, [b"kept"])
+    other_attempt = run_task(plan, 1, [b"other attempt"])
+    assert kept is not None and other_attempt is not None
+    failed = {"spark_partition": 1, "prepared": None, "aborted": None, "failed": 1}
+    accumulator = SimpleNamespace(value=[spark_transactions.encode(kept), spark_transactions.encode(other_attempt)])
+    invisible, message = spark_transactions.end_transactions(plan, [result_row(0, kept), failed], accumulator, 1)  # type: ignore[arg-type]
+    assert invisible == {0, 1} and message is not None
+    assert logs(bootstrap, topic) == TransactionalLog(committed=[], aborted=[b"kept", b"other attempt"], open=[])
+
+
 def test_a_partition_fenced_after_it_prepared_fails_the_commit_loudly_and_a_rerun_writes_it(
     tansu_broker: TansuBroker,
 ) -> None:
