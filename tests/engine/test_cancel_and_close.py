@@ -12,27 +12,47 @@ from aioprod.errors import KafkaError, ProducerClosedError
 from tests.conftest import Scripted
 
 
-async def test_a_cancelled_send_queued_nothing_or_returned_its_future(scripted: Scripted) -> None:
-    # Cancel a send() after every number of loop steps it may take: each time, either the
-    # caller got the record's future, or the record never reaches the broker.
+@pytest.mark.parametrize("waiting_for", ["nothing", "metadata", "buffer"])
+async def test_a_cancelled_send_queued_nothing_or_returned_its_future(scripted: Scripted, waiting_for: str) -> None:
+    # Cancel a send() after every number of loop steps it may take, also while it waits for a new
+    # topic's metadata or for buffer space: each time, either the caller got the record's future,
+    # or the record never reaches the broker.
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
-    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+    node = cluster.nodes[1]
+    options = {"buffer_memory": 4096, "batch_size": 1024} if waiting_for == "buffer" else {}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, **options) as p:
         await p.partitions_for("t")
         returned: list[bytes] = []
-        for steps in range(6):
-            value = b"steps-%d" % steps
-            task = asyncio.ensure_future(p.send("t", value))
+        waited = 0
+        for steps in range(12):
+            topic = "t"
+            if waiting_for == "metadata":
+                topic = f"new-{steps}"
+                cluster.create_topic(topic, 1)
+            elif waiting_for == "buffer":
+                node.holding = True
+                blocker = await p.send("t", b"b" * 3000)  # most of the buffer, until its answer
+                returned.append(b"b" * 3000)
+            value = b"steps-%d " % steps + b"." * 1500  # with the blocker, more than the buffer
+            task = asyncio.ensure_future(p.send(topic, value))
             for _ in range(steps):
                 await asyncio.sleep(0)
+            waited += not task.done()
             task.cancel()
+            node.release()
             try:
                 await (await task)
+                returned.append(value)
             except asyncio.CancelledError:
-                continue
-            returned.append(value)
+                pass
+            if waiting_for == "buffer":
+                await blocker
         await p.flush()
-    assert cluster.partition("t").values == returned
+    values = [v for topic in cluster.topics for v in cluster.partition(topic).values]
+    assert sorted(values) == sorted(returned)
+    if waiting_for != "nothing":
+        assert waited >= 4  # cancelled while it waited, not only before its first step
 
 
 async def test_close_fails_a_send_waiting_for_metadata_with_producer_closed(scripted: Scripted) -> None:
