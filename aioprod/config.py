@@ -52,7 +52,6 @@ _ALIASES = {
     "queue_buffering_max_kbytes": None,  # different unit: refuse rather than guess
     "sasl_mechanisms": "sasl_mechanism",
     "message_send_max_retries": "retries",  # librdkafka: retries is its alias
-    "topic_metadata_refresh_interval_ms": "metadata_max_age_ms",
     # aiokafka's names, so its users' settings carry over too.
     "sasl_plain_username": "sasl_username",
     "sasl_plain_password": "sasl_password",
@@ -132,6 +131,10 @@ UNSUPPORTED_OPTIONS = {
             "sasl_client_callback_handler_class",
         ),
         _JAVA_OPTION,
+    ),
+    "topic_metadata_refresh_interval_ms": (
+        "librdkafka's refresh period: give metadata_max_age_ms, Java's name for it (librdkafka's own "
+        "metadata.max.age.ms is its cache's age, not the same option)"
     ),
     "api_version": "aiokafka's: aioprod negotiates each request's version with the broker (ApiVersions); remove it",
     "enable_ssl_certificate_verification": (

@@ -419,7 +419,7 @@ class RecordAccumulator:
     def _new_batch(self, tp: TopicPartition, now: float | None) -> ProducerBatch:
         """An empty batch for ``tp``, opened on the millisecond of ``now`` (default: the loop's)."""
         created = _whole_ms(self._loop.time() if now is None else now)
-        return ProducerBatch(tp, self._new_builder(), created, self._delivery_timeout)
+        return ProducerBatch(tp, self._new_builder(), created, self._delivery_timeout, self._loop)
 
     def _enqueue_new(self, batch: ProducerBatch) -> None:
         queue = self._queue_for(batch.tp)

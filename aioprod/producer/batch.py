@@ -120,14 +120,22 @@ class ProducerBatch:
         "tp",
     )
 
-    def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, now: float, delivery_timeout: float) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        builder: RecordBatchBuilder,
+        now: float,
+        delivery_timeout: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self.tp = tp
         self.builder = builder
         #: Ranges of ``send_many`` records: [group, index in group, offset delta in batch, count];
         #: a shared empty tuple until the first (most batches never get one).
         self.groups: list[list[Any]] | tuple[()] = ()
         #: The outcome of every record: what each RecordFuture reads, and flush() waits on.
-        self.settlement = BatchSettlement(asyncio.get_running_loop())
+        #: Settled on the producer's loop, whichever loop appends the first record.
+        self.settlement = BatchSettlement(loop)
         self.created = now
         self.deadline = now + delivery_timeout
         self.attempts = 0
@@ -212,7 +220,7 @@ class ProducerBatch:
         for delta, record in enumerate(records):
             part = parts[-1] if parts else None
             if part is None or part.builder.append(record.timestamp, record.key, record.value, record.headers) is None:
-                part = ProducerBatch(self.tp, new_builder(max_bytes), self.created, 0.0)
+                part = ProducerBatch(self.tp, new_builder(max_bytes), self.created, 0.0, self.settlement.loop)
                 part.deadline = self.deadline
                 part.builder.append(record.timestamp, record.key, record.value, record.headers)
                 parts.append(part)

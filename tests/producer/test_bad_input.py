@@ -206,7 +206,7 @@ def test_a_send_of_a_known_topic_from_another_threads_loop_says_so(
         return Producer(bootstrap_servers=tansu_broker.bootstrap)
 
     producer = run(make())
-    producer._lanes_on = lane
+    producer._lanes_on = producer._lanes_on and lane
     try:
         run(producer.start())
         run(producer.send_and_wait(topic, b"known"))
@@ -219,6 +219,53 @@ def test_a_send_of_a_known_topic_from_another_threads_loop_says_so(
         thread.join(30)
         loop.close()
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
+
+
+@pytest.mark.parametrize("lane", [True, False], ids=["send-lane", "python-path"])
+def test_a_send_from_another_loop_of_the_same_thread_says_so(tansu_broker: TansuBroker, topic: str, lane: bool) -> None:
+    # The producer's loop idle, not closed (run_until_complete), and asyncio.run() in the same
+    # thread: the record's batch was bound to the caller's loop, and flush() then never returned.
+    loop = asyncio.new_event_loop()
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    try:
+        loop.run_until_complete(producer.start())
+        producer._lanes_on = producer._lanes_on and lane
+        loop.run_until_complete(producer.send_and_wait(topic, b"known"))
+        with pytest.raises(RuntimeError, match="started on another event loop"):
+            asyncio.run(producer.send(topic, b"from another loop"))  # type: ignore[arg-type]
+        loop.run_until_complete(asyncio.wait_for(producer.flush(), 30))  # the guard only catches a hang
+    finally:
+        loop.run_until_complete(asyncio.wait_for(producer.close(), 30))
+        loop.close()
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("lane", [True, False], ids=["send-lane", "python-path"])
+def test_a_producer_follows_its_loop_into_another_thread(
+    tansu_broker: TansuBroker, topic: str, lane: bool, loop_kind: str
+) -> None:
+    # Started in the main thread, then the loop handed to a thread (asyncio allows it): every
+    # send() there was refused as "the producer is started; no more records are accepted".
+    import threading
+
+    import uvloop
+
+    loop = asyncio.new_event_loop() if loop_kind == "asyncio" else uvloop.new_event_loop()
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    loop.run_until_complete(producer.start())
+    producer._lanes_on = producer._lanes_on and lane
+    loop.run_until_complete(producer.send_and_wait(topic, b"from the main thread"))
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        sent = asyncio.run_coroutine_threadsafe(producer.send_and_wait(topic, b"from the loop's thread"), loop)
+        assert sent.result(30).offset == 1
+    finally:
+        asyncio.run_coroutine_threadsafe(producer.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
 
 
 def test_a_loop_that_ends_without_close_says_what_it_dropped(

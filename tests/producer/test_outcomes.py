@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from aioprod.errors import (
@@ -24,7 +26,7 @@ POLICY = RetryPolicy(retries=10, backoff=0.1, backoff_max=1.0, idempotent=True, 
 
 
 def batch(records: int = 1, partition: int = 0, attempts: int = 1) -> ProducerBatch:
-    b = ProducerBatch(TopicPartition("t", partition), RecordBatchBuilder(), 0.0, 10.0)
+    b = ProducerBatch(TopicPartition("t", partition), RecordBatchBuilder(), 0.0, 10.0, asyncio.get_running_loop())
     for i in range(records):
         b.builder.append(0, None, b"%d" % i)
     b.attempts = attempts
