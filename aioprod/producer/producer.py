@@ -8,7 +8,9 @@ import logging
 import math
 import numbers
 import re
+import sys
 import time
+from asyncio import _get_running_loop
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from threading import get_ident as _get_ident
 from types import TracebackType
@@ -176,14 +178,18 @@ class Producer:
         if self._state != _NEW:
             raise ProducerClosedError(f"start() called on a producer that is {self._state}")
         self._loop = asyncio.get_running_loop()
-        # send() checks, per record, that it runs in the thread running this loop (a thread ident
-        # compared, ~25 ns; asyncio._get_running_loop() costs ~180 ns on 3.11). asyncio's loops keep
-        # that thread in _thread_id (None while stopped): comparing with it refuses another thread's
-        # loop and another loop of this thread, and follows a loop that a later run_forever() runs
-        # in another thread. Other loops (uvloop): the thread of the last send, followed on the
-        # slow path.
-        self._thread_id = _get_ident()
-        self._runs_on: Any = self._loop if hasattr(self._loop, "_thread_id") else self
+        # send() checks, per record, that it runs on this loop, at ~30-40 ns: _current() against
+        # _runs_on._thread_id. From 3.12 on, the running loop itself. On 3.11, where asking for it
+        # costs ~180 ns (a getpid() each call): asyncio's loops keep the thread running them in
+        # _thread_id (None while stopped), exact too, and following the loop into another thread;
+        # a loop that does not say (uvloop) is taken for running in the thread of the last send
+        # found on it, while it runs (see docs/sync.md).
+        if _EXACT:
+            self._runs_on: Any = _LoopIs(self._loop)
+        elif hasattr(self._loop, "_thread_id"):
+            self._runs_on = self._loop
+        else:
+            self._runs_on = _FollowedThread(self._loop)
         metrics = self._metrics
         self._pool = ConnectionPool(
             self.config,
@@ -336,7 +342,7 @@ class Producer:
         """
         # The thread too (see start()): from another loop, a send of a known topic went into the
         # accumulator from the wrong thread, with no wake-up, and was lost.
-        if self._state is not _STARTED or self._fatal is not None or _get_ident() != self._runs_on._thread_id:
+        if self._state is not _STARTED or self._fatal is not None or _current() != self._runs_on._thread_id:
             self._refuse_or_follow()
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
@@ -685,6 +691,8 @@ class Producer:
 
         Cancelling the wait does not withdraw the record: once queued it is delivered.
         """
+        if self._state is _STARTED:
+            self._check_loop()  # from another loop the record was queued, then the wait refused
         future = await self.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
         return await asyncio.shield(future)
 
@@ -991,10 +999,7 @@ class Producer:
                 return
             running = None
         if running is not self._loop:
-            raise RuntimeError(
-                "this producer was started on another event loop: a Producer belongs to the loop it was "
-                "started on (one producer per loop; from threads or several asyncio.run() calls, use SyncProducer)"
-            )
+            raise RuntimeError(_OTHER_LOOP)
 
     async def _wait_for_topic(self, topic: str, partition: int | None, records: int) -> TopicInfo:
         """The topic's metadata, waited for (at most ``max_block_ms``): a failure counts the
@@ -1011,9 +1016,13 @@ class Producer:
 
     def _refuse_or_follow(self) -> None:
         """send()'s check failed: refused, unless the producer's loop now runs in this thread."""
-        if self._state is _STARTED and self._fatal is None and asyncio.get_running_loop() is self._loop:
-            self._thread_id = _get_ident()
+        running = _get_running_loop()
+        if self._state is _STARTED and self._fatal is None and running is self._loop:
+            if isinstance(self._runs_on, _FollowedThread):
+                self._runs_on.thread = _get_ident()
             return
+        if running is None and self._state is _STARTED:
+            raise RuntimeError(_OTHER_LOOP)  # trio's, say: not asyncio's "no running event loop"
         self._raise_not_open()
 
     def _raise_not_open(self) -> NoReturn:
@@ -1024,6 +1033,40 @@ class Producer:
         if self._state == _NEW:
             raise ProducerClosedError("the producer is not started: use 'async with' or await start() first")
         raise ProducerClosedError(f"the producer is {self._state}; no more records are accepted")
+
+
+_OTHER_LOOP = (
+    "this producer was started on another event loop: a Producer belongs to the loop it was "
+    "started on (one producer per loop; from threads or several asyncio.run() calls, use SyncProducer)"
+)
+
+#: send()'s check compares _current() with its producer's ``_runs_on._thread_id`` (see start()).
+_EXACT = sys.version_info >= (3, 12)
+_current: Callable[[], Any] = _get_running_loop if _EXACT else _get_ident
+
+
+class _LoopIs:
+    """From 3.12 on: the loop itself, compared with the running loop."""
+
+    __slots__ = ("_thread_id",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._thread_id = loop
+
+
+class _FollowedThread:
+    """3.11, a loop that does not say which thread runs it (uvloop): the thread of the last send
+    found on the loop, while the loop runs (a stopped or closed one is nobody's)."""
+
+    __slots__ = ("_loop", "thread")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.thread = _get_ident()
+
+    @property
+    def _thread_id(self) -> int | None:
+        return self.thread if self._loop.is_running() else None
 
 
 def check_timeout(method: str, timeout: Any, name: str = "timeout") -> float | None:

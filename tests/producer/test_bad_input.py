@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import gc
 from fractions import Fraction
 from typing import Any
 
@@ -268,12 +269,83 @@ def test_a_producer_follows_its_loop_into_another_thread(
         loop.close()
 
 
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("lane", [True, False], ids=["send-lane", "python-path"])
+def test_send_and_wait_from_another_loop_queues_nothing(
+    tansu_broker: TansuBroker, topic: str, lane: bool, loop_kind: str
+) -> None:
+    # On uvloop, send() from another loop of the same thread is taken (docs/sync.md); the wait
+    # then failed with asyncio's "attached to a different loop", after the record was queued: a
+    # caller retrying on that RuntimeError wrote it twice.
+    import uvloop
+
+    loop = asyncio.new_event_loop() if loop_kind == "asyncio" else uvloop.new_event_loop()
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    try:
+        loop.run_until_complete(producer.start())
+        producer._lanes_on = producer._lanes_on and lane
+        loop.run_until_complete(producer.send_and_wait(topic, b"known"))
+        with pytest.raises(RuntimeError, match="started on another event loop"):
+            asyncio.run(producer.send_and_wait(topic, b"from another loop"))  # type: ignore[arg-type]
+    finally:
+        loop.run_until_complete(asyncio.wait_for(producer.close(), 30))
+        loop.close()
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # its tasks die with the loop
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_send_after_the_producers_loop_closed_is_refused(
+    tansu_broker: TansuBroker, topic: str, loop_kind: str
+) -> None:
+    # loop.close() without producer.close(): on uvloop the first send queued its record, then
+    # raised "Event loop is closed"; the next was taken, its future never to settle.
+    import uvloop
+
+    loop = asyncio.new_event_loop() if loop_kind == "asyncio" else uvloop.new_event_loop()
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    loop.run_until_complete(producer.start())
+    loop.run_until_complete(producer.send_and_wait(topic, b"known"))
+    loop.close()
+
+    async def two_sends() -> None:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="started on another event loop"):
+                await producer.send(topic, b"after its loop closed")
+
+    asyncio.run(two_sends())
+    producer = None  # type: ignore[assignment]
+    del loop
+    gc.collect()  # what the closed loop left, collected here rather than in a later test
+
+
+def test_a_send_from_a_thread_running_no_asyncio_loop_says_so(tansu_broker: TansuBroker, topic: str) -> None:
+    # trio's, say: it got asyncio's bare "no running event loop".
+    import threading
+
+    loop = asyncio.new_event_loop()
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    loop.run_until_complete(producer.start())
+    loop.run_until_complete(producer.send_and_wait(topic, b"known"))
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    try:
+        send = producer.send(topic, b"no asyncio loop here")
+        with pytest.raises(RuntimeError, match="started on another event loop"):
+            send.send(None)  # driven by hand, as another framework's loop would
+    finally:
+        asyncio.run_coroutine_threadsafe(producer.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(30)
+        loop.close()
+
+
 def test_a_loop_that_ends_without_close_says_what_it_dropped(
     tansu_broker: TansuBroker, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The records send() accepted failed with an error nobody read, without a log line, and the
     # producer's connections were left open.
-    import gc
     import warnings
 
     async def service() -> None:
@@ -285,6 +357,7 @@ def test_a_loop_that_ends_without_close_says_what_it_dropped(
             await producer.send(topic, b"queued %d" % i)
         # ... and asyncio.run() returns: no close()
 
+    gc.collect()  # earlier tests' garbage is not this test's
     with caplog.at_level("WARNING", logger="aioprod"), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         asyncio.run(service())
