@@ -222,16 +222,26 @@ def test_a_send_of_a_known_topic_from_another_threads_loop_says_so(
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
 
 
+def started_on_a_loop_of_its_own(
+    bootstrap: str, topic: str, loop_kind: str = "asyncio", lane: bool = True
+) -> tuple[asyncio.AbstractEventLoop, Producer]:
+    """A producer started on a new loop (not running now) that has written b"known" to ``topic``."""
+    import uvloop
+
+    loop = asyncio.new_event_loop() if loop_kind == "asyncio" else uvloop.new_event_loop()
+    producer = Producer(bootstrap_servers=bootstrap)
+    loop.run_until_complete(producer.start())
+    producer._lanes_on = producer._lanes_on and lane
+    loop.run_until_complete(producer.send_and_wait(topic, b"known"))
+    return loop, producer
+
+
 @pytest.mark.parametrize("lane", [True, False], ids=["send-lane", "python-path"])
 def test_a_send_from_another_loop_of_the_same_thread_says_so(tansu_broker: TansuBroker, topic: str, lane: bool) -> None:
     # The producer's loop idle, not closed (run_until_complete), and asyncio.run() in the same
     # thread: the record's batch was bound to the caller's loop, and flush() then never returned.
-    loop = asyncio.new_event_loop()
-    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic, lane=lane)
     try:
-        loop.run_until_complete(producer.start())
-        producer._lanes_on = producer._lanes_on and lane
-        loop.run_until_complete(producer.send_and_wait(topic, b"known"))
         with pytest.raises(RuntimeError, match="started on another event loop"):
             asyncio.run(producer.send(topic, b"from another loop"))  # type: ignore[arg-type]
         loop.run_until_complete(asyncio.wait_for(producer.flush(), 30))  # the guard only catches a hang
@@ -250,13 +260,7 @@ def test_a_producer_follows_its_loop_into_another_thread(
     # send() there was refused as "the producer is started; no more records are accepted".
     import threading
 
-    import uvloop
-
-    loop = asyncio.new_event_loop() if loop_kind == "asyncio" else uvloop.new_event_loop()
-    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
-    loop.run_until_complete(producer.start())
-    producer._lanes_on = producer._lanes_on and lane
-    loop.run_until_complete(producer.send_and_wait(topic, b"from the main thread"))
+    loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic, loop_kind, lane)
     thread = threading.Thread(target=loop.run_forever)
     thread.start()
     try:
@@ -277,14 +281,8 @@ def test_send_and_wait_from_another_loop_queues_nothing(
     # On uvloop, send() from another loop of the same thread is taken (docs/sync.md); the wait
     # then failed with asyncio's "attached to a different loop", after the record was queued: a
     # caller retrying on that RuntimeError wrote it twice.
-    import uvloop
-
-    loop = asyncio.new_event_loop() if loop_kind == "asyncio" else uvloop.new_event_loop()
-    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic, loop_kind, lane)
     try:
-        loop.run_until_complete(producer.start())
-        producer._lanes_on = producer._lanes_on and lane
-        loop.run_until_complete(producer.send_and_wait(topic, b"known"))
         with pytest.raises(RuntimeError, match="started on another event loop"):
             asyncio.run(producer.send_and_wait(topic, b"from another loop"))  # type: ignore[arg-type]
     finally:
@@ -301,12 +299,7 @@ def test_a_send_after_the_producers_loop_closed_is_refused(
 ) -> None:
     # loop.close() without producer.close(): on uvloop the first send queued its record, then
     # raised "Event loop is closed"; the next was taken, its future never to settle.
-    import uvloop
-
-    loop = asyncio.new_event_loop() if loop_kind == "asyncio" else uvloop.new_event_loop()
-    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
-    loop.run_until_complete(producer.start())
-    loop.run_until_complete(producer.send_and_wait(topic, b"known"))
+    loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic, loop_kind)
     loop.close()
 
     async def two_sends() -> None:
@@ -324,10 +317,7 @@ def test_a_send_from_a_thread_running_no_asyncio_loop_says_so(tansu_broker: Tans
     # trio's, say: it got asyncio's bare "no running event loop".
     import threading
 
-    loop = asyncio.new_event_loop()
-    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
-    loop.run_until_complete(producer.start())
-    loop.run_until_complete(producer.send_and_wait(topic, b"known"))
+    loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic)
     runner = threading.Thread(target=loop.run_forever)
     runner.start()
     try:
