@@ -7,9 +7,11 @@ import contextlib
 import logging
 import math
 import numbers
+import os
 import re
 import sys
 import time
+import weakref
 from asyncio import _get_running_loop
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from threading import get_ident as _get_ident
@@ -190,6 +192,7 @@ class Producer:
             self._runs_on = self._loop
         else:
             self._runs_on = _FollowedThread(self._loop)
+        _started.add(self)
         metrics = self._metrics
         self._pool = ConnectionPool(
             self.config,
@@ -1067,6 +1070,26 @@ class _FollowedThread:
     @property
     def _thread_id(self) -> int | None:
         return self.thread if self._loop.is_running() else None
+
+
+class _Nobody:
+    """A forked child's copy of a started producer: its loop runs in no thread of this process
+    (on 3.11 the copied loop still named the forking thread, and a child's send was taken)."""
+
+    __slots__ = ()
+    _thread_id = None
+
+
+_started: weakref.WeakSet[Producer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for producer in list(_started):
+        producer._runs_on = _Nobody()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def check_timeout(method: str, timeout: Any, name: str = "timeout") -> float | None:

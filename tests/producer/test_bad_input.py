@@ -331,6 +331,45 @@ def test_a_send_from_a_thread_running_no_asyncio_loop_says_so(tansu_broker: Tans
         loop.close()
 
 
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_forked_child_cannot_send_on_its_parents_producer(
+    tansu_broker: TansuBroker, topic: str, loop_kind: str
+) -> None:
+    # A multiprocessing "fork" Process started from async code, sending from asyncio.run(): on
+    # 3.11 the send was taken (the copied loop still named the forking thread), and its record
+    # never written.
+    import os
+
+    import uvloop
+
+    r, w = os.pipe()
+
+    async def child(producer: Producer) -> str:
+        try:
+            await producer.send(topic, b"from the forked child")
+        except RuntimeError as exc:
+            return f"refused: {exc}"
+        return "taken"
+
+    async def parent() -> None:
+        async with Producer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+            await producer.send_and_wait(topic, b"known")
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.write(w, asyncio.run(child(producer)).encode())
+                finally:
+                    os._exit(0)
+            await asyncio.get_running_loop().run_in_executor(None, os.waitpid, pid, 0)
+
+    (asyncio.run if loop_kind == "asyncio" else uvloop.run)(parent())
+    os.close(w)
+    said = os.read(r, 4096).decode()
+    os.close(r)
+    assert said.startswith("refused: this producer was started on another event loop"), said
+    assert [c.value for c in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
+
+
 def test_a_loop_that_ends_without_close_says_what_it_dropped(
     tansu_broker: TansuBroker, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
