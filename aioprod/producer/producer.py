@@ -180,18 +180,17 @@ class Producer:
         if self._state != _NEW:
             raise ProducerClosedError(f"start() called on a producer that is {self._state}")
         self._loop = asyncio.get_running_loop()
-        # send() checks, per record, that it runs on this loop, at ~30-40 ns: _current() against
-        # _runs_on._thread_id. From 3.12 on, the running loop itself. On 3.11, where asking for it
-        # costs ~180 ns (a getpid() each call): asyncio's loops keep the thread running them in
-        # _thread_id (None while stopped), exact too, and following the loop into another thread;
-        # a loop that does not say (uvloop) is taken for running in the thread of the last send
-        # found on it, while it runs (see docs/sync.md).
+        # send() checks, per record, that it runs on this loop: _current() against
+        # _runs_on._thread_id. From 3.12 on, the running loop itself (~30 ns). On 3.11, where asking
+        # for it costs ~180 ns (a getpid() each call), asyncio's loops by the thread running them,
+        # their _thread_id (None while stopped; ~35 ns), exact too and following the loop into
+        # another thread; a loop that does not say (uvloop) pays the 180 ns.
         if _EXACT:
             self._runs_on: Any = _LoopIs(self._loop)
         elif hasattr(self._loop, "_thread_id"):
             self._runs_on = self._loop
         else:
-            self._runs_on = _FollowedThread(self._loop)
+            self._runs_on = _RunningHere(self._loop)
         _started.add(self)
         metrics = self._metrics
         self._pool = ConnectionPool(
@@ -1021,9 +1020,7 @@ class Producer:
         """send()'s check failed: refused, unless the producer's loop now runs in this thread."""
         running = _get_running_loop()
         if self._state is _STARTED and self._fatal is None and running is self._loop:
-            if isinstance(self._runs_on, _FollowedThread):
-                self._runs_on.thread = _get_ident()
-            return
+            return  # a loop whose _thread_id is not kept up to date
         if running is None and self._state is _STARTED:
             raise RuntimeError(_OTHER_LOOP)  # trio's, say: not asyncio's "no running event loop"
         self._raise_not_open()
@@ -1057,19 +1054,21 @@ class _LoopIs:
         self._thread_id = loop
 
 
-class _FollowedThread:
-    """3.11, a loop that does not say which thread runs it (uvloop): the thread of the last send
-    found on the loop, while the loop runs (a stopped or closed one is nobody's)."""
+class _RunningHere:
+    """3.11, a loop that does not say which thread runs it (uvloop): this thread while the loop
+    runs in it. Exact, at the ~180 ns 3.11 asks for the running loop: the thread of the last
+    send found on the loop took, after the loop moved to another thread, a send from the thread
+    that ran it before, whose future then raised on the caller's loop though the record was
+    delivered (a retry wrote it twice)."""
 
-    __slots__ = ("_loop", "thread")
+    __slots__ = ("_loop",)
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self.thread = _get_ident()
 
     @property
     def _thread_id(self) -> int | None:
-        return self.thread if self._loop.is_running() else None
+        return _get_ident() if _get_running_loop() is self._loop else None
 
 
 class _Nobody:
