@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import gc
+import threading
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -169,22 +172,32 @@ def test_closing_a_closed_producer_is_a_no_op_from_any_loop() -> None:
     asyncio.run(producer.close())  # a fixture's teardown, say, on a loop of its own
 
 
-def test_a_transactional_call_from_another_thread_while_the_loop_runs_says_so() -> None:
-    import threading
-
-    loop = asyncio.new_event_loop()
+@contextlib.contextmanager
+def running_in_a_thread(loop: asyncio.AbstractEventLoop, producer: Producer) -> Iterator[Callable[[Any], Any]]:
+    """``loop`` run by a thread of its own, and how to run a coroutine there; on leaving,
+    ``producer`` is closed there, and the loop stopped and closed."""
     thread = threading.Thread(target=loop.run_forever)
     thread.start()
-    producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
+
+    def run(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+
     try:
-        asyncio.run_coroutine_threadsafe(producer.start(), loop).result(30)
-        with pytest.raises(RuntimeError, match="started on another event loop"):
-            producer.begin_transaction()  # synchronous, from a thread the loop is not running in
+        yield run
     finally:
-        asyncio.run_coroutine_threadsafe(producer.close(), loop).result(30)
+        run(producer.close())
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
+
+
+def test_a_transactional_call_from_another_thread_while_the_loop_runs_says_so() -> None:
+    loop = asyncio.new_event_loop()
+    producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
+    with running_in_a_thread(loop, producer) as run:
+        run(producer.start())
+        with pytest.raises(RuntimeError, match="started on another event loop"):
+            producer.begin_transaction()  # synchronous, from a thread the loop is not running in
 
 
 @pytest.mark.parametrize("lane", [True, False], ids=["send-lane", "python-path"])
@@ -194,31 +207,15 @@ def test_a_send_of_a_known_topic_from_another_threads_loop_says_so(
     # A send that need not wait (its topic known) skipped the loop check: the record went into
     # the accumulator from the wrong thread, bound to the caller's loop, and was lost; flush()
     # and close() on the producer's own loop then hung.
-    import threading
-
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever)
-    thread.start()
-
-    def run(coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
-
-    async def make() -> Producer:
-        return Producer(bootstrap_servers=tansu_broker.bootstrap)
-
-    producer = run(make())
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
     producer._lanes_on = producer._lanes_on and lane
-    try:
+    with running_in_a_thread(loop, producer) as run:
         run(producer.start())
         run(producer.send_and_wait(topic, b"known"))
         with pytest.raises(RuntimeError, match="started on another event loop"):
             asyncio.run(producer.send(topic, b"from another loop"))  # type: ignore[arg-type]
         run(producer.flush())
-    finally:
-        run(producer.close())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
-        loop.close()
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
 
 
@@ -258,19 +255,9 @@ def test_a_producer_follows_its_loop_into_another_thread(
 ) -> None:
     # Started in the main thread, then the loop handed to a thread (asyncio allows it): every
     # send() there was refused as "the producer is started; no more records are accepted".
-    import threading
-
     loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic, loop_kind, lane)
-    thread = threading.Thread(target=loop.run_forever)
-    thread.start()
-    try:
-        sent = asyncio.run_coroutine_threadsafe(producer.send_and_wait(topic, b"from the loop's thread"), loop)
-        assert sent.result(30).offset == 1
-    finally:
-        asyncio.run_coroutine_threadsafe(producer.close(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
-        loop.close()
+    with running_in_a_thread(loop, producer) as run:
+        assert run(producer.send_and_wait(topic, b"from the loop's thread")).offset == 1
 
 
 @pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
@@ -278,9 +265,9 @@ def test_a_producer_follows_its_loop_into_another_thread(
 def test_send_and_wait_from_another_loop_queues_nothing(
     tansu_broker: TansuBroker, topic: str, lane: bool, loop_kind: str
 ) -> None:
-    # On uvloop, send() from another loop of the same thread is taken (docs/sync.md); the wait
-    # then failed with asyncio's "attached to a different loop", after the record was queued: a
-    # caller retrying on that RuntimeError wrote it twice.
+    # On uvloop, send() from another loop of the same thread was taken; the wait then failed
+    # with asyncio's "attached to a different loop", after the record was queued: a caller
+    # retrying on that RuntimeError wrote it twice.
     loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic, loop_kind, lane)
     try:
         with pytest.raises(RuntimeError, match="started on another event loop"):
@@ -315,20 +302,11 @@ def test_a_send_after_the_producers_loop_closed_is_refused(
 
 def test_a_send_from_a_thread_running_no_asyncio_loop_says_so(tansu_broker: TansuBroker, topic: str) -> None:
     # trio's, say: it got asyncio's bare "no running event loop".
-    import threading
-
     loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic)
-    runner = threading.Thread(target=loop.run_forever)
-    runner.start()
-    try:
+    with running_in_a_thread(loop, producer):
         send = producer.send(topic, b"no asyncio loop here")
         with pytest.raises(RuntimeError, match="started on another event loop"):
             send.send(None)  # driven by hand, as another framework's loop would
-    finally:
-        asyncio.run_coroutine_threadsafe(producer.close(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        runner.join(30)
-        loop.close()
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")  # 3.12+
@@ -377,20 +355,11 @@ def test_a_send_from_the_thread_a_loop_moved_away_from_is_refused(
 ) -> None:
     # On uvloop (3.11), checked by the thread of the last send, it was taken; awaiting its future
     # then raised on the caller's loop though the record was delivered: a retry wrote it twice.
-    import threading
-
     loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic, loop_kind)
-    runner = threading.Thread(target=loop.run_forever)
-    runner.start()
-    try:
+    with running_in_a_thread(loop, producer) as run:
         with pytest.raises(RuntimeError, match="started on another event loop"):
             asyncio.run(producer.send(topic, b"from the old thread"))  # type: ignore[arg-type]
-        asyncio.run_coroutine_threadsafe(producer.flush(), loop).result(30)
-    finally:
-        asyncio.run_coroutine_threadsafe(producer.close(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        runner.join(30)
-        loop.close()
+        run(producer.flush())
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
 
 
