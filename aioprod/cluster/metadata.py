@@ -356,16 +356,18 @@ class Metadata:
             return ready
         return connecting if connecting is not None else connectable
 
-    async def node_for_request(self) -> int:
+    async def node_for_request(self, waiting: Callable[[], None] | None = None) -> int:
         """:meth:`least_loaded_node`, waiting while there is none: every broker at its in-flight
         limit or backing off. A wait, not a failure to back off from: a request queued behind
         the others, as many callers at once do (the Spark driver ends 32 transactions at once),
-        goes as soon as an answer frees room."""
+        goes as soon as an answer frees room. ``waiting`` is called before each wait."""
         # A backoff ending changes nothing the pool reports: look again after one. Not less
         # than MIN_LOOK_MS apart: reconnect_backoff_ms=0 (no backoff ever, so nothing to look
         # again for) made this a busy loop while every connection was at its in-flight limit.
         look_again = max(self._config.reconnect_backoff_ms, MIN_LOOK_MS) / 1000
         while (node := self.least_loaded_node()) is None:
+            if waiting is not None:
+                waiting()
             if self._pool_changed is None:
                 self._pool_changed = asyncio.Event()
             changed = self._pool_changed

@@ -101,12 +101,7 @@ class Coordinators:
             return node
         failures = 0
         while True:
-            if self.last_error is None and self._metadata.least_loaded_node() is None:
-                # A wait, not a failure; but a deadline running out meanwhile says why.
-                self.last_error = KafkaTimeoutError(
-                    "no broker can take a request now: every connection is at its in-flight limit or backing off"
-                )
-            candidate = await self._metadata.node_for_request()
+            candidate = await self._metadata.node_for_request(self._waiting_for_room)
             try:
                 conn = await self._pool.get(candidate)
                 response: FindCoordinatorResponse = await conn.send(
@@ -198,6 +193,14 @@ class Coordinators:
             raise error
         self._nodes.pop((key_type, key), None)
         await self._backoff(error, failures)
+
+    def _waiting_for_room(self) -> None:
+        """A wait, not a failure; but a deadline running out meanwhile says why (unless an
+        earlier error says more)."""
+        if self.last_error is None:
+            self.last_error = KafkaTimeoutError(
+                "no broker can take a request now: every connection is at its in-flight limit or backing off"
+            )
 
     def _raise_if_fatal(self, code: int, error: KafkaError) -> None:
         """An answer in ``fatal_codes`` ends the caller, whichever request it came to."""

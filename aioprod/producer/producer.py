@@ -345,7 +345,7 @@ class Producer:
         # The thread too (see start()): from another loop, a send of a known topic went into the
         # accumulator from the wrong thread, with no wake-up, and was lost.
         if self._state is not _STARTED or self._fatal is not None or _current() != self._runs_on._thread_id:
-            self._refuse_or_follow()
+            self._refuse_off_its_loop()
         txn = self._txn
         txn_generation = 0 if txn is None else txn.check_send()
         acc = self._accumulator
@@ -693,8 +693,6 @@ class Producer:
 
         Cancelling the wait does not withdraw the record: once queued it is delivered.
         """
-        if self._state is _STARTED:
-            self._check_loop()  # from another loop the record was queued, then the wait refused
         future = await self.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
         return await asyncio.shield(future)
 
@@ -1016,11 +1014,12 @@ class Producer:
             self._raise_not_open()
         return info
 
-    def _refuse_or_follow(self) -> None:
-        """send()'s check failed: refused, unless the producer's loop now runs in this thread."""
+    def _refuse_off_its_loop(self) -> None:
+        """send()'s check failed: refused, unless this is the producer's loop after all (one whose
+        _thread_id is not kept up to date)."""
         running = _get_running_loop()
         if self._state is _STARTED and self._fatal is None and running is self._loop:
-            return  # a loop whose _thread_id is not kept up to date
+            return
         if running is None and self._state is _STARTED:
             raise RuntimeError(_OTHER_LOOP)  # trio's, say: not asyncio's "no running event loop"
         self._raise_not_open()
