@@ -1551,6 +1551,28 @@ speedups_now_ms(PyObject *module, PyObject *unused)
     return PyLong_FromLongLong(now);
 }
 
+#if PY_VERSION_HEX < 0x030C0000
+/* Python 3.11 keeps a thread's running loop in a holder in the thread's state dict, and makes a
+ * new holder each time a loop starts or stops running in the thread: the holder's identity names
+ * one run of one loop in one thread (Producer.send()'s loop check, _RunOf). asyncio's own
+ * _get_running_loop() also calls getpid(), a system call, each time. */
+static PyObject *str_running_loop_key;
+
+static PyObject *
+speedups_running_loop_holder(PyObject *module, PyObject *unused)
+{
+    PyObject *state = PyThreadState_GetDict();
+    PyObject *holder = state == NULL ? NULL : PyDict_GetItemWithError(state, str_running_loop_key);
+    if (holder == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(holder);
+    return holder;
+}
+#endif
+
 /* -- SendLane --------------------------------------------------------------------------------- */
 
 /* The producer's count of sends since it last looked at the clock (Producer._clock_check): one
@@ -1937,6 +1959,10 @@ static PyMethodDef speedups_methods[] = {
     {"murmur2", speedups_murmur2, METH_O, "Kafka's 32-bit murmur2 of the bytes, as a signed int."},
     {"partition_for_key", (PyCFunction)(void (*)(void))speedups_partition_for_key, METH_FASTCALL,
      "toPositive(murmur2(key)) % partitions, as the Java client partitions a keyed record."},
+#if PY_VERSION_HEX < 0x030C0000
+    {"running_loop_holder", speedups_running_loop_holder, METH_NOARGS,
+     "This thread's running-loop holder (Python 3.11), or None: a new object whenever a loop starts or stops here."},
+#endif
     {NULL, NULL, 0, NULL},
 };
 
@@ -1978,6 +2004,9 @@ PyInit__speedups(void)
         {&str_used, "used"},
         {&str_total, "total"},
         {&str_clock_check, "_clock_check"},
+#if PY_VERSION_HEX < 0x030C0000
+        {&str_running_loop_key, "__asyncio_running_event_loop__"},
+#endif
     };
     for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++) {
         *interned[i].name = PyUnicode_InternFromString(interned[i].text);

@@ -15,7 +15,7 @@ import weakref
 from asyncio import _get_running_loop
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from threading import get_ident as _get_ident
-from types import TracebackType
+from types import BuiltinFunctionType, TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from aioprod._compiled import speedups
@@ -182,11 +182,14 @@ class Producer:
         self._loop = asyncio.get_running_loop()
         # send() checks, per record, that it runs on this loop: _current() against
         # _runs_on._thread_id. From 3.12 on, the running loop itself (~30 ns). On 3.11, where asking
-        # for it costs ~180 ns (a getpid() each call), asyncio's loops by the thread running them,
-        # their _thread_id (None while stopped; ~35 ns), exact too and following the loop into
-        # another thread; a loop that does not say (uvloop) pays the 180 ns.
+        # for it costs ~180 ns (a getpid() each call): compiled, the loop's current run (_RunOf);
+        # in pure Python, asyncio's loops by the thread running them, their _thread_id (None
+        # while stopped; ~35 ns), and a loop that does not say (uvloop) by asking (_RunningHere).
+        # Each is exact, and follows the loop into another thread.
         if _EXACT:
             self._runs_on: Any = _LoopIs(self._loop)
+        elif _running_loop_holder is not None:
+            self._runs_on = _RunOf()
         elif hasattr(self._loop, "_thread_id"):
             self._runs_on = self._loop
         else:
@@ -1016,9 +1019,11 @@ class Producer:
 
     def _refuse_off_its_loop(self) -> None:
         """send()'s check failed: refused, unless this is the producer's loop after all (one whose
-        _thread_id is not kept up to date)."""
+        _thread_id is not kept up to date, or a new run of it)."""
         running = _get_running_loop()
         if self._state is _STARTED and self._fatal is None and running is self._loop:
+            if type(self._runs_on) is _RunOf:
+                self._runs_on = _RunOf()
             return
         if running is None and self._state is _STARTED:
             raise RuntimeError(_OTHER_LOOP)  # trio's, say: not asyncio's "no running event loop"
@@ -1041,7 +1046,15 @@ _OTHER_LOOP = (
 
 #: send()'s check compares _current() with its producer's ``_runs_on._thread_id`` (see start()).
 _EXACT = sys.version_info >= (3, 12)
-_current: Callable[[], Any] = _get_running_loop if _EXACT else _get_ident
+#: 3.11, compiled, with asyncio's own running-loop holders (its C accelerator): _RunOf.
+_running_loop_holder: Callable[[], object] | None = (
+    getattr(speedups, "running_loop_holder", None) if isinstance(_get_running_loop, BuiltinFunctionType) else None
+)
+_current: Callable[[], Any] = (
+    _get_running_loop if _EXACT else _get_ident if _running_loop_holder is None else _running_loop_holder
+)
+#: A _thread_id that _current() never returns.
+_NO_RUN = object()
 
 
 class _LoopIs:
@@ -1053,12 +1066,27 @@ class _LoopIs:
         self._thread_id = loop
 
 
+class _RunOf:
+    """3.11, compiled: the loop's current run, by the holder 3.11 keeps a thread's running loop
+    in. The holder is a new object each time a loop starts or stops running in a thread, so it
+    is ours only in the thread and the run it was taken in: exact, for a dict lookup (~30 ns)
+    where asking for the running loop costs ~180 ns (a system call). Taken while the loop runs:
+    in start(), and by the check that a new run of the loop fails once."""
+
+    __slots__ = ("_thread_id",)
+
+    def __init__(self) -> None:
+        assert _running_loop_holder is not None
+        holder = _running_loop_holder()
+        self._thread_id = _NO_RUN if holder is None else holder
+
+
 class _RunningHere:
-    """3.11, a loop that does not say which thread runs it (uvloop): this thread while the loop
-    runs in it. Exact, at the ~180 ns 3.11 asks for the running loop: the thread of the last
-    send found on the loop took, after the loop moved to another thread, a send from the thread
-    that ran it before, whose future then raised on the caller's loop though the record was
-    delivered (a retry wrote it twice)."""
+    """3.11, pure Python, a loop that does not say which thread runs it (uvloop): this thread
+    while the loop runs in it. Exact, at the ~180 ns 3.11 asks for the running loop: the thread
+    of the last send found on the loop took, after the loop moved to another thread, a send from
+    the thread that ran it before, whose future then raised on the caller's loop though the
+    record was delivered (a retry wrote it twice)."""
 
     __slots__ = ("_loop",)
 
@@ -1075,7 +1103,7 @@ class _Nobody:
     (on 3.11 the copied loop still named the forking thread, and a child's send was taken)."""
 
     __slots__ = ()
-    _thread_id = None
+    _thread_id = _NO_RUN
 
 
 _started: weakref.WeakSet[Producer] = weakref.WeakSet()

@@ -610,3 +610,29 @@ def test_murmur2_takes_odd_buffers_as_the_compiled_one_does(data: Any) -> None:
             return type(exc)
 
     assert outcome(_py_murmur2) == outcome(_speedups.murmur2)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.11's holder: 3.12 asks the running loop itself")
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_the_running_loop_holder_names_one_run_of_one_loop_in_one_thread(loop_kind: str) -> None:
+    # send()'s loop check on 3.11 (producer._RunOf) is exact only if a thread's holder is a new
+    # object whenever a loop starts or stops running in it, and no other thread's.
+    import threading
+
+    import uvloop
+
+    run = asyncio.run if loop_kind == "asyncio" else uvloop.run
+
+    async def holders() -> tuple[object, object]:
+        return _speedups.running_loop_holder(), _speedups.running_loop_holder()
+
+    first, again = run(holders())
+    assert first is not None and first is again  # the same run
+    assert _speedups.running_loop_holder() is not first  # the loop stopped
+    assert run(holders())[0] is not first  # another run, same thread
+    elsewhere: list[object] = []
+    thread = threading.Thread(target=lambda: elsewhere.extend((_speedups.running_loop_holder(), run(holders())[0])))
+    thread.start()
+    thread.join(30)
+    assert elsewhere[0] is None  # a thread that never ran a loop
+    assert elsewhere[1] is not first and elsewhere[1] is not None
