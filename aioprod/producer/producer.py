@@ -269,6 +269,8 @@ class Producer:
             return
         if self._state is _CLOSED:
             return  # from any loop: nothing is left to do (a fixture's teardown, an atexit hook)
+        if self._forked_copy():
+            return  # the parent's to close: closing its connections here would close the parent's
         self._check_loop()
         closing = self._closing
         if closing is None:
@@ -992,6 +994,8 @@ class Producer:
         """Only on the loop it was started on: its tasks, connections and timers live there, and
         on another one a call waited out its timeout and failed for a reason it did not give.
         (Checked where a call may wait, not per record.)"""
+        if self._forked_copy():
+            raise RuntimeError(_OTHER_LOOP)
         running: asyncio.AbstractEventLoop | None
         try:
             running = asyncio.get_running_loop()
@@ -1021,6 +1025,11 @@ class Producer:
         """send()'s check failed: refused, unless this is the producer's loop after all (one whose
         _thread_id is not kept up to date, or a new run of it)."""
         running = _get_running_loop()
+        if self._forked_copy():
+            # Even where the child runs its copy of the loop: the connections, producer id and
+            # sequence numbers are the parent's (a parent's next record, acknowledged as a
+            # duplicate of the child's, was never written).
+            raise RuntimeError(_OTHER_LOOP)
         if self._state is _STARTED and self._fatal is None and running is self._loop:
             if type(self._runs_on) is _RunOf:
                 self._runs_on = _RunOf()
@@ -1028,6 +1037,9 @@ class Producer:
         if running is None and self._state is _STARTED:
             raise RuntimeError(_OTHER_LOOP)  # trio's, say: not asyncio's "no running event loop"
         self._raise_not_open()
+
+    def _forked_copy(self) -> bool:
+        return type(getattr(self, "_runs_on", None)) is _Nobody
 
     def _raise_not_open(self) -> NoReturn:
         if self._state is _STARTED:
@@ -1112,6 +1124,9 @@ _started: weakref.WeakSet[Producer] = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for producer in list(_started):
         producer._runs_on = _Nobody()
+        sender = getattr(producer, "_sender", None)  # None: its start() failed early
+        if sender is not None:
+            sender.forked = True
 
 
 if hasattr(os, "register_at_fork"):

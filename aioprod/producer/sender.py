@@ -106,6 +106,8 @@ class Sender:
         #: The sleeping sender's: True when the clock ends the sleep, False when a wake-up does.
         self._waiter: asyncio.Future[bool] | None = None
         self._stopping = False
+        #: This is a forked child's copy (see Producer): the parent sends what is queued.
+        self.forked = False
         self._init_task: asyncio.Task[None] | None = None
         self._init_failures = 0
         #: The broker refused sequence 0 of our id as an unknown producer: bumping the epoch
@@ -184,6 +186,11 @@ class Sender:
             while not (self._stopping and not self._acc.incomplete):
                 now = loop.time()
                 await self._sleep(now + self.run_once(now))
+                if self.forked:
+                    # A child running its copy of the loop: sending the parent's batches from
+                    # here wrote them twice (or, idempotent, had the parent's acknowledged as
+                    # duplicates of the child's, with no offset).
+                    return
         except asyncio.CancelledError:
             if not self._stopping:
                 # Cancelled from outside, not by close(): the loop is being shut down (asyncio.run()
