@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import logging
 import math
+import os
 import socket
 import ssl
 from collections import deque
@@ -648,6 +649,21 @@ class BrokerConnection:
         for callback in self._close_callbacks:
             callback(self, self._closed_error)
         self._close_callbacks.clear()
+
+    def disown(self) -> None:
+        """A forked child's copy: its socket's descriptor is made an unconnected socket's, here
+        only. Its reads and writes then fail here, and never take the parent's answers nor
+        write into its stream; and the selector's removal of the descriptor (epoll_ctl on the
+        epoll instance the child shares with its parent) names another file, so it leaves the
+        parent's registration alone, where closing the transport would have removed it."""
+        if self._writer is None:
+            return
+        sock = self._writer.transport.get_extra_info("socket")
+        fd = -1 if sock is None else sock.fileno()
+        if fd < 0:
+            return
+        with contextlib.suppress(OSError), socket.socket(sock.family, socket.SOCK_STREAM) as dead:
+            os.dup2(dead.fileno(), fd)
 
     def abort(self) -> None:
         """Cut the socket now: after :meth:`close`, a TLS close waits for the broker's

@@ -303,6 +303,17 @@ class ConnectionPool:
         cap = self._config.reconnect_backoff_max_ms / 1000
         return exponential_backoff(base, cap, failures)
 
+    def forked(self) -> None:
+        """In a forked child, whose copies of the sockets are the parent's: no new connection,
+        and every copied socket detached (see BrokerConnection.disown), so that nothing the
+        child runs (its copy of the loop) reads the parent's answers or writes into its stream."""
+        self._closed = True
+        for state in self._nodes.values():
+            if state.connection is not None:
+                state.connection.disown()
+        for conn in self._closing:
+            conn.disown()
+
     def close_now(self) -> None:
         """Stop connecting and close every connection, without waiting for either."""
         self._closed = True

@@ -1127,6 +1127,9 @@ def _after_fork_in_child() -> None:
         sender = getattr(producer, "_sender", None)  # None: its start() failed early
         if sender is not None:
             sender.forked = True
+        pool = getattr(producer, "_pool", None)
+        if pool is not None:
+            pool.forked()
 
 
 if hasattr(os, "register_at_fork"):
