@@ -896,6 +896,7 @@ class Producer:
         """Run a request to a coordinator, retried as its answers allow, within ``max_block_ms``."""
         if self._state != _STARTED:
             self._raise_not_open()
+        self._check_loop()  # its connections are the loop's (and, in a forked child, the parent's)
         try:
             async with asyncio.timeout(self._max_block) as deadline:
                 return await call()
