@@ -328,6 +328,8 @@ class ProducerMetrics:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clock: Callable[[], float] = time.monotonic
         self._reporter: asyncio.Task[None] | None = None
+        #: A forked child's copy: the figures are the parent's as of the fork.
+        self._forked = False
 
     def _sensor(self) -> Sensor:
         return Sensor(self._window, self._samples)
@@ -344,6 +346,12 @@ class ProducerMetrics:
         if self._statistics_callback is not None:
             self._reporter = loop.create_task(self._report(self._statistics_callback), name="aioprod-statistics")
 
+    def forked(self) -> None:
+        """A forked child's copy: snapshots are taken here (the loop copied as running runs
+        nowhere), and the copied reporter calls no statistics_callback."""
+        self._forked = True
+        self._loop = None
+
     def stop(self) -> None:
         if self._reporter is not None:
             self._reporter.cancel()
@@ -352,6 +360,8 @@ class ProducerMetrics:
     async def _report(self, callback: StatisticsCallback) -> None:
         while True:
             await asyncio.sleep(self._statistics_interval)
+            if self._forked:
+                return
             try:
                 result = callback(self._take())
                 if inspect.isawaitable(result):

@@ -1131,6 +1131,7 @@ def _after_fork_in_child() -> None:
         pool = getattr(producer, "_pool", None)
         if pool is not None:
             pool.forked()
+        producer._metrics.forked()
 
 
 if hasattr(os, "register_at_fork"):

@@ -192,7 +192,7 @@ class Sender:
                     # duplicates of the child's, with no offset).
                     return
         except asyncio.CancelledError:
-            if not self._stopping:
+            if not self._stopping and not self.forked:  # (a child's copy: the parent's records and connections)
                 # Cancelled from outside, not by close(): the loop is being shut down (asyncio.run()
                 # ended without close()). Nothing will ever send what is queued: say so, now and
                 # to every later call, instead of leaving futures that never resolve.
