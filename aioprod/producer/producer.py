@@ -1026,7 +1026,7 @@ class Producer:
         """send()'s check failed: refused, unless this is the producer's loop after all (one whose
         _thread_id is not kept up to date, or a new run of it)."""
         running = _get_running_loop()
-        if self._forked_copy():
+        if self._forked_copy() and self._state is not _CLOSED:
             # Even where the child runs its copy of the loop: the connections, producer id and
             # sequence numbers are the parent's (a parent's next record, acknowledged as a
             # duplicate of the child's, was never written).
