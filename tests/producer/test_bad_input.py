@@ -15,6 +15,7 @@ import pytest
 
 from aioprod import Producer
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, RecordTooLargeError
+from aioprod.producer.transactions import PreparedTransaction
 from tests.brokers import TansuBroker, refused_port
 from tests.conftest import Scripted
 from tests.readback import read_topic
@@ -153,6 +154,7 @@ def test_a_producer_used_on_another_event_loop_says_so() -> None:
         lambda: producer.send("t", b"v"),
         lambda: producer.send_many("t", [b"v"]),
         lambda: producer.partitions_for("t"),
+        lambda: producer.commit_prepared_transaction(PreparedTransaction("t", 1, 0)),  # it waited out max_block_ms
         producer.flush,
         producer.close,
     ]
@@ -307,139 +309,6 @@ def test_a_send_from_a_thread_running_no_asyncio_loop_says_so(tansu_broker: Tans
         send = producer.send(topic, b"no asyncio loop here")
         with pytest.raises(RuntimeError, match="started on another event loop"):
             send.send(None)  # driven by hand, as another framework's loop would
-
-
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")  # 3.12+
-@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
-def test_a_forked_child_cannot_send_on_its_parents_producer(
-    tansu_broker: TansuBroker, topic: str, loop_kind: str
-) -> None:
-    # A multiprocessing "fork" Process started from async code, sending from asyncio.run(): on
-    # 3.11 the send was taken (the copied loop still named the forking thread), and its record
-    # never written. By hand too, with no loop running: the child's copy of the thread's state
-    # still holds the parent's running loop.
-    import os
-
-    import uvloop
-
-    r, w = os.pipe()
-
-    async def child(producer: Producer) -> str:
-        try:
-            await producer.send(topic, b"from the forked child")
-        except RuntimeError as exc:
-            return f"refused: {exc}"
-        return "taken"
-
-    def child_by_hand(producer: Producer) -> str:
-        try:
-            producer.send(topic, b"by hand, from the forked child").send(None)
-        except RuntimeError as exc:
-            return f"refused: {exc}"
-        except StopIteration:
-            pass
-        return "taken"
-
-    async def parent() -> None:
-        async with Producer(bootstrap_servers=tansu_broker.bootstrap) as producer:
-            await producer.send_and_wait(topic, b"known")
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    os.write(w, f"{child_by_hand(producer)}\n{asyncio.run(child(producer))}".encode())
-                finally:
-                    os._exit(0)
-            await asyncio.get_running_loop().run_in_executor(None, os.waitpid, pid, 0)
-
-    (asyncio.run if loop_kind == "asyncio" else uvloop.run)(parent())
-    os.close(w)
-    said = os.read(r, 8192).decode().split("\n")
-    os.close(r)
-    assert len(said) == 2, said
-    assert all(s.startswith("refused: this producer was started on another event loop") for s in said), said
-    assert [c.value for c in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
-
-
-def in_a_forked_child(work: Callable[[], str]) -> str:
-    """``work()``'s answer, run in a child forked here (from sync code, between the loop's runs:
-    a multiprocessing "fork" Pool with a module-level loop, say)."""
-    import os
-
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.write(w, work().encode())
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    os.close(w)
-    said = os.read(r, 8192).decode()
-    os.close(r)
-    return said
-
-
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")  # 3.12+
-@pytest.mark.parametrize("how", ["send", "send_many", "send_and_wait"])
-@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
-def test_a_forked_child_running_its_copy_of_the_loop_cannot_send(
-    tansu_broker: TansuBroker, topic: str, loop_kind: str, how: str
-) -> None:
-    # The child ran the parent's loop (its copy) and its send was taken: under the parent's
-    # producer id and sequence numbers, so the parent's next record was acknowledged as a
-    # duplicate of the child's, with no offset, and never written.
-    loop, producer = started_on_a_loop_of_its_own(tansu_broker.bootstrap, topic, loop_kind)
-
-    async def child() -> str:
-        try:
-            if how == "send":
-                await producer.send(topic, b"from the child")
-            elif how == "send_many":
-                await producer.send_many(topic, [b"from the child"])
-            else:
-                await asyncio.wait_for(producer.send_and_wait(topic, b"from the child"), 10)
-        except RuntimeError as exc:
-            return f"refused: {exc}"
-        except BaseException as exc:
-            return f"taken, then {exc!r}"
-        finally:
-            await producer.close()  # the parent's to close: nothing happens here
-        return "taken"
-
-    said = in_a_forked_child(lambda: loop.run_until_complete(child()))
-    try:
-        after = loop.run_until_complete(asyncio.wait_for(producer.send_and_wait(topic, b"parent after"), 30))
-    finally:
-        loop.run_until_complete(asyncio.wait_for(producer.close(), 30))
-        loop.close()
-    assert said.startswith("refused: this producer was started on another event loop"), said
-    assert after.offset == 1
-    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known", b"parent after"]
-
-
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")  # 3.12+
-@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "not-idempotent"])
-def test_a_forked_child_running_its_copy_of_the_loop_sends_nothing_of_the_parents(
-    tansu_broker: TansuBroker, topic: str, idempotent: bool
-) -> None:
-    # The copy of the sender task sent the parent's lingering batch from the child: without
-    # idempotence the record was written twice; with it, the parent's was acknowledged with no
-    # offset, as a duplicate.
-    loop = asyncio.new_event_loop()
-    options: dict[str, Any] = {} if idempotent else {"enable_idempotence": False, "acks": 1}
-    producer = Producer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=200, **options)
-    loop.run_until_complete(producer.start())
-    loop.run_until_complete(producer.send_and_wait(topic, b"known"))
-    lingering = loop.run_until_complete(producer.send(topic, b"queued in the parent"))
-    # The child's own work, no producer call, past the batch's linger (loop time).
-    in_a_forked_child(lambda: loop.run_until_complete(asyncio.sleep(0.5)) or "")
-    try:
-        metadata = loop.run_until_complete(asyncio.wait_for(lingering, 30))
-    finally:
-        loop.run_until_complete(asyncio.wait_for(producer.close(), 30))
-        loop.close()
-    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known", b"queued in the parent"]
-    assert metadata.offset == 1
 
 
 @pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
