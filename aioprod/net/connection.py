@@ -663,7 +663,7 @@ class BrokerConnection:
         if fd < 0:
             return
         with contextlib.suppress(OSError), socket.socket(sock.family, socket.SOCK_STREAM) as dead:
-            os.dup2(dead.fileno(), fd)
+            os.dup2(dead.fileno(), fd, inheritable=False)
 
     def abort(self) -> None:
         """Cut the socket now: after :meth:`close`, a TLS close waits for the broker's

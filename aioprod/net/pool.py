@@ -36,6 +36,8 @@ class _NodeState:
     last_attempt: float = 0.0
     #: A connection attempt is under way (not just waiting out its backoff).
     attempting: bool = False
+    #: The connection open() is under way on (connected, negotiating): a forked child detaches it too.
+    opening: BrokerConnection | None = None
     last_error: KafkaError | None = None
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
@@ -192,6 +194,7 @@ class ConnectionPool:
             state.failures + 1,
         )
         state.attempting = True
+        state.opening = conn
         metrics, events = self._metrics, self._metrics.events
         try:
             await conn.open(setup_timeout, attempt=state.failures)
@@ -273,6 +276,7 @@ class ConnectionPool:
             conn.on_close(lambda c, err: self._on_connection_closed(node_id, c, err))
         finally:
             state.attempting = False
+            state.opening = None
             state.wake_waiters()
             self._on_change()
 
@@ -309,8 +313,9 @@ class ConnectionPool:
         child runs (its copy of the loop) reads the parent's answers or writes into its stream."""
         self._closed = True
         for state in self._nodes.values():
-            if state.connection is not None:
-                state.connection.disown()
+            for conn in (state.connection, state.opening):
+                if conn is not None:
+                    conn.disown()
         for conn in self._closing:
             conn.disown()
 

@@ -337,3 +337,36 @@ def test_a_producer_closed_before_the_fork_says_closed_in_the_child(tansu_broker
 
     assert asyncio.run(send()) == ProducerClosedError.__name__
     assert in_a_forked_child(lambda: asyncio.run(send())) == ProducerClosedError.__name__
+
+
+def test_the_childs_detached_sockets_do_not_outlive_an_exec(tansu_broker: TansuBroker, topic: str) -> None:
+    # The descriptors the child's copies were detached onto were inheritable (dup2's default):
+    # a child that forks and execs handed the new program one socket per broker connection.
+    import ast
+    import sys
+
+    loop = asyncio.new_event_loop()
+    producer = Producer(bootstrap_servers=tansu_broker.bootstrap)
+    loop.run_until_complete(producer.start())
+    loop.run_until_complete(producer.send_and_wait(topic, b"known"))
+    ours = [conn._writer.transport.get_extra_info("socket").fileno() for conn in producer._pool.connections()]
+    assert ours
+    probe = (  # (the descriptor listdir reads with is gone by the time it is looked at)
+        "import os; print([int(f) for f in os.listdir('/proc/self/fd') "
+        "if os.path.islink('/proc/self/fd/' + f) and os.readlink('/proc/self/fd/' + f).startswith('socket:')])"
+    )
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # only execs: it never touches the producer
+        try:
+            os.dup2(w, 1)
+            os.execv(sys.executable, [sys.executable, "-c", probe])
+        finally:
+            os._exit(1)
+    os.close(w)
+    os.waitpid(pid, 0)
+    sockets = ast.literal_eval(os.read(r, 8192).decode())
+    os.close(r)
+    loop.run_until_complete(producer.close())
+    loop.close()
+    assert [fd for fd in sockets if fd in ours] == []
