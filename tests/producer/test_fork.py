@@ -30,8 +30,9 @@ REFUSED = "refused: this producer was started on another event loop"
 
 
 def in_a_forked_child(work: Callable[[], str]) -> str:
-    """``work()``'s answer (or what it raised), run in a child forked here (from sync code, between the loop's runs:
-    a multiprocessing "fork" Pool with a module-level loop, say)."""
+    """``work()``'s answer (or what it raised), run in a child forked here: from sync code between
+    the loop's runs (a multiprocessing "fork" Pool with a module-level loop, say), or from a
+    coroutine (a "fork" Process started from async code)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -76,8 +77,6 @@ def test_a_forked_child_cannot_send_on_its_parents_producer(
     # still holds the parent's running loop.
     import uvloop
 
-    r, w = os.pipe()
-
     async def child(producer: Producer) -> str:
         try:
             await producer.send(topic, b"from the forked child")
@@ -94,21 +93,13 @@ def test_a_forked_child_cannot_send_on_its_parents_producer(
             pass
         return "taken"
 
-    async def parent() -> None:
+    async def parent() -> list[str]:
         async with Producer(bootstrap_servers=tansu_broker.bootstrap) as producer:
             await producer.send_and_wait(topic, b"known")
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    os.write(w, f"{child_by_hand(producer)}\n{asyncio.run(child(producer))}".encode())
-                finally:
-                    os._exit(0)
-            await asyncio.get_running_loop().run_in_executor(None, os.waitpid, pid, 0)
+            said = in_a_forked_child(lambda: f"{child_by_hand(producer)}\n{asyncio.run(child(producer))}")
+        return said.split("\n")
 
-    (asyncio.run if loop_kind == "asyncio" else uvloop.run)(parent())
-    os.close(w)
-    said = os.read(r, 8192).decode().split("\n")
-    os.close(r)
+    said = (asyncio.run if loop_kind == "asyncio" else uvloop.run)(parent())
     assert len(said) == 2, said
     assert all(s.startswith(REFUSED) for s in said), said
     assert [c.value for c in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
