@@ -136,7 +136,10 @@ UNSUPPORTED_OPTIONS = {
         "librdkafka's refresh period: give metadata_max_age_ms, Java's name for it (librdkafka's own "
         "metadata.max.age.ms is its cache's age, not the same option)"
     ),
-    "api_version": "aiokafka's: aioprod negotiates each request's version with the broker (ApiVersions); remove it",
+    "api_version": (
+        "aiokafka's: aioprod negotiates each request's version with the broker (ApiVersions), as "
+        "api_version='auto' asks; a pinned version cannot be honoured: remove it"
+    ),
     "enable_ssl_certificate_verification": (
         "librdkafka's: aioprod always verifies the broker's certificate chain; "
         "ssl_endpoint_identification_algorithm='' skips the host name check, an ssl_context of your own anything else"
@@ -237,6 +240,8 @@ class ProducerConfig:
             )
         for source in (options or {}), kwargs:
             for raw_name, value in source.items():
+                if _asks_for_negotiation(raw_name, value):
+                    continue
                 name = _canonical_name(raw_name)
                 if name in merged:
                     raise ConfigError(f"option {name!r} given twice (as {raw_name!r})")
@@ -522,6 +527,8 @@ def check_option(name: str, value: Any) -> str:
     For tools that gather options from several places and want to say which one is wrong;
     rules that relate options to each other are checked by :meth:`ProducerConfig.from_options`.
     """
+    if _asks_for_negotiation(name, value):
+        return "api_version"
     canonical = _canonical_name(name)
     _coerce(canonical, value)
     return canonical
@@ -557,10 +564,21 @@ _CODEC_LEVELS = {f"compression_{codec}_level": codec for codec in ("gzip", "lz4"
 _LEVEL_FIELDS = {"compression_level", *_CODEC_LEVELS}
 
 
+def _asks_for_negotiation(raw: object, value: Any) -> bool:
+    """aiokafka's ``api_version='auto'`` (its default): what aioprod does anyway, so a port
+    that spells it out is taken as it is; any other version is refused by name."""
+    return isinstance(raw, str) and snake_name(raw) == "api_version" and value == "auto"
+
+
+def snake_name(raw: str) -> str:
+    """An option's name as aioprod spells it: ``linger.ms``, ``Linger-MS`` and ``linger_ms`` alike."""
+    return raw.strip().replace(".", "_").replace("-", "_").lower()
+
+
 def _canonical_name(raw: str) -> str:
     if not isinstance(raw, str):
         raise ConfigError(f"option names must be strings, got {raw!r}")
-    name = raw.strip().replace(".", "_").replace("-", "_").lower()
+    name = snake_name(raw)
     if name in _ALIASES:
         alias = _ALIASES[name]
         if alias is None:

@@ -37,7 +37,7 @@ from rich.table import Table
 
 from aioprod.cli.properties import PropertiesError, load_properties
 from aioprod.cli.stats import AckTracker
-from aioprod.config import ProducerConfig, check_option
+from aioprod.config import ProducerConfig, check_option, snake_name
 from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError
 from aioprod.errors import ConfigError, UnsupportedOptionError
 from aioprod.producer.producer import Producer, check_topic_name
@@ -186,7 +186,7 @@ class ClientOptions:
 
     def sets(self, name: str) -> bool:
         """Whether the file, the environment or ``-X`` sets the option ``name`` (snake_case)."""
-        return any(_snake(key) == name for key, _, _ in self.sources())
+        return any(snake_name(key) == name for key, _, _ in self.sources())
 
     def producer_options(self, bootstrap: str, **defaults: Any) -> dict[str, Any]:
         """The options for :class:`~aioprod.Producer`, validated now so a typo is a usage error.
@@ -234,7 +234,7 @@ class ClientOptions:
 
 def _shown(key: str, value: Any) -> str:
     """A value fit for a log line: secrets are never printed."""
-    secret = any(word in _snake(key) for word in ("password", "secret", "token", "jaas"))
+    secret = any(word in snake_name(key) for word in ("password", "secret", "token", "jaas"))
     return "<hidden>" if secret and value else str(value)
 
 
@@ -299,12 +299,8 @@ def parse_pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _snake(key: str) -> str:
-    return key.strip().replace(".", "_").replace("-", "_").lower()
-
-
 def _is_bootstrap_key(key: str) -> bool:
-    return _snake(key) in ("bootstrap_servers", "metadata_broker_list")
+    return snake_name(key) in ("bootstrap_servers", "metadata_broker_list")
 
 
 def parse_delimiter(text: str, flag: str) -> bytes:

@@ -189,6 +189,15 @@ def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_t
     assert info.value.option == name
 
 
+@pytest.mark.parametrize("name", ["api_version", "api.version"])
+def test_aiokafkas_api_version_auto_is_taken_as_the_negotiation_aioprod_does(name: str) -> None:
+    # aiokafka's default, which a port may spell out; a pinned version is refused above.
+    assert ProducerConfig.from_options({name: "auto"}, bootstrap_servers="h:1") == ProducerConfig.from_options(
+        bootstrap_servers="h:1"
+    )
+    assert Producer(bootstrap_servers="h:1", api_version="auto").config.acks == -1
+
+
 @pytest.mark.parametrize(
     ("typo", "meant"),
     [
