@@ -385,6 +385,13 @@ class ProducerMetrics:
         for name in names:
             self._topics.pop(name, None)
 
+    def forget_brokers(self, node_ids: list[int]) -> None:
+        """Brokers that left the cluster leave the per-broker metrics and the event log."""
+        for node_id in node_ids:
+            self._brokers.pop(node_id, None)
+            for key in (("connect", node_id), ("connected", node_id), ("lost", node_id)):
+                self.events.forget(key)
+
     def broker(self, node_id: int) -> BrokerMetrics:
         metrics = self._brokers.get(node_id)
         if metrics is None:

@@ -530,7 +530,9 @@ class Metadata:
                 if name in self._topics:  # not forgotten as idle meanwhile
                     topics[name] = info if same_brokers else TopicInfo(name, info.partitions, brokers)
         for t in response.topics:
-            if t.name is None:
+            if t.name is None or t.name not in self._topics:
+                # Not asked for (Java's retainTopic): Tansu answers an empty topic list with every
+                # topic of the cluster, and what is kept of those would never be forgotten.
                 continue
             if partial:
                 topics.pop(t.name, None)  # described again: as the answer says, or not at all
@@ -574,6 +576,7 @@ class Metadata:
                 self._leaders_found(t.name, leaderless, node)
         for b in brokers.values():
             self._pool.set_address(b.node_id, b.host, b.port)
+        self._metrics.forget_brokers(self._pool.forget_absent(brokers))
         changed = brokers != dict(old.brokers) or topics != dict(old.topics)
         self._install(MappingProxyType(brokers), topics, response.cluster_id, response.controller_id)
         return changed

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import random
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from aioprod.config import ProducerConfig
@@ -78,6 +78,23 @@ class ConnectionPool:
                 # Still the broker: its answers in flight are taken, then the next connection
                 # goes to the new address (Java keeps the old one until it drops).
                 state.connection.retire(KafkaConnectionError(f"broker {node_id} moved to {host}:{port}"))
+
+    def forget_absent(self, live: Collection[int]) -> list[int]:
+        """Forget the brokers (ids >= 0) the cluster no longer names that have nothing open or
+        under way, so that brokers replaced over the producer's life leave no state per id
+        ever seen; returns their ids. A connection still open is kept: a broker that answers
+        is not dropped on one answer's word, and one that left closes it."""
+        gone = []
+        for node_id, state in list(self._nodes.items()):
+            if node_id < 0 or node_id in live or state.attempting or state.waiters:
+                continue
+            if (state.connection is not None and not state.connection.closed) or (
+                state.connecting is not None and not state.connecting.done()
+            ):
+                continue
+            del self._nodes[node_id]
+            gone.append(node_id)
+        return gone
 
     def connection(self, node_id: int) -> BrokerConnection | None:
         """The ready connection to ``node_id``, or None (then a connect is started)."""
@@ -151,7 +168,9 @@ class ConnectionPool:
             conn = self.connection(node_id)
             if conn is not None:
                 return conn
-            state = self._nodes[node_id]
+            state = self._nodes.get(node_id)
+            if state is None:  # forgotten as it left the cluster: the caller looks it up again
+                raise KafkaConnectionError(f"{describe_node(node_id)} is not in the cluster's metadata")
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             state.waiters.append(waiter)
             try:

@@ -56,6 +56,65 @@ async def test_the_state_of_topics_no_longer_used_goes_with_their_metadata(scrip
         assert kept == dict.fromkeys(kept, 0)
 
 
+async def test_an_idle_producer_keeps_nothing_of_topics_it_never_used(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once its topics went idle, the refreshes asked for none, and Tansu answers that with every
+    # topic of the cluster: the producer described them, warned about another service's
+    # leaderless partition, and kept their leader epochs and ids for good.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("mine", 1)
+    cluster.create_topic("someone-elses", leaders=[1, -1])
+    for i in range(20):
+        cluster.create_topic(f"other-{i}", 3)
+    answer = ScriptedCluster._metadata
+
+    def as_tansu(self: ScriptedCluster, node: object, request: object) -> object:
+        if request.topics == []:  # type: ignore[attr-defined]
+            request.topics = None  # type: ignore[attr-defined]
+        return answer(self, node, request)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", as_tansu)
+    options = {"metadata_max_idle_ms": 5000, "metadata_max_age_ms": 1000}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, **options) as p:
+        await p.send_and_wait("mine", b"v")
+        await clock.advance(20)  # "mine" idle: the refreshes ask for no topic
+        metadata = p._metadata
+        assert metadata.snapshot.topics == {}
+        assert (metadata._leader_epochs, metadata._topic_ids, p._metrics.events._problems) == ({}, {}, {})
+        await p.send_and_wait("mine", b"again")
+        assert set(metadata.snapshot.topics) == {"mine"}
+        assert {topic for topic, _ in metadata._leader_epochs} == {"mine"}
+
+
+async def test_brokers_that_left_the_cluster_are_not_kept(scripted: Scripted) -> None:
+    # Brokers replaced under new ids over the producer's life (scaling out, then
+    # decommissioning): every id ever seen kept its pool state (its last error holding the closed
+    # connection), its per-broker metrics, which every snapshot and scrape reported as a
+    # broker with no connection, and its event-log notes.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", leaders=[1])
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
+        await p.send_and_wait("t", b"a")
+        old = 1
+        for new in range(2, 42):  # a new broker takes over, the old one leaves
+            cluster.add_node(new)
+            cluster.move_leader("t", 0, new)
+            await p.send_and_wait("t", b"x")
+            cluster.stop(old)
+            del cluster.nodes[old]
+            await clock.advance(2)
+            old = new
+        await clock.advance(60)
+        assert set(p._metadata.snapshot.brokers) == {41}
+        kept = {
+            "pool nodes": {n for n in p._pool._nodes if n >= 0},
+            "brokers in metrics_snapshot()": {n for n in p.metrics_snapshot().brokers if n >= 0},
+            "event-log notes": {key[1] for key in p._metrics.events._notes if key[1] != -1},
+        }
+        assert kept == {key: {41} for key in kept}
+
+
 async def test_a_topic_refused_for_authorization_is_asked_about_again(
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:

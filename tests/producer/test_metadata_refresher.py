@@ -41,6 +41,8 @@ async def test_a_broker_named_by_a_hint_makes_its_partitions_of_other_topics_ava
     pool = ConnectionPool(config)
     metadata = Metadata(config, pool)
     try:
+        metadata.touch("a")
+        metadata.touch("b")
         metadata._apply(
             MetadataResponse(
                 0,
