@@ -36,8 +36,10 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 StatisticsCallback = Callable[["MetricsSnapshot"], Any]
 #: ``() -> token`` or ``async () -> token``; see :class:`aioprod.net.auth.OAuthBearerToken`.
 TokenProvider = Callable[[], Any]
-PARTITIONERS = ("default", "murmur2_random", "sticky", "round_robin")
+PARTITIONERS = ("default", "murmur2_random", "sticky", "round_robin", "consistent_random")
 INT32_MAX = 2**31 - 1
+#: The port of a bootstrap server given without one.
+DEFAULT_PORT = 9092
 INT16_MAX = 2**15 - 1
 
 # librdkafka names that differ from Java's for the same setting.
@@ -58,6 +60,7 @@ _ALIASES = {
     "ssl_cafile": "ssl_ca_location",
     "ssl_certfile": "ssl_certificate_location",
     "ssl_keyfile": "ssl_key_location",
+    "max_batch_size": "batch_size",  # the same bytes per partition's batch
     # confluent-kafka's name for librdkafka's statistics callback.
     "stats_cb": "statistics_callback",
 }
@@ -135,6 +138,33 @@ UNSUPPORTED_OPTIONS = {
     "topic_metadata_refresh_interval_ms": (
         "librdkafka's refresh period: give metadata_max_age_ms, Java's name for it (librdkafka's own "
         "metadata.max.age.ms is its cache's age, not the same option)"
+    ),
+    # librdkafka's (confluent-kafka's) own, with what to do instead.
+    "error_cb": (
+        "confluent-kafka's error callback: aioprod raises errors from its calls and records' futures, and "
+        "logs the rest through the 'aioprod' logger"
+    ),
+    "on_delivery": (
+        "confluent-kafka's delivery callback: add a callback to each record's future "
+        "(send(...).add_done_callback), or await it"
+    ),
+    "logger": "confluent-kafka's: aioprod logs through the standard logging module, logger 'aioprod'",
+    "log_level": "librdkafka's: set the level of the 'aioprod' logger (logging.getLogger('aioprod'))",
+    "debug": "librdkafka's debug contexts: set the 'aioprod' logger to DEBUG, or pass --debug to the CLI",
+    "queue_buffering_max_messages": (
+        "librdkafka's record count bound: aioprod bounds the queue in bytes, buffer_memory"
+    ),
+    "batch_num_messages": "librdkafka's record count per batch: aioprod bounds a batch in bytes, batch_size",
+    "api_version_request": "librdkafka's: aioprod always asks the broker for its API versions",
+    "broker_version_fallback": "librdkafka's: aioprod always asks the broker for its API versions",
+    "socket_keepalive_enable": "a librdkafka socket option aioprod does not implement",
+    "socket_nagle_disable": "librdkafka's: aioprod's connections always disable Nagle's algorithm (TCP_NODELAY)",
+    "enable_gapless_guarantee": (
+        "a librdkafka option aioprod does not implement: docs/delivery.md says what a failed record "
+        "means for its partition's later ones"
+    ),
+    "sticky_partitioning_linger_ms": (
+        "librdkafka's: aioprod's keyless records move to another partition after a batch's worth (batch_size)"
     ),
     "api_version": (
         "aiokafka's: aioprod negotiates each request's version with the broker (ApiVersions), as "
@@ -240,7 +270,7 @@ class ProducerConfig:
             )
         for source in (options or {}), kwargs:
             for raw_name, value in source.items():
-                if _asks_for_negotiation(raw_name, value):
+                if _what_aioprod_does(raw_name, value):
                     continue
                 name = _canonical_name(raw_name)
                 if name in merged:
@@ -248,9 +278,10 @@ class ProducerConfig:
                 merged[name] = value
                 if value is not None:  # None is an option left at its default, not set
                     explicit.add(name)
-        if "bootstrap_servers" not in merged:
+        if merged.get("bootstrap_servers") is None:
             raise ConfigError("bootstrap_servers is required, e.g. '127.0.0.1:9092'")
-        values = {name: _coerce(name, value) for name, value in merged.items()}
+        # None is the option's default (aiokafka's compression_type=None, say), whatever its type.
+        values = {name: _coerce(name, value) for name, value in merged.items() if value is not None}
         set_levels = {_CODEC_LEVELS[name]: values.pop(name) for name in list(values) if name in _CODEC_LEVELS}
         codec_levels = {codec: level for codec, level in set_levels.items() if level is not None}
         if codec_levels:
@@ -527,8 +558,8 @@ def check_option(name: str, value: Any) -> str:
     For tools that gather options from several places and want to say which one is wrong;
     rules that relate options to each other are checked by :meth:`ProducerConfig.from_options`.
     """
-    if _asks_for_negotiation(name, value):
-        return "api_version"
+    if _what_aioprod_does(name, value):
+        return snake_name(name)
     canonical = _canonical_name(name)
     _coerce(canonical, value)
     return canonical
@@ -564,10 +595,18 @@ _CODEC_LEVELS = {f"compression_{codec}_level": codec for codec in ("gzip", "lz4"
 _LEVEL_FIELDS = {"compression_level", *_CODEC_LEVELS}
 
 
-def _asks_for_negotiation(raw: object, value: Any) -> bool:
-    """aiokafka's ``api_version='auto'`` (its default): what aioprod does anyway, so a port
-    that spells it out is taken as it is; any other version is refused by name."""
-    return isinstance(raw, str) and snake_name(raw) == "api_version" and value == "auto"
+#: Options of other clients at the values that ask for what aioprod always does: a ported
+#: configuration that spells them out is taken as it is; other values are refused by name.
+_ALWAYS_SO: dict[str, set[object]] = {
+    "api_version": {"auto"},  # aiokafka's default: negotiate with each broker
+    "api_version_request": {True, "true"},  # librdkafka's default
+    "socket_nagle_disable": {True, "true"},
+}
+
+
+def _what_aioprod_does(raw: object, value: Any) -> bool:
+    wanted = _ALWAYS_SO.get(snake_name(raw)) if isinstance(raw, str) else None
+    return wanted is not None and (value if isinstance(value, bool) else str(value).lower()) in wanted
 
 
 def snake_name(raw: str) -> str:
@@ -716,7 +755,7 @@ def _telemetry(value: Any) -> Any:
 def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
     """``"h1:9092,h2:9093"`` or a list of ``"host:port"`` → ((host, port), ...). A listener
     name before ``://`` (``SASL_SSL://h:9092``, as Kafka's own configs write it) is dropped;
-    an IPv6 address needs its brackets (``[::1]:9092``)."""
+    an IPv6 address needs its brackets (``[::1]:9092``); a host alone is on port 9092."""
     items: Sequence[Any]
     if isinstance(value, str):
         items = [part for part in value.split(",") if part.strip()]
@@ -736,6 +775,8 @@ def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
         scheme, sep, rest = text.partition("://")
         if sep and scheme.replace("_", "").isalnum():
             text = rest
+        if text and (":" not in text or (text.startswith("[") and text.endswith("]"))):
+            text = f"{text}:{DEFAULT_PORT}"  # as aiokafka and librdkafka take a host alone
         host, sep, port_text = text.rpartition(":")
         if host.startswith("[") and host.endswith("]"):
             host = host[1:-1]  # an IPv6 literal

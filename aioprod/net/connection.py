@@ -49,6 +49,8 @@ _NEXT_ADDRESS_DELAY = 0.25
 #: A SASL listener closes on a client without SASL as soon as it reads its first request:
 #: a close later than this after that request is something else (a broker restarting).
 _SASL_CLOSE_WINDOW = 1.0
+#: How many acks=0 correlation ids a connection remembers, for a broker that answers them anyway.
+_UNANSWERED_KEPT = 1024
 
 
 class Answer:
@@ -153,6 +155,10 @@ class BrokerConnection:
         self._flush_task: asyncio.Task[None] | None = None
         #: Futures of requests without a response (acks=0), done once their bytes are out.
         self._awaiting_flush: list[_Outcome] = []
+        #: Correlation ids of the last requests written without a response expected (acks=0):
+        #: a broker that answers one anyway (Tansu 0.6 does) gets its answer skipped, not the
+        #: connection dropped with what it has not read yet.
+        self._unanswered: deque[int] = deque(maxlen=_UNANSWERED_KEPT)
         self._in_flight: deque[_InFlight] = deque()
         self._correlation = itertools.count(1)
         self._closed_error: KafkaError | None = None
@@ -454,6 +460,7 @@ class BrokerConnection:
         if self.flushed and writer.transport.get_write_buffer_size():
             self._flush_task = loop.create_task(self._await_flush(writer), name=f"aioprod-flush-{self.node_id}")
         if not expect_response:
+            self._unanswered.append(correlation_id)
             if self.flushed:
                 future.set_result(None)
             else:
@@ -583,6 +590,10 @@ class BrokerConnection:
         added to ``answers``, for the reader to hand over."""
         correlation_id = peek_correlation_id(frame)
         if not self._in_flight or self._in_flight[0].correlation_id != correlation_id:
+            if correlation_id in self._unanswered:
+                self._unanswered.remove(correlation_id)
+                log.debug("broker %s answered acks=0 request %d: answer skipped", self.node_id, correlation_id)
+                return
             expected = self._in_flight[0].correlation_id if self._in_flight else None
             raise ProtocolError(f"response correlation id {correlation_id}, expected {expected}")
         entry = self._in_flight.popleft()

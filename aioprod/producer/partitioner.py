@@ -13,6 +13,7 @@ import contextlib
 import operator
 import random
 import struct
+import zlib
 from collections.abc import Sequence
 
 from aioprod._compiled import speedups
@@ -93,7 +94,8 @@ class Partitioner:
     def __init__(self, mode: str | PartitionerFn, batch_size: int, rng: random.Random | None = None) -> None:
         self._user: PartitionerFn | None = None if isinstance(mode, str) else mode
         self._mode = mode if isinstance(mode, str) else "user"
-        self._keyless_sticky = self._mode in ("default", "murmur2_random", "sticky")
+        # consistent_random: librdkafka's (so confluent-kafka's) default, CRC32 of the key.
+        self._keyless_sticky = self._mode in ("default", "murmur2_random", "sticky", "consistent_random")
         self._batch_size = batch_size
         self._random = rng or random.Random()
         self._sticky: dict[str, _Sticky] = {}
@@ -115,7 +117,10 @@ class Partitioner:
                 )
             return chosen
         if key is not None and self._mode != "round_robin":
-            return partition_for_key(key, len(partitions))
+            if self._mode != "consistent_random":
+                return partition_for_key(key, len(partitions))
+            if key:  # librdkafka's rd_crc32(key) % partition_cnt; an empty key is keyless there
+                return zlib.crc32(key) % len(partitions)
         choices = available or partitions
         if self._mode == "round_robin":
             counter = self._round_robin.get(topic)
@@ -128,7 +133,7 @@ class Partitioner:
     @property
     def hashes_keys(self) -> bool:
         """A keyed record goes to ``partition_for_key(key, partition count)``."""
-        return self._user is None and self._mode != "round_robin"
+        return self._user is None and self._mode not in ("round_robin", "consistent_random")
 
     @property
     def user_defined(self) -> bool:

@@ -317,6 +317,13 @@ class Producer:
         reason = "producer closed before the record was acknowledged" + (
             f" (close timeout {timeout}s)" if timeout is not None else ""
         )
+        unfinished = sum(batch.record_count for batch in self._accumulator.incomplete)
+        if unfinished:
+            # Said here too: a close nobody waits on (a SyncProducer closed at interpreter exit,
+            # or dropped unclosed) has no caller to see the records' futures fail.
+            log.warning(
+                "producer closed with %d record(s) not acknowledged: they fail with ProducerClosedError", unfinished
+            )
         tasks = self._sender.abort_now(lambda persisted: ProducerClosedError(reason, possibly_persisted=persisted))
         self._metrics.stop()
         self._metadata.stop()
@@ -380,9 +387,11 @@ class Producer:
             topic = check_topic_name(topic)
         # Serialize and type-check; the common case (bytes, no serializer) costs two checks.
         if self._serializers:
-            if self._key_serializer is not None and key is not None:
+            # None too, as Java, aiokafka and confluent-kafka call them: the serializer says
+            # whether None is a tombstone (returning None) or a document (JSON's b"null").
+            if self._key_serializer is not None:
                 key = _serialized("key", self._key_serializer(key))
-            if self._value_serializer is not None and value is not None:
+            if self._value_serializer is not None:
                 value = _serialized("value", self._value_serializer(value))
         if type(key) is not bytes and key is not None:
             key = _as_bytes("key", key)
@@ -968,16 +977,17 @@ class Producer:
         if (
             headers is None
             and self._value_serializer is None
-            and (keys is None or self._key_serializer is None)
+            and self._key_serializer is None
             and _plain_payloads(values, keys, room)
         ):
             return values, keys, None
-        if self._value_serializer is not None:
-            values = [None if v is None else _serialized("value", self._value_serializer(v)) for v in values]
+        if self._value_serializer is not None:  # None too, as send() does
+            values = [_serialized("value", self._value_serializer(v)) for v in values]
         elif any(v is not None and type(v) is not bytes for v in values):
             values = [v if v is None or type(v) is bytes else _as_bytes("value", v) for v in values]
-        if self._key_serializer is not None and keys is not None:
-            keys = [None if k is None else _serialized("key", self._key_serializer(k)) for k in keys]
+        if self._key_serializer is not None:
+            given = keys if keys is not None else [None] * len(values)
+            keys = [_serialized("key", self._key_serializer(k)) for k in given]
         elif keys is not None and any(k is not None and type(k) is not bytes for k in keys):
             keys = [k if k is None or type(k) is bytes else _as_bytes("key", k) for k in keys]
         header_lists = None if headers is None else [() if h is None else _check_headers(h) for h in headers]

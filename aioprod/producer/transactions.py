@@ -907,6 +907,9 @@ def as_offsets(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> dic
         )
     out = {}
     for tp, value in offsets.items():
+        if not isinstance(tp, tuple) and isinstance(getattr(tp, "topic", None), str):
+            # another client's TopicPartition (confluent-kafka's): its topic and partition
+            tp = (tp.topic, getattr(tp, "partition", None))
         if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and type(tp[1]) is int):
             raise TypeError(f"offsets keys must be TopicPartition(topic, partition), got {tp!r}")
         if type(value) is int:

@@ -111,6 +111,25 @@ async def test_close_with_a_timeout_marks_in_flight_records_possibly_persisted(s
     assert unsent.value.possibly_persisted is False
 
 
+async def test_records_a_close_fails_are_logged_for_a_close_nobody_waits_on(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A SyncProducer closed at interpreter exit (a confluent-kafka script ported without its
+    # final flush()) failed its records within the 5-second bound without a word.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"warm-up")
+        cluster.nodes[1].holding = True
+        for _ in range(3):
+            await p.send("t", b"unanswered")
+        with caplog.at_level(logging.WARNING, logger="aioprod"):
+            await p.close(timeout=1)
+    assert [r.getMessage() for r in caplog.records if "closed with" in r.getMessage()] == [
+        "producer closed with 3 record(s) not acknowledged: they fail with ProducerClosedError"
+    ]
+
+
 async def test_close_ends_an_end_offsets_call_waiting_for_a_connection(scripted: Scripted) -> None:
     cluster = scripted.cluster
     cluster.add_node(2)

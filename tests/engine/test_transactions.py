@@ -120,6 +120,17 @@ async def test_another_clients_offset_and_metadata_is_taken(cluster: ScriptedClu
     assert cluster.coordinator.committed == {"group-a": {("in", 0): 42}}
 
 
+async def test_confluent_kafkas_topic_partition_is_taken(cluster: ScriptedCluster) -> None:
+    # What a confluent-kafka consumer's assignment() hands out: it was refused with
+    # "keys must be TopicPartition(topic, partition), got TopicPartition{topic=in,partition=0,...}".
+    from confluent_kafka import TopicPartition as ConfluentTopicPartition
+
+    async with producer(cluster) as p, p.transaction():
+        await p.send("t", b"out", partition=0)
+        await p.send_offsets_to_transaction({ConfluentTopicPartition("in", 0): 42}, "group-a")  # type: ignore[dict-item]
+    assert cluster.coordinator.committed == {"group-a": {("in", 0): 42}}
+
+
 async def test_confluent_kafkas_group_metadata_is_refused_saying_what_to_give(cluster: ScriptedCluster) -> None:
     async with producer(cluster) as p:
         p.begin_transaction()

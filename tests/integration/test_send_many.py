@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import confluent_kafka
 import pytest
 
@@ -95,9 +98,39 @@ async def test_failures_are_reported_per_record(tansu_broker: TansuBroker, topic
     assert [e.possibly_persisted for _, e in failed] == [False] * len(second)
 
 
+async def test_serializers_see_none_as_send_does(tansu_broker: TansuBroker, topic: str) -> None:
+    # As Java, aiokafka and confluent-kafka call them: a value serializer's JSON None is a
+    # document, and without keys the key serializer sees None for every record.
+    seen: list[object] = []
+
+    def key_serializer(key: str | None) -> bytes | None:
+        seen.append(key)
+        return None if key is None else key.encode()
+
+    async with Producer(
+        bootstrap_servers=tansu_broker.bootstrap,
+        key_serializer=key_serializer,
+        value_serializer=lambda v: json.dumps(v).encode(),
+    ) as producer:
+        await (await producer.send_many(topic, [1, None], partition=0))
+    assert seen == [None, None]
+    assert [(r.key, r.value) for r in read_topic(tansu_broker.bootstrap, topic)] == [(None, b"1"), (None, b"null")]
+
+
+async def test_acks_0_writes_every_record_though_tansu_answers(tansu_broker: TansuBroker, topic: str) -> None:
+    # Kafka answers no acks=0 request; Tansu answers each. Those answers were taken for a
+    # malformed response, and the connection dropped with what the broker had not read yet:
+    # records counted as delivered were not in the log.
+    values = [b"v%06d" % i + b"x" * 93 for i in range(30_000)]
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap, acks=0) as producer:
+        futures = [await producer.send(topic, value, key=b"key-%d" % (i % 3)) for i, value in enumerate(values)]
+        await asyncio.gather(*futures)
+    assert sorted(c.value for c in read_topic(tansu_broker.bootstrap, topic)) == values
+
+
 async def test_acks_0_delivers_without_offsets(tansu_broker: TansuBroker, topic: str) -> None:
-    # The broker answers nothing with acks=0: every record's metadata says offset -1, and the
-    # records are in the log all the same.
+    # No answer is read with acks=0: every record's metadata says offset -1, and the records are
+    # in the log all the same.
     create_topic(tansu_broker.bootstrap, topic, 2)
     values = [b"a0-%04d" % i for i in range(300)]
     async with Producer(bootstrap_servers=tansu_broker.bootstrap, acks=0) as producer:

@@ -1,4 +1,4 @@
-"""Partitioning: Java/librdkafka-compatible murmur2, sticky, round-robin, user functions."""
+"""Partitioning: Java/librdkafka-compatible murmur2, librdkafka's CRC32, sticky, round-robin, user functions."""
 
 from __future__ import annotations
 
@@ -27,6 +27,22 @@ def test_keyed_partition_matches_librdkafka_murmur2_random(key: bytes, partition
     expected = confluent_kafka.murmur2(key, partitions)  # type: ignore[attr-defined]
     assert partition_for_key(key, partitions) == expected
     assert Partitioner("default", 16384).partition("t", key, list(range(partitions)), []) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(min_size=1, max_size=64), st.integers(1, 200))
+def test_consistent_random_places_keys_as_confluent_kafkas_default(key: bytes, partitions: int) -> None:
+    # librdkafka's default partitioner (so a confluent-kafka producer's that did not set one):
+    # murmur2 would move most of its keys to other partitions.
+    expected = confluent_kafka.consistent(key, partitions)  # type: ignore[attr-defined]
+    assert Partitioner("consistent_random", 16384).partition("t", key, list(range(partitions)), []) == expected
+
+
+def test_consistent_random_takes_an_empty_key_for_keyless_as_librdkafka_does() -> None:
+    p = Partitioner("consistent_random", batch_size=1000, rng=random.Random(4))
+    parts = list(range(8))
+    sticky = p.keyless("t", 10, parts, parts)
+    assert {p.partition("t", b"", parts, parts) for _ in range(20)} == {sticky}
 
 
 def test_keyless_records_stick_until_a_batch_worth_then_move() -> None:
