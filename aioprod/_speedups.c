@@ -1127,6 +1127,14 @@ RecordFuture_await(RecordFutureObject *self)
     return (PyObject *)iter;
 }
 
+/* The same as a method: METH_NOARGS functions take a second, unused argument, and calling
+   the one-argument slot function through that signature is undefined behaviour. */
+static PyObject *
+RecordFuture_await_method(RecordFutureObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return RecordFuture_await(self);
+}
+
 static int
 RecordFutureIter_traverse(RecordFutureIterObject *self, visitproc visit, void *arg)
 {
@@ -1258,8 +1266,8 @@ static PyMethodDef RecordFuture_methods[] = {
     {"_run_callbacks", (PyCFunction)RecordFuture_run_callbacks, METH_NOARGS, NULL},
     {"twin", (PyCFunction)RecordFuture_twin, METH_NOARGS,
      "Another future of the same record, with callbacks and cancellation of its own."},
-    {"__await__", (PyCFunction)RecordFuture_await, METH_NOARGS, NULL},
-    {"__iter__", (PyCFunction)RecordFuture_await, METH_NOARGS, NULL},
+    {"__await__", (PyCFunction)RecordFuture_await_method, METH_NOARGS, NULL},
+    {"__iter__", (PyCFunction)RecordFuture_await_method, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -376,13 +376,18 @@ class Producer:
             self._last_yield = self._loop.time()
             if self._state is not _STARTED or self._fatal is not None:
                 self._raise_not_open()
-        if partition is None and timestamp_ms is None and headers is None:
-            lane = self._lanes.get(topic)
-            if lane is not None:
-                queued: RecordFuture | None = lane.send(value, key)
-                if queued is not None:
-                    return queued
-        tps = self._tps.get(topic)
+        try:  # (no cost unless it raises)
+            if partition is None and timestamp_ms is None and headers is None:
+                lane = self._lanes.get(topic)
+                if lane is not None:
+                    queued: RecordFuture | None = lane.send(value, key)
+                    if queued is not None:
+                        return queued
+            tps = self._tps.get(topic)
+        except TypeError:
+            if isinstance(topic, str):
+                raise
+            tps = None  # an unhashable topic (a list, say): check_topic_name says what is wrong
         if tps is None:
             topic = check_topic_name(topic)
         # Serialize and type-check; the common case (bytes, no serializer) costs two checks.

@@ -83,6 +83,28 @@ def test_append_gives_the_same_bytes_and_state(records: list[Any], limit: int) -
         same(python, compiled, "append", timestamp, key, value, header_list)
 
 
+class _LengthRaises:
+    def __iter__(self) -> Any:
+        return iter([("h", b"x")])
+
+    def __len__(self) -> int:
+        raise RuntimeError("len")
+
+
+class _OwnEncode(str):
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:
+        return b"other"
+
+
+@pytest.mark.parametrize(
+    "given", [0, False, _LengthRaises(), [(_OwnEncode("name"), b"v")]], ids=["0", "False", "len-raises", "str-subclass"]
+)
+def test_both_encoders_take_odd_headers_alike(given: Any) -> None:
+    # RecordBatchBuilder is exported: pure Python took headers=0 as none, asked an iterable's
+    # length, and wrote what a str subclass's own encode() returned; compiled did none of these.
+    same(*cores(10_000), "append", 5, b"k", b"v", given)
+
+
 def test_the_compiled_clock_reads_wall_clock_milliseconds() -> None:
     for _ in range(1000):
         before = time.time_ns() // 1_000_000

@@ -63,6 +63,9 @@ async def test_bad_record_is_refused_and_producer_keeps_working(
         ("bad topic!", ValueError, "illegal topic name 'bad topic!'"),
         ("..", ValueError, "illegal topic name"),
         (None, TypeError, "topic must be a str, got NoneType"),
+        # Unhashable: "unhashable type: 'list'", from the caches send() looks in first.
+        (["t"], TypeError, "topic must be a str, got list"),
+        (bytearray(b"t"), TypeError, "topic must be a str, got bytearray"),
     ],
 )
 async def test_bad_topic_names(producer: Producer, name: Any, error: type[Exception], message: str) -> None:

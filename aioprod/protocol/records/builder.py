@@ -121,8 +121,8 @@ class _PyRecordsCore:
             key = _byte_view(key)  # type: ignore[assignment]
         if value is not None and type(value) is not bytes:
             value = _byte_view(value)  # type: ignore[assignment]
-        if headers and type(headers) is not tuple:
-            headers = tuple(headers)
+        if headers is not None and type(headers) is not tuple:
+            headers = tuple(iter(headers))  # as the compiled one: any iterable, its truth never asked
         count = self._count
         delta = timestamp_ms - self._base_ts if count else 0
         buf = self._buf
@@ -183,7 +183,7 @@ class _PyRecordsCore:
                 for h_key, h_value in headers:
                     if not isinstance(h_key, str):
                         raise TypeError(f"header key must be str, not {type(h_key).__name__}")
-                    encoded = h_key.encode()
+                    encoded = str.encode(h_key)  # a str subclass's own encode() is not asked, as compiled
                     _put_uvarint(buf, len(encoded) << 1)
                     buf += encoded
                     if h_value is None:
