@@ -115,7 +115,6 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         (
             "client_dns_lookup",
-            "connections_max_idle_ms",
             "send_buffer_bytes",
             "receive_buffer_bytes",
             "interceptor_classes",
@@ -224,6 +223,7 @@ class ProducerConfig:
     retry_backoff_max_ms: int = 1000
     reconnect_backoff_ms: int = 50
     reconnect_backoff_max_ms: int = 1000
+    connections_max_idle_ms: int = 540_000
     socket_connection_setup_timeout_ms: int = 10_000
     socket_connection_setup_timeout_max_ms: int = 30_000
     metadata_max_age_ms: int = 300_000
@@ -353,6 +353,10 @@ class ProducerConfig:
             raise ConfigError("statistics_callback needs statistics_interval_ms > 0 (how often to call it)")
         if self.metadata_max_idle_ms < 5000:
             raise ConfigError(f"metadata_max_idle_ms must be >= 5000, got {self.metadata_max_idle_ms}")
+        if self.connections_max_idle_ms == 0 or self.connections_max_idle_ms < -1:
+            raise ConfigError(
+                f"connections_max_idle_ms must be > 0 (or -1: never close), got {self.connections_max_idle_ms}"
+            )
         if self.acks not in (-1, 0, 1):
             raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {self.acks}")
         if self.compression_type not in COMPRESSION_TYPES:

@@ -177,6 +177,8 @@ class BrokerConnection:
         self._retiring: KafkaError | None = None
         #: The peer answered in another protocol (HTTP): no security_protocol hint for it.
         self._not_kafka = False
+        #: Loop time of the last request written or answer read (connections_max_idle_ms).
+        self.last_used = 0.0
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -455,8 +457,9 @@ class BrokerConnection:
             self.close(error)
             future.set_exception(error)
             return
+        now = self.last_used = loop.time()
         if self._metrics is not None:
-            self._metrics.request_sent(len(frame), loop.time())
+            self._metrics.request_sent(len(frame), now)
         if self.flushed and writer.transport.get_write_buffer_size():
             self._flush_task = loop.create_task(self._await_flush(writer), name=f"aioprod-flush-{self.node_id}")
         if not expect_response:
@@ -467,7 +470,7 @@ class BrokerConnection:
                 self._awaiting_flush.append(future)
             return
         if correlation_id == self._negotiated_id + 1:
-            self._first_request_at = loop.time()
+            self._first_request_at = now
         timer = loop.call_later(self.request_timeout, self._on_timeout, correlation_id)
         self._in_flight.append(
             _InFlight(correlation_id, None if raw else request.RESPONSE, version, future, timer)  # type: ignore[arg-type]
@@ -599,8 +602,9 @@ class BrokerConnection:
         entry = self._in_flight.popleft()
         if entry.timer is not None:
             entry.timer.cancel()
+        now = self.last_used = asyncio.get_running_loop().time()
         if self._metrics is not None:
-            self._metrics.response_received(4 + len(frame), asyncio.get_running_loop().time())
+            self._metrics.response_received(4 + len(frame), now)
         if entry.future.done():  # the awaiting caller was cancelled
             return
         if entry.response_cls is None:

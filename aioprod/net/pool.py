@@ -67,6 +67,13 @@ class ConnectionPool:
         self._closing: list[BrokerConnection] = []
         self._security = ConnectionSecurity.from_config(config)
         self._metrics = metrics if metrics is not None else ProducerMetrics(config)
+        #: connections_max_idle_ms in seconds (None: never): a connection with nothing in flight
+        #: for that long is closed, before a load balancer or NAT drops it without a word (the
+        #: next request would then wait out request_timeout_ms).
+        self._idle_limit = None if config.connections_max_idle_ms < 0 else config.connections_max_idle_ms / 1000
+        self._idle_timer: asyncio.TimerHandle | None = None
+        #: Connections closed for being idle: their close is neither a failure nor news.
+        self._idled: set[BrokerConnection] = set()
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
         state = self._nodes.get(node_id)
@@ -293,24 +300,50 @@ class ConnectionPool:
             state.failures = 0
             state.last_error = None
             conn.on_close(lambda c, err: self._on_connection_closed(node_id, c, err))
+            self._watch_idle()
         finally:
             state.attempting = False
             state.opening = None
             state.wake_waiters()
             self._on_change()
 
+    def _watch_idle(self) -> None:
+        """Have the idle check run when the least recently used connection may be idle."""
+        if self._idle_limit is None or self._closed or self._idle_timer is not None:
+            return
+        connections = self.connections()
+        if connections:
+            loop = asyncio.get_running_loop()
+            # One with requests in flight is in use now: its answer makes it used again.
+            now = loop.time()
+            due = min(now if conn.in_flight_count else conn.last_used for conn in connections) + self._idle_limit
+            self._idle_timer = loop.call_at(due, self._close_idle)
+
+    def _close_idle(self) -> None:
+        self._idle_timer = None
+        limit = self._idle_limit
+        assert limit is not None
+        since = asyncio.get_running_loop().time() - limit
+        for state in self._nodes.values():
+            conn = state.connection
+            if conn is not None and not conn.closed and not conn.in_flight_count and conn.last_used <= since:
+                self._idled.add(conn)
+                conn.retire(KafkaConnectionError(f"unused for connections_max_idle_ms ({limit * 1000:.0f} ms)"))
+        self._watch_idle()
+
     def _on_connection_closed(self, node_id: int, conn: BrokerConnection, error: KafkaError) -> None:
         state = self._nodes.get(node_id)
         self._metrics.record_connection(False, asyncio.get_running_loop().time())
         if state is not None and state.connection is conn:
             state.connection = None
-            if conn.retiring:  # its broker moved: no failure, and get() connects to the new address now
+            if conn.retiring:  # moved or idle: no failure, and get() connects (to the new address) now
                 state.wake_waiters()
             else:
                 state.last_error = error
                 state.failures += 1
                 state.next_attempt = asyncio.get_running_loop().time() + self._backoff(1)
-        if self._closed:
+        if self._closed or conn in self._idled:
+            self._idled.discard(conn)
             log.debug("connection to %s closed: %s", describe_node(node_id), error)
         else:
             self._metrics.events.note(
@@ -331,6 +364,8 @@ class ConnectionPool:
         and every copied socket detached (see BrokerConnection.disown), so that nothing the
         child runs (its copy of the loop) reads the parent's answers or writes into its stream."""
         self._closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         for state in self._nodes.values():
             for conn in (state.connection, state.opening):
                 if conn is not None:
@@ -341,6 +376,9 @@ class ConnectionPool:
     def close_now(self) -> None:
         """Stop connecting and close every connection, without waiting for either."""
         self._closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         for state in self._nodes.values():
             if state.connecting is not None:
                 state.connecting.cancel()

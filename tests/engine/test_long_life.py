@@ -5,10 +5,12 @@ Counts of what is kept, in virtual time on the scripted cluster; no memory thres
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from aioprod import Producer, TopicPartition
-from aioprod.errors import TopicAuthorizationFailedError
+from aioprod.errors import ConfigError, TopicAuthorizationFailedError
 from aioprod.producer.coordinators import MAX_CACHED
 from tests.conftest import Scripted
 from tests.fakes.cluster import ScriptedCluster
@@ -113,6 +115,53 @@ async def test_brokers_that_left_the_cluster_are_not_kept(scripted: Scripted) ->
             "event-log notes": {key[1] for key in p._metrics.events._notes if key[1] != -1},
         }
         assert kept == {key: {41} for key in kept}
+
+
+async def test_a_connection_unused_for_connections_max_idle_ms_is_closed_and_opened_again_on_use(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A load balancer or NAT that drops idle connections without a word (Azure's after four
+    # minutes) made the next request wait out request_timeout_ms; and connections_max_idle_ms
+    # (180000, as Azure Event Hubs advises) was refused as not implemented.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    node = cluster.nodes[1]
+    options = {"connections_max_idle_ms": 180_000, "metadata_max_age_ms": 3_600_000}
+    with caplog.at_level(logging.INFO, logger="aioprod"):
+        async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, **options) as p:
+            await p.send_and_wait("t", b"a")
+            opened = node.open_connections  # the bootstrap's and the leader's
+            await clock.advance(170)
+            await p.send_and_wait("t", b"b")  # the leader's is used: its count starts again
+            await clock.advance(15)
+            assert node.open_connections == opened - 1  # the bootstrap's, unused for 185 s
+            await clock.advance(170)
+            assert node.open_connections == 0
+            assert (await p.send_and_wait("t", b"c")).offset == 2
+            assert node.open_connections == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "lost" in r.getMessage()] == []
+
+
+async def test_a_connection_waiting_for_an_answer_is_not_idle(scripted: Scripted) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    node = cluster.nodes[1]
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, connections_max_idle_ms=1000) as p:
+        await p.send_and_wait("t", b"a")
+        node.holding = True
+        held = await p.send("t", b"held")
+        await clock.advance(10)  # ten times the idle limit, its request unanswered
+        assert not held.done() and node.open_connections == 1
+        node.release()
+        assert (await held).offset == 1
+        await clock.advance(2)
+        assert node.open_connections == 0
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_connections_max_idle_ms_is_positive_or_never(value: int) -> None:
+    with pytest.raises(ConfigError, match="connections_max_idle_ms must be > 0 \\(or -1: never close\\)"):
+        Producer(bootstrap_servers="h:1", connections_max_idle_ms=value)
 
 
 async def test_a_topic_refused_for_authorization_is_asked_about_again(

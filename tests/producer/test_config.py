@@ -177,7 +177,6 @@ def test_a_positional_argument_that_is_not_a_mapping_is_a_config_error(options: 
     [
         ("session.timeout.ms", "is a consumer option (aioprod is a producer)"),
         ("client.dns.lookup", "is a Java client option aioprod does not implement"),
-        ("connections_max_idle_ms", "is a Java client option aioprod does not implement"),
         ("schema.registry.url", "is a Schema Registry option"),
         ("ssl.truststore.location", "give PEM files in ssl_ca_location"),
         ("sasl.login.connect.timeout.ms", "is a Java client option aioprod does not implement"),
