@@ -49,8 +49,6 @@ _NEXT_ADDRESS_DELAY = 0.25
 #: A SASL listener closes on a client without SASL as soon as it reads its first request:
 #: a close later than this after that request is something else (a broker restarting).
 _SASL_CLOSE_WINDOW = 1.0
-#: How many acks=0 correlation ids a connection remembers, for a broker that answers them anyway.
-_UNANSWERED_KEPT = 1024
 
 
 class Answer:
@@ -155,10 +153,11 @@ class BrokerConnection:
         self._flush_task: asyncio.Task[None] | None = None
         #: Futures of requests without a response (acks=0), done once their bytes are out.
         self._awaiting_flush: list[_Outcome] = []
-        #: Correlation ids of the last requests written without a response expected (acks=0):
-        #: a broker that answers one anyway (Tansu 0.6 does) gets its answer skipped, not the
-        #: connection dropped with what it has not read yet.
-        self._unanswered: deque[int] = deque(maxlen=_UNANSWERED_KEPT)
+        #: Whether any request went without a response expected (acks=0), and the last id
+        #: written: a broker that answers one anyway (Tansu 0.6 does) gets its answer skipped,
+        #: not the connection dropped with what it has not read yet.
+        self._wrote_unanswered = False
+        self._last_id = 0
         self._in_flight: deque[_InFlight] = deque()
         self._correlation = itertools.count(1)
         self._closed_error: KafkaError | None = None
@@ -448,6 +447,7 @@ class BrokerConnection:
             return
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(request, version, correlation_id, self.client_id)
+        self._last_id = correlation_id
         writer = self._writer
         assert writer is not None
         try:
@@ -463,7 +463,7 @@ class BrokerConnection:
         if self.flushed and writer.transport.get_write_buffer_size():
             self._flush_task = loop.create_task(self._await_flush(writer), name=f"aioprod-flush-{self.node_id}")
         if not expect_response:
-            self._unanswered.append(correlation_id)
+            self._wrote_unanswered = True
             if self.flushed:
                 future.set_result(None)
             else:
@@ -593,8 +593,11 @@ class BrokerConnection:
         added to ``answers``, for the reader to hand over."""
         correlation_id = peek_correlation_id(frame)
         if not self._in_flight or self._in_flight[0].correlation_id != correlation_id:
-            if correlation_id in self._unanswered:
-                self._unanswered.remove(correlation_id)
+            # Answers come in order: one for an id written before the first request awaiting
+            # its answer (or before the last written, with none awaited) that is not that
+            # request's is an acks=0 request's answer, however far behind the broker is.
+            bound = self._in_flight[0].correlation_id if self._in_flight else self._last_id + 1
+            if self._wrote_unanswered and 0 < (bound - correlation_id) & 0x7FFFFFFF < 2**30:
                 log.debug("broker %s answered acks=0 request %d: answer skipped", self.node_id, correlation_id)
                 return
             expected = self._in_flight[0].correlation_id if self._in_flight else None

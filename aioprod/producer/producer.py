@@ -142,6 +142,8 @@ class Producer:
         self._serializers = self._key_serializer is not None or self._value_serializer is not None
         #: Keyed records go by murmur2 of the key (every built-in partitioner but round_robin).
         self._hash_keys = self._partitioner.hashes_keys
+        #: consistent_random (librdkafka's): an empty key is a keyless record, sticky and counted.
+        self._empty_key_keyless = self.config.partitioner == "consistent_random"
         self._max_block = self.config.max_block_ms / 1000
         # Records up to this size need no size check against max_request_size/buffer_memory.
         # max_request_size counts the batch the record makes: its 61-byte header too (Java's
@@ -436,7 +438,7 @@ class Producer:
         if tps is None or len(tps) < len(info.all_partitions):
             tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(max(info.all_partitions) + 1)]
         if partition is None:
-            if key is None:
+            if key is None or (not key and self._empty_key_keyless):
                 partition = self._partitioner.keyless(
                     topic, size - _RECORD_OVERHEAD + RECORD_FRAMING, info.all_partitions, info.available_partitions
                 )
@@ -654,7 +656,7 @@ class Producer:
                     chosen = partition
                 elif chosen_for is not None:
                     chosen = chosen_for[index]
-                elif key is None:
+                elif key is None or (not key and self._empty_key_keyless):
                     chosen = partitioner.keyless(
                         topic, size - _RECORD_OVERHEAD + RECORD_FRAMING, all_partitions, available
                     )

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aioprod.config import ProducerConfig, _canonical_name
+from aioprod.config import ProducerConfig, _canonical_name, _what_aioprod_does
 from aioprod.errors import ConfigError
 
 #: Producer settings tuned for bulk writes; every one can be overridden by the caller.
@@ -66,7 +66,11 @@ def producer_options(
     """The producer options every writer of the write uses, validated here on the driver."""
     options: dict[str, Any] = {}
     for raw, value in producer_config.items():
+        if _what_aioprod_does(raw, value):
+            continue  # what aioprod always does: taken, as ProducerConfig takes it
         name = _canonical_name(raw)
+        if value is None:
+            continue  # the option's default, the writer's own (below) where it has one
         if name in options:
             raise ConfigError(f"option {name!r} given twice (as {raw!r})")
         if name in ("key_serializer", "value_serializer"):

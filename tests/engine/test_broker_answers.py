@@ -67,6 +67,27 @@ def init_calls(cluster: ScriptedCluster) -> int:
     return max(len(stamps), len(cluster.requests_of(InitProducerIdRequest)))
 
 
+async def test_a_broker_answering_acks_0_far_behind_loses_nothing(cluster: ScriptedCluster) -> None:
+    # Tansu answers acks=0 requests, which Kafka does not. Of the ids written, the last 1,024 were
+    # remembered to skip their answers: a broker more than 1,024 requests behind (a pause, a
+    # loaded host) had its answer taken for a malformed one, and the connection dropped with the
+    # requests it had not read yet, whose records were reported sent.
+    node = cluster.nodes[1]
+    node.answers_acks_0 = True
+    async with producer(cluster, acks=0, batch_size=100, enable_idempotence=False) as p:
+        await p.send_and_wait("t", b"warm-up")
+        node.stalling = True  # it reads on, and looks at the requests only when released
+        values = [b"%05d" % i + b"x" * 90 for i in range(2000)]  # a batch each
+        sent = [await p.send("t", value) for value in values]
+        await asyncio.gather(*sent)  # written: every record reported sent
+        node.release()
+        await p.flush()
+        await asyncio.sleep(1)  # (virtual time) the broker works through them
+        assert len(cluster.requests_of(ProduceRequest)) > 1100  # answered far behind
+        assert node.open_connections == 2  # the bootstrap's and the leader's: none dropped
+    assert cluster.partition("t").values == [b"warm-up", *values]
+
+
 async def test_duplicate_sequence_counts_as_success(cluster: ScriptedCluster) -> None:
     cluster.nodes[1].script = deque([DUPLICATE])  # answered without writing: "already have it"
     async with producer(cluster) as p:

@@ -161,6 +161,8 @@ class FakeNode:
     delay: float = 0.0
     #: Put this throttle_time_ms in every produce response.
     throttle_ms: int = 0
+    #: Answer acks=0 produce requests too, as Tansu does (Kafka answers none).
+    answers_acks_0: bool = False
     #: What this node says in Metadata, where it differs from the truth: (topic, partition)
     #: -> (leader, leader epoch). A lagging broker.
     stale: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
@@ -327,7 +329,7 @@ class ScriptedCluster:
             await conn.closed_or(node._released)
         if node.delay:
             await asyncio.sleep(node.delay)
-        if request.acks == 0 or conn.side.closed:
+        if (request.acks == 0 and not node.answers_acks_0) or conn.side.closed:
             return None
         return encode_response(response, version, cid)
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import random
 
 import confluent_kafka
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aioprod import Producer
 from aioprod.producer.partitioner import Partitioner, murmur2, partition_for_key
+from tests.conftest import Scripted
 
 
 def test_murmur2_matches_the_java_client() -> None:
@@ -43,6 +46,22 @@ def test_consistent_random_takes_an_empty_key_for_keyless_as_librdkafka_does() -
     parts = list(range(8))
     sticky = p.keyless("t", 10, parts, parts)
     assert {p.partition("t", b"", parts, parts) for _ in range(20)} == {sticky}
+
+
+@pytest.mark.parametrize("path", ["send", "send_many"])
+async def test_consistent_random_spreads_empty_keyed_records_as_keyless_ones(scripted: Scripted, path: str) -> None:
+    # They went to the sticky partition uncounted: one partition for the producer's life.
+    parts = scripted.cluster.create_topic("t", 6)
+    values = [b"v%05d" % i for i in range(3000)]
+    options = {"partitioner": "consistent_random", "batch_size": 1000, "linger_ms": 0}
+    async with Producer(bootstrap_servers=scripted.cluster.bootstrap, **options) as producer:
+        if path == "send":
+            for value in values:
+                await producer.send("t", value, key=b"")
+            await producer.flush()
+        else:
+            await (await producer.send_many("t", values, keys=[b""] * len(values)))
+    assert len([part for part in parts if part.values]) > 1
 
 
 def test_keyless_records_stick_until_a_batch_worth_then_move() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from aioprod.config import ProducerConfig
 from aioprod.errors import ConfigError
 from aioprod.spark import (
     DataFrameSchemaError,
@@ -31,7 +32,7 @@ from aioprod.spark import (
 from aioprod.spark.chunks import Chunk, arrow_chunk
 from aioprod.spark.driver import ArrowUnavailable
 from aioprod.spark.executors import executor_arrow_task
-from aioprod.spark.plan import Plan, producer_options
+from aioprod.spark.plan import SPARK_PRODUCER_DEFAULTS, Plan, producer_options
 from aioprod.spark.schema import check_schema
 from aioprod.spark.writer import PartitionWrite
 from tests.brokers import TansuBroker, free_port, refused_port
@@ -367,6 +368,21 @@ def test_columns_differing_in_case_are_two_with_case_sensitive_names(spark: Any,
         spark.conf.unset("spark.sql.caseSensitive")
     assert report.rows_written == 1
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"v"]
+
+
+@pytest.mark.parametrize(
+    "option", [{"api_version": "auto"}, {"api.version.request": "true"}, {"socket.nagle.disable": True}]
+)
+def test_the_writer_takes_what_a_producer_takes(option: dict[str, object]) -> None:
+    # Options asking for what aioprod always does: a Producer took them, the writer refused them.
+    assert producer_options("h:9092", option) == producer_options("h:9092", {})
+
+
+def test_none_keeps_the_writers_own_default() -> None:
+    assert (
+        ProducerConfig.from_options(producer_options("h:9092", {"linger.ms": None})).linger_ms
+        == (SPARK_PRODUCER_DEFAULTS["linger_ms"])
+    )
 
 
 def test_bad_options_fail_on_the_driver_before_any_job(spark: Any) -> None:
