@@ -463,6 +463,7 @@ class ProducerConfig:
             raise ConfigError("ssl_key_location is set without ssl_certificate_location (the client certificate)")
         if self.ssl_context is not None:
             return self.ssl_context
+        _check_utf8("ssl_key_password", self.ssl_key_password)
         return build_ssl_context(
             ca_location=self.ssl_ca_location,
             certificate_location=self.ssl_certificate_location,
@@ -524,6 +525,8 @@ class ProducerConfig:
                 hint = " (for Amazon MSK IAM use OAUTHBEARER with aioprod.net.auth.msk_iam_token_provider)"
             raise ConfigError(f"sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, got {mechanism!r}{hint}")
         object.__setattr__(self, "sasl_mechanism", mechanism)
+        for name in ("sasl_username", "sasl_password"):
+            _check_utf8(name, getattr(self, name))
         if mechanism == "OAUTHBEARER":
             if self.sasl_oauth_token_provider is None:
                 raise ConfigError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_provider (a callable)")
@@ -534,6 +537,20 @@ class ProducerConfig:
                 raise ConfigError(f"sasl_mechanism {mechanism} needs sasl_username and sasl_password")
             if self.sasl_oauth_token_provider is not None:
                 raise ConfigError(f"sasl_oauth_token_provider is only used by OAUTHBEARER, not {mechanism}")
+
+
+def _check_utf8(name: str, value: str | Secret | None) -> None:
+    """A credential must encode as UTF-8 (as it is sent); the message never quotes it."""
+    text = value.reveal() if isinstance(value, Secret) else value
+    if text is None:
+        return
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{name} is not valid text: character {exc.start + 1} is an unpaired surrogate (bytes that are not "
+            "UTF-8, read from a file, the environment or the command line with surrogateescape?)"
+        ) from None
 
 
 def _did_you_mean(value: str, choices: Sequence[str]) -> str:

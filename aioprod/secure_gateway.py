@@ -182,7 +182,7 @@ class SecureGateway:
             client_writer.close()
             return
         outbox: _Outbox = asyncio.Queue()
-        waiting: deque[asyncio.Future[bytes]] = deque()
+        waiting: deque[tuple[int, asyncio.Future[bytes]]] = deque()
         tasks = [
             asyncio.ensure_future(self._from_client(client_reader, upstream_writer, outbox, waiting)),
             asyncio.ensure_future(self._from_upstream(upstream_reader, waiting)),
@@ -197,7 +197,7 @@ class SecureGateway:
         finally:
             for task in tasks:
                 task.cancel()
-            for future in waiting:
+            for _, future in waiting:
                 future.cancel()
             for writer in (client_writer, upstream_writer):
                 with contextlib.suppress(Exception):
@@ -208,7 +208,7 @@ class SecureGateway:
         reader: asyncio.StreamReader,
         upstream: asyncio.StreamWriter,
         outbox: _Outbox,
-        waiting: deque[asyncio.Future[bytes]],
+        waiting: deque[tuple[int, asyncio.Future[bytes]]],
     ) -> None:
         decoder = FrameDecoder()
         login = _Login()
@@ -234,7 +234,7 @@ class SecureGateway:
                     if api_key == _PRODUCE and _produce_without_response(frame):
                         continue
                     future: asyncio.Future[bytes] = loop.create_future()
-                    waiting.append(future)
+                    waiting.append((int.from_bytes(frame[4:8], "big", signed=True), future))
                     outbox.put_nowait(future)
                 await upstream.drain()
         except (_Close, ConnectionError, ssl.SSLError):
@@ -243,11 +243,16 @@ class SecureGateway:
             outbox.put_nowait(None)
 
     @staticmethod
-    async def _from_upstream(reader: asyncio.StreamReader, waiting: deque[asyncio.Future[bytes]]) -> None:
+    async def _from_upstream(
+        reader: asyncio.StreamReader, waiting: deque[tuple[int, asyncio.Future[bytes]]]
+    ) -> None:
         decoder = FrameDecoder()
         while data := await reader.read(256 * 1024):
             for frame in decoder.feed(data):
-                waiting.popleft().set_result(_frame(frame))
+                correlation_id = int.from_bytes(frame[:4], "big", signed=True)
+                if not waiting or waiting[0][0] != correlation_id:
+                    continue  # Tansu answers acks=0 Produce; Kafka does not, nor does this listener
+                waiting.popleft()[1].set_result(_frame(frame))
 
     @staticmethod
     async def _to_client(

@@ -294,7 +294,11 @@ def parse_pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise CliUsageError(f"{flag} {item!r}: expected KEY=VALUE")
+            shown = repr(item)
+            if re.search(r"password|secret|token|jaas", item, re.IGNORECASE):
+                # 'sasl.password:x' or 'sasl.password x' (.properties separators): never echo x.
+                shown = repr(re.split(r"[\s:]", item.strip(), maxsplit=1)[0]) + " (value hidden)"
+            raise CliUsageError(f"{flag} {shown}: expected KEY=VALUE")
         pairs.append((key.strip(), value))
     return pairs
 

@@ -336,7 +336,9 @@ class BrokerConnection:
                     "(request_timeout_ms)"
                 )
             else:
-                error = KafkaConnectionError(f"{self.phase} with {self.host}:{self.port} failed: {exc!r}")
+                error = KafkaConnectionError(
+                    f"{self.phase} with {self.host}:{self.port} failed: {type(exc).__name__}: {exc}"
+                )
             if not self.api_versions and type(error) is KafkaConnectionError and not self._not_kafka:
                 hint = (
                     "right after the TLS handshake (a broker that requires client certificates closes like this "

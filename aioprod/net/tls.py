@@ -40,11 +40,26 @@ def build_ssl_context(
             if key_location is not None:
                 files += f" / ssl_key_location {key_location!r}"
             reason = str(exc).lower()
-            hint = " (wrong or missing ssl_key_password?)" if "bad decrypt" in reason or "pem lib" in reason else ""
-            if key_location is None and not _holds_private_key(certificate_location):
+            key_file = key_location or certificate_location
+            hint = ""
+            if ("bad decrypt" in reason or "pem lib" in reason) and _holds(key_file, b"ENCRYPTED"):
+                hint = " (wrong or missing ssl_key_password?)"
+            if not _holds(certificate_location, b"-----BEGIN CERTIFICATE-----"):
+                hint = " (ssl_certificate_location holds no PEM certificate: swapped with ssl_key_location?)"
+            elif key_location is None and not _holds_private_key(certificate_location):
                 hint = " (the file holds no private key: set ssl_key_location)"
+            elif not _holds_private_key(key_file):
+                hint = " (ssl_key_location holds no PEM private key)"
             raise ConfigError(f"{files}: cannot load the client certificate and key ({_reason(exc)}){hint}") from exc
     return context
+
+
+def _holds(path: str, marker: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return marker in f.read()
+    except OSError:
+        return True  # not ours to explain
 
 
 def _holds_private_key(path: str) -> bool:

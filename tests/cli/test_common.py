@@ -22,6 +22,14 @@ def test_bad_x_option_is_a_one_line_usage_error(option: str, named: str) -> None
     assert named in result.stderr
 
 
+@pytest.mark.parametrize("item", ["sasl.password HUNTER2", "sasl.password:HUNTER2", "ssl.key.password:HUNTER2"])
+def test_a_malformed_secret_option_is_refused_without_its_value(item: str) -> None:
+    # The other separators a .properties file takes: the refusal quoted the password.
+    result = aioprod("metadata", "-b", "127.0.0.1:9", "-X", item)
+    assert result.exit_code == 2 and "expected KEY=VALUE" in result.stderr
+    assert "HUNTER2" not in result.output + result.stderr
+
+
 @pytest.mark.parametrize("command", [["produce", "t"], ["smoke"], ["perf", "-t", "t", "-n", "1", "-s", "1"]])
 def test_a_transactional_id_is_refused_before_anything_starts(command: list[str]) -> None:
     # The commands run no transactions: the producer initialised one, then every line failed.

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import struct
 import time
 import urllib.parse
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from aioprod.certs import CertificateAuthority
 from aioprod.config import ProducerConfig
 from aioprod.errors import AuthenticationError, ConfigError
 from aioprod.net.auth import OAuthBearerToken, TokenCache, msk_iam_token_provider
+from aioprod.secure_gateway import SecureGateway
 
 SECRET = "hunter2-very-secret"
 PLAIN_JAAS = f'org.apache.kafka.common.security.plain.PlainLoginModule required username="key" password="{SECRET}";'
@@ -81,6 +85,26 @@ def test_secrets_never_appear_in_repr_or_str() -> None:
         ),
         ({"security_protocol": "SASL_SSL", "sasl_jaas_config": f"nonsense {SECRET}"}, "sasl_jaas_config"),
         ({"sasl.pasword": SECRET}, "did you mean 'sasl.password'"),
+        # Bytes that are not UTF-8 (a Latin-1 password read from a file or the environment):
+        # retried until max_block_ms, with the whole password in every warning and the error.
+        (
+            {
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "PLAIN",
+                "sasl_username": "u",
+                "sasl_password": SECRET + "\udce9",
+            },
+            "sasl_password is not valid text: character 20",
+        ),
+        (
+            {
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "SCRAM-SHA-256",
+                "sasl_username": SECRET + "\udce9",
+                "sasl_password": "p",
+            },
+            "sasl_username is not valid text",
+        ),
     ],
 )
 def test_mistakes_are_named_and_never_echo_a_secret(options: dict[str, object], message: str) -> None:
@@ -175,6 +199,24 @@ async def test_an_empty_extension_from_the_provider_names_the_provider() -> None
         await cache.get()
 
 
+@pytest.mark.parametrize("case", ["swapped", "the key twice", "an empty certificate"])
+def test_a_file_without_a_certificate_is_not_blamed_on_the_key_password(tmp_path: Path, case: str) -> None:
+    cert, key = CertificateAuthority().issue("client", client=True).write(tmp_path, "client")
+    empty = tmp_path / "empty.pem"
+    empty.write_text("")
+    certificate, key_file = {"swapped": (key, cert), "the key twice": (key, key), "an empty certificate": (empty, key)}[
+        case
+    ]
+    with pytest.raises(ConfigError, match="ssl_certificate_location holds no PEM certificate") as info:
+        ProducerConfig.from_options(
+            bootstrap_servers="h:9093",
+            security_protocol="SSL",
+            ssl_certificate_location=str(certificate),
+            ssl_key_location=str(key_file),
+        )
+    assert "ssl_key_password" not in str(info.value)
+
+
 def test_a_certificate_without_its_key_names_ssl_key_location(tmp_path: Path) -> None:
     # OpenSSL says "PEM lib" for a missing key as for a wrong password: the hint blamed the password.
     cert, _key = CertificateAuthority().issue("client", client=True).write(tmp_path, "client")
@@ -183,3 +225,18 @@ def test_a_certificate_without_its_key_names_ssl_key_location(tmp_path: Path) ->
             bootstrap_servers="h:9093", security_protocol="SSL", ssl_certificate_location=str(cert)
         )
     assert "ssl_key_password" not in str(info.value)
+
+
+async def test_the_embedded_brokers_gateway_skips_tansus_answers_to_acks_0_produce() -> None:
+    # Tansu answers acks=0 Produce; the gateway in front of it (aioprod broker --tls/--sasl)
+    # expects no answer to them, paired each answer with the oldest request waiting, and died on
+    # one with none waiting (IndexError), tearing down the client's connection with its records.
+    reader = asyncio.StreamReader()
+    waiting: deque[tuple[int, asyncio.Future[bytes]]] = deque()
+    metadata: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+    waiting.append((8, metadata))
+    for correlation_id in (6, 7, 8, 9):  # acks=0 answers around the one awaited
+        reader.feed_data(struct.pack(">ii", 4, correlation_id))
+    reader.feed_eof()
+    await SecureGateway._from_upstream(reader, waiting)
+    assert metadata.result() == struct.pack(">ii", 4, 8) and not waiting
