@@ -243,9 +243,7 @@ class SecureGateway:
             outbox.put_nowait(None)
 
     @staticmethod
-    async def _from_upstream(
-        reader: asyncio.StreamReader, waiting: deque[tuple[int, asyncio.Future[bytes]]]
-    ) -> None:
+    async def _from_upstream(reader: asyncio.StreamReader, waiting: deque[tuple[int, asyncio.Future[bytes]]]) -> None:
         decoder = FrameDecoder()
         while data := await reader.read(256 * 1024):
             for frame in decoder.feed(data):

@@ -373,6 +373,15 @@ class ConnectionPool:
         for conn in self._closing:
             conn.disown()
 
+    async def settle(self, timeout: float) -> None:
+        """Before a close: let brokers that answer acks=0 requests answer the last one written
+        (at most ``timeout`` seconds), so that closing loses none of those requests."""
+        waits = [asyncio.ensure_future(conn.acks_0_answered()) for conn in self.connections()]
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=timeout)
+            for wait in late:
+                wait.cancel()
+
     def close_now(self) -> None:
         """Stop connecting and close every connection, without waiting for either."""
         self._closed = True

@@ -304,6 +304,10 @@ class Producer:
                 self._accumulator.closing = True
                 self._sender.stop()
                 await self._sender.wait_stopped(None if deadline is None else max(0.0, deadline - loop.time()))
+                settling = self.config.request_timeout_ms / 1000  # acks=0 answers, of a broker that gives them
+                if deadline is not None:
+                    settling = min(settling, max(0.0, deadline - loop.time()))
+                await self._pool.settle(settling)
             tasks = self._release_now(timeout)
             if tasks:
                 await asyncio.wait(tasks)
