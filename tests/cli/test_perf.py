@@ -28,6 +28,17 @@ def test_json_result(bootstrap: str, topic: str) -> None:
     assert latency["avg"] <= latency["max"]
 
 
+def test_acks_0_says_its_records_were_sent_not_acknowledged(bootstrap: str, topic: str) -> None:
+    # "records acked 20,000" with acks=0, which no broker acknowledges.
+    args = ["perf", "-b", bootstrap, "--topic", topic, "--num-records", "500", "--record-size", "64", "-X", "acks=0"]
+    table = aioprod(*args)
+    assert table.exit_code == 0, table.output
+    assert "records sent (acks=0)" in table.stdout and "records acked" not in table.stdout
+    report = json.loads(aioprod(*args, "--json").stdout)
+    assert (report["acks"], report["acked"]) == (0, 500)
+    assert json.loads(aioprod(*args[:-2], "--json").stdout)["acks"] == "all"
+
+
 def test_throughput_is_the_configured_pace(bootstrap: str, topic: str) -> None:
     args = ["perf", "-b", bootstrap, "-t", topic, "-n", "40", "-s", "10", "--throughput", "2000"]
     as_json = aioprod(*args, "--json")
