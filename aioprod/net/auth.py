@@ -65,6 +65,9 @@ REAUTH_WINDOW = (0.85, 0.95)
 TOKEN_REFRESH_FACTOR = 0.8
 #: How long a connection with a still-valid token waits for a refresh before using that token.
 _REFRESH_WAIT = 5.0
+#: How long one call of an async token provider may take: one stuck for good (a request to the
+#: identity provider without a timeout) is given up, and the next connection calls it again.
+PROVIDER_CALL_LIMIT = 120.0
 #: An expires_at past this (the year 5138) is milliseconds since the epoch, not seconds.
 _EXPIRY_IN_MILLISECONDS = 1e11
 
@@ -100,6 +103,10 @@ def _as_token(result: Any) -> OAuthBearerToken:
         "sasl_oauth_token_provider must return an OAuthBearerToken or a (token, expires_at[, extensions]) tuple, "
         f"got {type(result).__name__}"
     )
+
+
+class _ProviderStuck(Exception):
+    """The provider's call ran past PROVIDER_CALL_LIMIT."""
 
 
 class TokenCache:
@@ -167,11 +174,25 @@ class TokenCache:
         try:
             result = self._provider()
             if inspect.isawaitable(result):
-                result = await result
+                limit = asyncio.timeout(PROVIDER_CALL_LIMIT)
+                try:
+                    async with limit:
+                        result = await result
+                except TimeoutError:
+                    if not limit.expired():
+                        raise  # the provider's own
+                    raise _ProviderStuck from None
             token = _as_token(result)
             OAuthBearerExchange(token.value, token.extensions)
         except asyncio.CancelledError:
             raise
+        except _ProviderStuck:
+            raise AuthenticationError(
+                f"sasl_oauth_token_provider did not answer within {PROVIDER_CALL_LIMIT:.0f}s: given up, and called "
+                "again on the next connection",
+                mechanism="OAUTHBEARER",
+                broker="-",
+            ) from None
         except Exception as exc:
             message = f"sasl_oauth_token_provider failed: {type(exc).__name__}: {exc}"
             raise AuthenticationError(message, mechanism="OAUTHBEARER", broker="-") from exc

@@ -15,8 +15,9 @@ import pytest
 from aioprod.certs import CertificateAuthority
 from aioprod.config import ProducerConfig
 from aioprod.errors import AuthenticationError, ConfigError
-from aioprod.net.auth import OAuthBearerToken, TokenCache, msk_iam_token_provider
+from aioprod.net.auth import PROVIDER_CALL_LIMIT, OAuthBearerToken, TokenCache, msk_iam_token_provider
 from aioprod.secure_gateway import SecureGateway
+from tests.conftest import Scripted
 
 SECRET = "hunter2-very-secret"
 PLAIN_JAAS = f'org.apache.kafka.common.security.plain.PlainLoginModule required username="key" password="{SECRET}";'
@@ -191,6 +192,34 @@ async def test_an_expiry_in_milliseconds_is_refused_naming_it() -> None:
     cache = TokenCache(lambda: OAuthBearerToken("jwt", (time.time() + 3600) * 1000))
     with pytest.raises(AuthenticationError, match="not milliseconds"):
         await cache.get()
+
+
+async def test_a_provider_call_stuck_for_good_is_given_up_and_made_again(scripted: Scripted) -> None:
+    # A provider awaiting an identity provider that never answers (no timeout of its own) held
+    # every connection for good: the one call under way is never restarted by its waiters.
+    calls = 0
+
+    async def provider() -> OAuthBearerToken:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.Event().wait()
+        return OAuthBearerToken("tok", time.time() + 3600)
+
+    cache = TokenCache(provider)
+    first = asyncio.ensure_future(cache.get())
+    await scripted.clock.advance(PROVIDER_CALL_LIMIT + 1)
+    with pytest.raises(AuthenticationError, match="did not answer within 120s"):
+        await first
+    assert (await cache.get()).value == "tok" and calls == 2
+
+
+async def test_a_providers_own_timeout_is_its_failure() -> None:
+    async def provider() -> OAuthBearerToken:
+        raise TimeoutError("identity provider: read timed out")
+
+    with pytest.raises(AuthenticationError, match="failed: TimeoutError: identity provider: read timed out"):
+        await TokenCache(provider).get()
 
 
 async def test_an_empty_extension_from_the_provider_names_the_provider() -> None:
