@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import logging
 import os
 import re
@@ -164,6 +165,66 @@ UNSUPPORTED_OPTIONS = {
     ),
     "sticky_partitioning_linger_ms": (
         "librdkafka's: aioprod's keyless records move to another partition after a batch's worth (batch_size)"
+    ),
+    **dict.fromkeys(
+        ("ssl_key_pem", "ssl_certificate_pem", "ssl_ca_pem", "https_ca_pem", "ssl_key", "ssl_certificate", "ssl_ca"),
+        "librdkafka's PEM text in the configuration: write it to a file and give its path in ssl_ca_location, "
+        "ssl_certificate_location or ssl_key_location, or give an ssl_context",
+    ),
+    **dict.fromkeys(
+        ("dr_cb", "dr_msg_cb", "delivery_report_only_error"),
+        "librdkafka's delivery reports: each record's future tells its outcome (add_done_callback, or await it)",
+    ),
+    "oauthbearer_token_refresh_cb": (
+        "librdkafka's: give aioprod a sasl_oauth_token_provider (a callable returning the token)"
+    ),
+    "socket_timeout_ms": "librdkafka's: request_timeout_ms bounds each request",
+    **dict.fromkeys(
+        (
+            "builtin_features",
+            "message_copy_max_bytes",
+            "receive_message_max_bytes",
+            "topic_metadata_refresh_fast_interval_ms",
+            "topic_metadata_refresh_sparse",
+            "topic_metadata_propagation_max_ms",
+            "topic_blacklist",
+            "socket_send_buffer_bytes",
+            "socket_receive_buffer_bytes",
+            "socket_max_fails",
+            "broker_address_ttl",
+            "broker_address_family",
+            "enabled_events",
+            "throttle_cb",
+            "log_cb",
+            "log_queue",
+            "log_thread_name",
+            "enable_random_seed",
+            "log_connection_close",
+            "background_event_cb",
+            "socket_cb",
+            "connect_cb",
+            "closesocket_cb",
+            "open_cb",
+            "resolve_cb",
+            "opaque",
+            "default_topic_conf",
+            "internal_termination_signal",
+            "api_version_request_timeout_ms",
+            "ssl_curves_list",
+            "ssl_sigalgs_list",
+            "https_ca_location",
+            "ssl_ca_certificate_stores",
+            "ssl_crl_location",
+            "ssl_providers",
+            "ssl_engine_id",
+            "ssl_engine_callback_data",
+            "ssl_certificate_verify_cb",
+            "enable_sasl_oauthbearer_unsecure_jwt",
+            "plugin_library_paths",
+            "interceptors",
+            "queue_buffering_backpressure_threshold",
+        ),
+        "a librdkafka option aioprod does not implement",
     ),
     "api_version": (
         "aiokafka's: aioprod negotiates each request's version with the broker (ApiVersions), as "
@@ -353,10 +414,6 @@ class ProducerConfig:
             raise ConfigError("statistics_callback needs statistics_interval_ms > 0 (how often to call it)")
         if self.metadata_max_idle_ms < 5000:
             raise ConfigError(f"metadata_max_idle_ms must be >= 5000, got {self.metadata_max_idle_ms}")
-        if self.connections_max_idle_ms == 0 or self.connections_max_idle_ms < -1:
-            raise ConfigError(
-                f"connections_max_idle_ms must be > 0 (or -1: never close), got {self.connections_max_idle_ms}"
-            )
         if self.acks not in (-1, 0, 1):
             raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {self.acks}")
         if self.compression_type not in COMPRESSION_TYPES:
@@ -394,7 +451,8 @@ class ProducerConfig:
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             raise ConfigError(
                 f"delivery_timeout_ms ({self.delivery_timeout_ms}) must be at least "
-                f"linger_ms + request_timeout_ms ({self.linger_ms + self.request_timeout_ms})"
+                f"linger_ms + request_timeout_ms ({self.linger_ms + self.request_timeout_ms}): lower "
+                "request_timeout_ms with it (librdkafka's message.timeout.ms is delivery_timeout_ms here)"
             )
         self._check_security(explicit)
         if self.enable_idempotence:
@@ -619,7 +677,9 @@ _LEVEL_FIELDS = {"compression_level", *_CODEC_LEVELS}
 #: Options of other clients at the values that ask for what aioprod always does: a ported
 #: configuration that spells them out is taken as it is; other values are refused by name.
 _ALWAYS_SO: dict[str, set[object]] = {
-    "api_version": {"auto"},  # aiokafka's default: negotiate with each broker
+    # aiokafka's default ('auto' up to 0.12; None, a no-op, since 0.13): negotiate with each broker
+    "api_version": {"auto", "none"},
+    "compression_level": {"-1"},  # librdkafka's default: the codec's own level
     "api_version_request": {True, "true"},  # librdkafka's default
     "socket_nagle_disable": {True, "true"},
 }
@@ -698,7 +758,10 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"compression_type must be a string, got {value!r}")
         return value.lower()
     if name == "partitioner":
-        if callable(value) or isinstance(value, str):
+        if callable(value):
+            _check_partitioner_signature(value)
+            return value
+        if isinstance(value, str):
             return value
         raise ConfigError(f"partitioner must be a name or a callable, got {value!r}")
     if name == "telemetry":
@@ -755,6 +818,29 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
         return value.strip().upper() if name == "security_protocol" else value
     return value
+
+
+#: aiokafka's partitioner parameters: (key, all_partitions, available); aioprod's are (topic, key, partitions).
+_AIOKAFKA_PARTITIONER_PARAMS = ("key", "all_partitions", "available")
+
+
+def _check_partitioner_signature(value: Any) -> None:
+    """An aiokafka partitioner takes three arguments too, in another order and meaning: called
+    as aioprod's, it got the topic as its key and the key's bytes as the partition list."""
+    if type(value).__module__.startswith("aiokafka."):
+        raise ConfigError(
+            f"partitioner {type(value).__name__} is aiokafka's: aioprod's default partitioner already hashes "
+            "keys with murmur2 as aiokafka's does; remove it"
+        )
+    try:
+        names = tuple(inspect.signature(value).parameters)
+    except (TypeError, ValueError):
+        return
+    if names[:3] == _AIOKAFKA_PARTITIONER_PARAMS or {"all_partitions", "available"} <= set(names):
+        raise ConfigError(
+            "partitioner takes aiokafka's arguments (key, all_partitions, available); aioprod calls "
+            "partitioner(topic, key, partitions) and uses the partition id it returns"
+        )
 
 
 def _telemetry(value: Any) -> Any:

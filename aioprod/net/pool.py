@@ -70,7 +70,8 @@ class ConnectionPool:
         #: connections_max_idle_ms in seconds (None: never): a connection with nothing in flight
         #: for that long is closed, before a load balancer or NAT drops it without a word (the
         #: next request would then wait out request_timeout_ms).
-        self._idle_limit = None if config.connections_max_idle_ms < 0 else config.connections_max_idle_ms / 1000
+        idle_ms = config.connections_max_idle_ms  # 0 (librdkafka's) or negative (Java's): never
+        self._idle_limit = idle_ms / 1000 if idle_ms > 0 else None
         self._idle_timer: asyncio.TimerHandle | None = None
         #: Connections closed for being idle: their close is neither a failure nor news.
         self._idled: set[BrokerConnection] = set()

@@ -13,7 +13,7 @@ import sys
 import time
 import weakref
 from asyncio import _get_running_loop
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from threading import get_ident as _get_ident
 from types import BuiltinFunctionType, TracebackType
 from typing import Any, NoReturn, TypeVar
@@ -121,6 +121,23 @@ def _py_plain_payloads(values: Sequence[Any], keys: Sequence[Any] | None, room: 
 _plain_payloads: Callable[[Sequence[Any], Sequence[Any] | None, int], bool] = (
     _py_plain_payloads if speedups is None else speedups.plain_payloads
 )
+
+
+class _Begun:
+    """What begin_transaction() returns: nothing to wait for, but awaitable, so that a port that
+    awaits it (aiokafka's begin_transaction is a coroutine) does not fail after it has begun."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield
+
+    def __repr__(self) -> str:
+        return "<transaction begun>"
+
+
+_BEGUN = _Begun()
 
 
 class Producer:
@@ -814,10 +831,14 @@ class Producer:
         """A transaction is open (begun, not yet committed or aborted)."""
         return self._txn is not None and self._txn.in_transaction
 
-    def begin_transaction(self) -> None:
+    def begin_transaction(self) -> Awaitable[None]:
         """Start a transaction: records sent until it commits are written atomically, and
-        only readers with ``isolation.level=read_committed`` see them, once committed."""
+        only readers with ``isolation.level=read_committed`` see them, once committed.
+
+        Begins at once; ``await producer.begin_transaction()`` (aiokafka's and confluent-kafka's
+        AIOProducer's spelling) is taken too."""
         self._transactions("begin_transaction").begin(self._pool.connections())
+        return _BEGUN
 
     async def commit_transaction(self) -> None:
         """Deliver every record of the transaction, then commit it.

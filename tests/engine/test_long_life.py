@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from aioprod import Producer, TopicPartition
-from aioprod.errors import ConfigError, TopicAuthorizationFailedError
+from aioprod.errors import TopicAuthorizationFailedError
 from aioprod.producer.coordinators import MAX_CACHED
 from tests.conftest import Scripted
 from tests.fakes.cluster import ScriptedCluster
@@ -158,10 +158,15 @@ async def test_a_connection_waiting_for_an_answer_is_not_idle(scripted: Scripted
         assert node.open_connections == 0
 
 
-@pytest.mark.parametrize("value", [0, -2])
-def test_connections_max_idle_ms_is_positive_or_never(value: int) -> None:
-    with pytest.raises(ConfigError, match="connections_max_idle_ms must be > 0 \\(or -1: never close\\)"):
-        Producer(bootstrap_servers="h:1", connections_max_idle_ms=value)
+@pytest.mark.parametrize("value", [0, -1])  # librdkafka's default, and Java's "never"
+async def test_connections_max_idle_ms_of_0_or_less_never_closes(scripted: Scripted, value: int) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, connections_max_idle_ms=value) as p:
+        await p.send_and_wait("t", b"a")
+        opened = cluster.nodes[1].open_connections
+        await clock.advance(3600)
+        assert cluster.nodes[1].open_connections == opened
 
 
 async def test_a_topic_refused_for_authorization_is_asked_about_again(

@@ -120,6 +120,18 @@ async def test_another_clients_offset_and_metadata_is_taken(cluster: ScriptedClu
     assert cluster.coordinator.committed == {"group-a": {("in", 0): 42}}
 
 
+async def test_begin_transaction_may_be_awaited_as_aiokafka_spells_it(cluster: ScriptedCluster) -> None:
+    # aiokafka's is a coroutine: awaiting aioprod's raised TypeError after the transaction had begun.
+    async with producer(cluster) as p:
+        await p.begin_transaction()
+        await p.send("t", b"in", partition=0)
+        await p.commit_transaction()
+        p.begin_transaction()  # as before, without await
+        await p.send("t", b"out", partition=0)
+        await p.abort_transaction()
+    assert cluster.partition("t").committed == [b"in"]
+
+
 async def test_confluent_kafkas_topic_partition_is_taken(cluster: ScriptedCluster) -> None:
     # What a confluent-kafka consumer's assignment() hands out: it was refused with
     # "keys must be TopicPartition(topic, partition), got TopicPartition{topic=in,partition=0,...}".

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyped]
 
 from aioprod import Producer
 from aioprod.certs import CertificateAuthority
@@ -203,6 +204,13 @@ def test_a_positional_argument_that_is_not_a_mapping_is_a_config_error(options: 
         ("batch.num.messages", "batch_size"),
         ("api.version.request", "aioprod always asks the broker for its API versions"),
         ("socket.nagle.disable", "always disable Nagle's algorithm"),
+        # The rest of librdkafka's own: "unknown option", some with a misleading "did you mean".
+        ("ssl.key.pem", "write it to a file and give its path"),
+        ("ssl_ca", "write it to a file and give its path"),
+        ("dr_msg_cb", "each record's future tells its outcome"),
+        ("socket.timeout.ms", "request_timeout_ms bounds each request"),
+        ("enabled_events", "a librdkafka option aioprod does not implement"),
+        ("topic.metadata.propagation.max.ms", "a librdkafka option aioprod does not implement"),
     ],
 )
 def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_typo(name: str, what: str) -> None:
@@ -218,6 +226,8 @@ def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_t
     [
         ("api_version", "auto"),
         ("api.version", "AUTO"),
+        ("api_version", None),  # aiokafka 0.13's default, a no-op
+        ("compression.level", -1),  # librdkafka's default: the codec's own
         ("api.version.request", True),
         ("api.version.request", "true"),
         ("socket.nagle.disable", "True"),
@@ -229,6 +239,19 @@ def test_another_clients_option_asking_for_what_aioprod_does_is_taken(name: str,
     assert ProducerConfig.from_options({name: value}, bootstrap_servers="h:1") == ProducerConfig.from_options(
         bootstrap_servers="h:1"
     )
+
+
+@pytest.mark.parametrize(
+    "partitioner",
+    [DefaultPartitioner(), lambda key, all_partitions, available: all_partitions[-1]],
+    ids=["aiokafka's DefaultPartitioner", "aiokafka's arguments"],
+)
+def test_an_aiokafka_partitioner_is_refused_not_called_with_other_arguments(partitioner: object) -> None:
+    # Three arguments too, in another order: called as aioprod's, it got the topic as its key
+    # and the key's bytes as the partition list, and placed records wherever that led.
+    with pytest.raises(ConfigError, match="aiokafka"):
+        ProducerConfig.from_options(bootstrap_servers="h:1", partitioner=partitioner)
+    assert ProducerConfig.from_options(bootstrap_servers="h:1", partitioner=lambda topic, key, partitions: 0)
 
 
 @pytest.mark.parametrize(
