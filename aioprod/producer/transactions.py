@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import struct
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -951,6 +952,41 @@ def _check_int(what: str, value: Any, low: int, high: int) -> None:
         raise ValueError(f"{what} must be >= {low} and < {high}, got {value}")
 
 
+#: How librdkafka's consumer_group_metadata() bytes begin (rd_kafka_consumer_group_metadata_write).
+_LIBRDKAFKA_GROUP = b"CGMDv2:"
+
+
+def _librdkafka_group(data: bytes) -> ConsumerGroupMetadata:
+    """confluent-kafka's ``consumer.consumer_group_metadata()``: librdkafka's own form, made in
+    this process. After the magic, the generation (int32, this host's byte order), the group id
+    and the member id, each NUL-ended, then a byte: 1 when there is no group instance id, 0
+    when its NUL-ended id follows."""
+    problem = TypeError(
+        "group: bytes that are not confluent_kafka's consumer_group_metadata() (librdkafka's CGMDv2 form); give "
+        "the group id or ConsumerGroupMetadata(group_id, generation_id, member_id, group_instance_id)"
+    )
+    if not data.startswith(_LIBRDKAFKA_GROUP) or len(data) < len(_LIBRDKAFKA_GROUP) + 7:
+        raise problem
+    body = data[len(_LIBRDKAFKA_GROUP) :]
+    (generation,) = struct.unpack("=i", body[:4])
+    parts = body[4:].split(b"\0", 2)
+    if len(parts) != 3:
+        raise problem
+    group_id, member_id, rest = parts
+    if rest == b"\x01":
+        instance = None
+    elif rest[:1] == b"\x00" and rest.endswith(b"\0") and b"\0" not in rest[1:-1]:
+        instance = rest[1:-1]
+    else:
+        raise problem
+    try:
+        return ConsumerGroupMetadata(
+            group_id.decode(), generation, member_id.decode(), None if instance is None else instance.decode()
+        )
+    except UnicodeDecodeError:
+        raise problem from None
+
+
 def as_group(group: str | ConsumerGroupMetadata | Any) -> ConsumerGroupMetadata:
     """A group id, our ConsumerGroupMetadata, or any object with ``group_id`` (and
     optionally ``generation_id``, ``member_id``, ``group_instance_id``) attributes."""
@@ -958,16 +994,12 @@ def as_group(group: str | ConsumerGroupMetadata | Any) -> ConsumerGroupMetadata:
         if not group:
             raise ValueError("the consumer group id is empty")
         group = ConsumerGroupMetadata(group)
+    elif isinstance(group, bytes):
+        group = _librdkafka_group(group)
     elif not isinstance(group, ConsumerGroupMetadata):
         group_id = getattr(group, "group_id", None)
         if not isinstance(group_id, str) or not group_id:
-            hint = (
-                " (confluent_kafka's consumer_group_metadata() is librdkafka's own encoding: give "
-                "ConsumerGroupMetadata(group_id, generation_id, member_id, group_instance_id), or the group id)"
-                if isinstance(group, bytes)
-                else ""
-            )
-            raise TypeError(f"group must be a group id or consumer group metadata, got {type(group).__name__}{hint}")
+            raise TypeError(f"group must be a group id or consumer group metadata, got {type(group).__name__}")
         group = ConsumerGroupMetadata(
             group_id,
             int(getattr(group, "generation_id", -1)),

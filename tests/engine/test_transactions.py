@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import struct
 from collections import deque
 from typing import Any
 
@@ -143,12 +144,28 @@ async def test_confluent_kafkas_topic_partition_is_taken(cluster: ScriptedCluste
     assert cluster.coordinator.committed == {"group-a": {("in", 0): 42}}
 
 
-async def test_confluent_kafkas_group_metadata_is_refused_saying_what_to_give(cluster: ScriptedCluster) -> None:
+async def test_confluent_kafkas_group_metadata_is_taken_with_its_generation(cluster: ScriptedCluster) -> None:
+    # consumer_group_metadata() is librdkafka's own encoding: refused, a port had to give the
+    # group id alone, and lost KIP-447's fencing of a consumer that has left its group.
+    from confluent_kafka import Consumer
+
+    unjoined = Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "group-a"}).consumer_group_metadata()
+    joined = b"CGMDv2:" + struct.pack("=i", 7) + b"group-b\0member-1\0\0instance-9\0"  # as librdkafka writes it
     async with producer(cluster) as p:
+        for metadata, offset in ((unjoined, 42), (joined, 43)):
+            async with p.transaction():
+                await p.send("t", b"out", partition=0)
+                await p.send_offsets_to_transaction({TopicPartition("in", 0): offset}, metadata)
         p.begin_transaction()
-        with pytest.raises(TypeError, match=r"consumer_group_metadata\(\) is librdkafka's own encoding"):
-            await p.send_offsets_to_transaction({TopicPartition("in", 0): 1}, b"CGMDv2:\xff\xff\xff\xffg\x00\x00\x01")
+        with pytest.raises(TypeError, match="not confluent_kafka's consumer_group_metadata"):
+            await p.send_offsets_to_transaction({TopicPartition("in", 0): 1}, b"CGMDv2:\xff")
         await p.abort_transaction()
+    assert cluster.coordinator.committed == {"group-a": {("in", 0): 42}, "group-b": {("in", 0): 43}}
+    commits = [r.body for r in cluster.requests_of(m.TxnOffsetCommitRequest)]
+    assert [(c.group_id, c.generation_id, c.member_id, c.group_instance_id) for c in commits] == [
+        ("group-a", -1, "", None),
+        ("group-b", 7, "member-1", "instance-9"),
+    ]
 
 
 async def test_a_newer_instance_fences_the_older_one(cluster: ScriptedCluster) -> None:
