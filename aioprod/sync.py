@@ -36,6 +36,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal
 
+from aioprod.cluster.metadata import ClusterSnapshot
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, TransactionAbortableError
 from aioprod.metrics import MetricsSnapshot
 from aioprod.producer.batch import TopicPartition
@@ -269,6 +270,12 @@ class SyncProducer:
         """Each partition's end offset (next offset to be written)."""
         timeout = self._max_block + self.config.request_timeout_ms / 1000 + _GRACE
         return self._call(timeout, self._producer.end_offsets, topic)
+
+    def cluster(self) -> ClusterSnapshot:
+        """The current metadata snapshot (see :meth:`Producer.cluster <aioprod.Producer.cluster>`):
+        immutable, so read here, in the caller's thread."""
+        self._check_process()
+        return self._producer.cluster()
 
     def metrics(self) -> dict[str, float]:
         """The producer's metrics now (see :meth:`Producer.metrics <aioprod.Producer.metrics>`)."""

@@ -67,6 +67,7 @@ def test_send_returns_a_concurrent_future(tansu_broker: TansuBroker, topic: str)
         assert (again.partition, again.offset) == (metadata.partition, 1)
         assert producer.partitions_for(topic) == list(range(len(producer.partitions_for(topic))))
         assert producer.end_offsets(topic)[metadata.partition] == 2
+        assert sorted(producer.cluster().topics[topic].partitions) == producer.partitions_for(topic)
     records = read_topic(tansu_broker.bootstrap, topic)
     assert [(r.key, r.value, r.headers) for r in records] == [
         (b"k1", b"v1", (("h", b"x"), ("n", None))),
