@@ -293,9 +293,11 @@ def parse_pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
     pairs = []
     for item in values:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        secret = re.search(r"password|secret|token|jaas", item, re.IGNORECASE)
+        # 'sasl.password:abc==' or 'sasl.password abc==': the first '=' is the secret's own.
+        if not sep or not key.strip() or (secret and re.search(r"[\s:]", key.strip())):
             shown = repr(item)
-            if re.search(r"password|secret|token|jaas", item, re.IGNORECASE):
+            if secret:
                 # 'sasl.password:x' or 'sasl.password x' (.properties separators): never echo x.
                 shown = repr(re.split(r"[\s:]", item.strip(), maxsplit=1)[0]) + " (value hidden)"
             raise CliUsageError(f"{flag} {shown}: expected KEY=VALUE")

@@ -158,11 +158,6 @@ class BrokerConnection:
         #: not the connection dropped with what it has not read yet.
         self._wrote_unanswered = False
         self._last_id = 0
-        #: The last acks=0 request written, and the last whose answer was skipped (None: the
-        #: broker answered none, as Kafka does), and a close waiting for the two to meet.
-        self._last_unanswered = 0
-        self._unanswered_answered: int | None = None
-        self._unanswered_waiter: asyncio.Future[None] | None = None
         self._in_flight: deque[_InFlight] = deque()
         self._correlation = itertools.count(1)
         self._closed_error: KafkaError | None = None
@@ -254,15 +249,16 @@ class BrokerConnection:
         if self._retiring is not None and not self._in_flight and self._held is None and self.flushed:
             self.close(self._retiring)
 
-    async def acks_0_answered(self) -> None:
-        """Wait until a broker that answers acks=0 requests (Tansu does; Kafka does not) has
-        answered the last one written. Closed before that, the connection is reset under the
-        answers it has not read, and the broker drops the requests it has not read yet."""
-        if self._unanswered_answered in (None, self._last_unanswered) or self._closed_error is not None:
+    async def acks_0_read(self) -> None:
+        """Wait until the broker has read every acks=0 request written: the answer to one more
+        request (ApiVersions), as a broker takes a connection's requests in order. Closed before,
+        a broker that answers acks=0 requests all the same (Tansu; Kafka does not) has the
+        connection reset under the answers it has not read, and drops the requests it has not
+        read yet."""
+        if not self._wrote_unanswered or self._closed_error is not None:
             return
-        if self._unanswered_waiter is None or self._unanswered_waiter.done():
-            self._unanswered_waiter = asyncio.get_running_loop().create_future()
-        await self._unanswered_waiter
+        with contextlib.suppress(KafkaError):
+            await self.send(_api_versions_request())
 
     def on_close(self, callback: Any) -> None:
         """Call ``callback(connection, error)`` once when the connection closes."""
@@ -377,8 +373,7 @@ class BrokerConnection:
     async def _negotiate(self) -> None:
         version = ApiVersionsRequest.MAX_VERSION
         while True:
-            request = ApiVersionsRequest(client_software_name="aioprod", client_software_version=aioprod.__version__)
-            frame = await self._send(request, version, raw=True)
+            frame = await self._send(_api_versions_request(), version, raw=True)
             outcome = versions.read_api_versions_response(frame, version)
             if isinstance(outcome, ApiVersionsResponse):
                 if outcome.error_code:
@@ -481,7 +476,6 @@ class BrokerConnection:
             self._flush_task = loop.create_task(self._await_flush(writer), name=f"aioprod-flush-{self.node_id}")
         if not expect_response:
             self._wrote_unanswered = True
-            self._last_unanswered = correlation_id
             if self.flushed:
                 future.set_result(None)
             else:
@@ -617,10 +611,6 @@ class BrokerConnection:
             bound = self._in_flight[0].correlation_id if self._in_flight else self._last_id + 1
             if self._wrote_unanswered and 0 < (bound - correlation_id) & 0x7FFFFFFF < 2**30:
                 log.debug("broker %s answered acks=0 request %d: answer skipped", self.node_id, correlation_id)
-                self._unanswered_answered = correlation_id
-                waiter = self._unanswered_waiter
-                if waiter is not None and correlation_id == self._last_unanswered and not waiter.done():
-                    waiter.set_result(None)
                 return
             expected = self._in_flight[0].correlation_id if self._in_flight else None
             raise ProtocolError(f"response correlation id {correlation_id}, expected {expected}")
@@ -686,8 +676,6 @@ class BrokerConnection:
         for future in waiting:
             if not future.done():
                 future.set_exception(self._closed_error)
-        if self._unanswered_waiter is not None and not self._unanswered_waiter.done():
-            self._unanswered_waiter.set_result(None)  # nothing more will be answered
         for callback in self._close_callbacks:
             callback(self, self._closed_error)
         self._close_callbacks.clear()
@@ -720,6 +708,10 @@ class BrokerConnection:
         if self._writer is not None:
             with contextlib.suppress(OSError, ConnectionError):
                 await self._writer.wait_closed()
+
+
+def _api_versions_request() -> ApiVersionsRequest:
+    return ApiVersionsRequest(client_software_name="aioprod", client_software_version=aioprod.__version__)
 
 
 def _nothing() -> None:

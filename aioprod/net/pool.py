@@ -39,6 +39,8 @@ class _NodeState:
     #: The connection open() is under way on (connected, negotiating): a forked child detaches it too.
     opening: BrokerConnection | None = None
     last_error: KafkaError | None = None
+    #: Its last connection was closed for being idle: opening the next one is routine, not news.
+    idled: bool = False
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
     def wake_waiters(self) -> None:
@@ -280,14 +282,17 @@ class ConnectionPool:
             metrics.record_connection(True, now)
             if self._security is not None and self._security.authenticator is not None:
                 metrics.record_authentication(True, now)
-            if not events.resolved(
-                log,
-                ("connect", node_id),
-                "connected to %s at %s:%s after %d failed attempts",
-                describe_node(node_id),
-                state.host,
-                state.port,
-                state.failures,
+            if (
+                not events.resolved(
+                    log,
+                    ("connect", node_id),
+                    "connected to %s at %s:%s after %d failed attempts",
+                    describe_node(node_id),
+                    state.host,
+                    state.port,
+                    state.failures,
+                )
+                and not state.idled
             ):
                 events.note(
                     log,
@@ -298,6 +303,7 @@ class ConnectionPool:
                     state.port,
                 )
             state.connection = conn
+            state.idled = False
             state.failures = 0
             state.last_error = None
             conn.on_close(lambda c, err: self._on_connection_closed(node_id, c, err))
@@ -312,7 +318,9 @@ class ConnectionPool:
         """Have the idle check run when the least recently used connection may be idle."""
         if self._idle_limit is None or self._closed or self._idle_timer is not None:
             return
-        connections = self.connections()
+        # A retired one (idle, or its broker moved) closes by itself once it can (its writes out,
+        # a re-authentication over): counted here, its past due time re-armed the timer at once.
+        connections = [conn for conn in self.connections() if not conn.retiring]
         if connections:
             loop = asyncio.get_running_loop()
             # One with requests in flight is in use now: its answer makes it used again.
@@ -324,10 +332,11 @@ class ConnectionPool:
         self._idle_timer = None
         limit = self._idle_limit
         assert limit is not None
-        since = asyncio.get_running_loop().time() - limit
+        now = asyncio.get_running_loop().time()
         for state in self._nodes.values():
             conn = state.connection
-            if conn is not None and not conn.closed and not conn.in_flight_count and conn.last_used <= since:
+            # As _watch_idle reckons the due time: now - limit is not always last_used + limit - limit.
+            if conn is not None and not conn.closed and not conn.in_flight_count and conn.last_used + limit <= now:
                 self._idled.add(conn)
                 conn.retire(KafkaConnectionError(f"unused for connections_max_idle_ms ({limit * 1000:.0f} ms)"))
         self._watch_idle()
@@ -344,6 +353,8 @@ class ConnectionPool:
                 state.failures += 1
                 state.next_attempt = asyncio.get_running_loop().time() + self._backoff(1)
         if self._closed or conn in self._idled:
+            if state is not None and conn in self._idled:
+                state.idled = True
             self._idled.discard(conn)
             log.debug("connection to %s closed: %s", describe_node(node_id), error)
         else:
@@ -375,9 +386,9 @@ class ConnectionPool:
             conn.disown()
 
     async def settle(self, timeout: float) -> None:
-        """Before a close: let brokers that answer acks=0 requests answer the last one written
-        (at most ``timeout`` seconds), so that closing loses none of those requests."""
-        waits = [asyncio.ensure_future(conn.acks_0_answered()) for conn in self.connections()]
+        """Before a close: let every broker read the acks=0 requests written to it (at most
+        ``timeout`` seconds), so that closing loses none of them."""
+        waits = [asyncio.ensure_future(conn.acks_0_read()) for conn in self.connections()]
         if waits:
             _, late = await asyncio.wait(waits, timeout=timeout)
             for wait in late:

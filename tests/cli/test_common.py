@@ -22,7 +22,16 @@ def test_bad_x_option_is_a_one_line_usage_error(option: str, named: str) -> None
     assert named in result.stderr
 
 
-@pytest.mark.parametrize("item", ["sasl.password HUNTER2", "sasl.password:HUNTER2", "ssl.key.password:HUNTER2"])
+@pytest.mark.parametrize(
+    "item",
+    [
+        "sasl.password HUNTER2",
+        "sasl.password:HUNTER2",
+        "ssl.key.password:HUNTER2",
+        "sasl.password HUNTER2==",  # a base64 secret's '=' is not the separator
+        "sasl.oauthbearer.client.secret:HUNTER2=x",
+    ],
+)
 def test_a_malformed_secret_option_is_refused_without_its_value(item: str) -> None:
     # The other separators a .properties file takes: the refusal quoted the password.
     result = aioprod("metadata", "-b", "127.0.0.1:9", "-X", item)

@@ -11,6 +11,7 @@ import pytest
 
 from aioprod import Producer, TopicPartition
 from aioprod.errors import TopicAuthorizationFailedError
+from aioprod.net.pool import ConnectionPool
 from aioprod.producer.coordinators import MAX_CACHED
 from tests.conftest import Scripted
 from tests.fakes.cluster import ScriptedCluster
@@ -156,6 +157,76 @@ async def test_a_connection_waiting_for_an_answer_is_not_idle(scripted: Scripted
         assert (await held).offset == 1
         await clock.advance(2)
         assert node.open_connections == 0
+
+
+def count_idle_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How often the idle check runs; past 10,000 it stops checking (a spin never lets virtual
+    time move on)."""
+    calls = [0]
+    check = ConnectionPool._close_idle
+
+    def counted(pool: ConnectionPool) -> None:
+        calls[0] += 1
+        if calls[0] < 10_000:
+            check(pool)
+
+    monkeypatch.setattr(ConnectionPool, "_close_idle", counted)
+    return calls
+
+
+async def test_the_idle_check_does_not_spin_on_a_connection_it_retired_that_is_still_writing(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A retired connection closes once its writes are out; counted with its old use, it had the
+    # check due in the past, at once, again and again (a busy loop until the write timed out).
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    calls = count_idle_checks(monkeypatch)
+    options = {"acks": 0, "enable_idempotence": False, "connections_max_idle_ms": 1000}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, **options) as p:
+        await p.send_and_wait("t", b"warm-up")
+        cluster.nodes[1].stop_reading()  # the last writes stay in the buffer
+        for _ in range(20):
+            await p.send("t", b"x" * 100_000)
+        calls[0] = 0
+        await clock.advance(5)
+        assert calls[0] < 20
+        p._pool.close_now()  # (close() would wait for the broker that stopped reading)
+
+
+async def test_a_connection_is_idle_at_the_time_its_check_was_due(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Due at last_used + limit, checked as last_used <= now - limit: a float a ulp off, not idle at
+    # its own due time, checked again at that same time, for good.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    clock.now = 1023.9645178547144  # (1023.9645178547144 + 0.1) - 0.1 == 1023.9645178547142
+    calls = count_idle_checks(monkeypatch)
+    options = {"connections_max_idle_ms": 100, "metadata_max_age_ms": 3_600_000}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, **options) as p:
+        await p.send_and_wait("t", b"a")
+        await clock.advance(1)
+        assert calls[0] < 10
+        assert cluster.nodes[1].open_connections == 0
+
+
+async def test_opening_a_connection_again_after_an_idle_close_is_not_news(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.add_node(2)
+    cluster.add_node(3)
+    cluster.create_topic("t", [1, 2, 3])
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        for partition in range(3):
+            await p.send_and_wait("t", b"first", partition=partition)
+        with caplog.at_level(logging.INFO, logger="aioprod"):
+            for i in range(6):  # an hour, a record to each broker every ten minutes
+                await clock.advance(600)
+                for partition in range(3):
+                    await p.send_and_wait("t", b"%d" % i, partition=partition)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "connected" in r.getMessage()] == []
 
 
 @pytest.mark.parametrize("value", [0, -1])  # librdkafka's default, and Java's "never"
