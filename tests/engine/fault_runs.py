@@ -32,6 +32,9 @@ class SeededRun:
     def __init__(self, seed: int, verbose: bool) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
+        #: Draws added after a harness's seeds were first run, apart from ``rng`` so that those
+        #: seeds still draw what they drew (a seed's trace stays comparable across versions).
+        self.later_rng = random.Random(f"later-{seed}")
         self.verbose = verbose
         self.trace: list[str] = []
         self.problems: list[str] = []

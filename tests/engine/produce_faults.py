@@ -596,6 +596,8 @@ class Run(SeededRun):
             "max_block_ms": rng.choice([60_000, 2_000, 200]),
             "metadata_max_age_ms": rng.choice([300_000, 1_000]),
         }
+        # Idle connections closed under the faults too (as short as 100 ms: mid-run).
+        opts["connections_max_idle_ms"] = self.later_rng.choice([540_000, 100, 300, 1_000, 3_000])
         opts["delivery_timeout_ms"] = rng.choice(
             [120_000, opts["request_timeout_ms"] + opts["linger_ms"] + rng.choice([5, 2000])]
         )
