@@ -343,6 +343,8 @@ class ProducerConfig:
             raise ConfigError("bootstrap_servers is required, e.g. '127.0.0.1:9092'")
         # None is the option's default (aiokafka's compression_type=None, say), whatever its type.
         values = {name: _coerce(name, value) for name, value in merged.items() if value is not None}
+        if values.get("compression_level") == -1 and values.get("compression_type", "none") != "zstd":
+            del values["compression_level"]  # librdkafka's default, the codec's own level (-1 is a zstd level)
         set_levels = {_CODEC_LEVELS[name]: values.pop(name) for name in list(values) if name in _CODEC_LEVELS}
         codec_levels = {codec: level for codec, level in set_levels.items() if level is not None}
         if codec_levels:
@@ -679,7 +681,6 @@ _LEVEL_FIELDS = {"compression_level", *_CODEC_LEVELS}
 _ALWAYS_SO: dict[str, set[object]] = {
     # aiokafka's default ('auto' up to 0.12; None, a no-op, since 0.13): negotiate with each broker
     "api_version": {"auto", "none"},
-    "compression_level": {"-1"},  # librdkafka's default: the codec's own level
     "api_version_request": {True, "true"},  # librdkafka's default
     "socket_nagle_disable": {True, "true"},
 }
@@ -836,7 +837,10 @@ def _check_partitioner_signature(value: Any) -> None:
         names = tuple(inspect.signature(value).parameters)
     except (TypeError, ValueError):
         return
-    if names[:3] == _AIOKAFKA_PARTITIONER_PARAMS or {"all_partitions", "available"} <= set(names):
+    # aiokafka's docs spell them (key_bytes, all_partitions, available_partitions)
+    if names[:3] == _AIOKAFKA_PARTITIONER_PARAMS or (
+        any(n.startswith("all_partition") for n in names) and any(n.startswith("available") for n in names)
+    ):
         raise ConfigError(
             "partitioner takes aiokafka's arguments (key, all_partitions, available); aioprod calls "
             "partitioner(topic, key, partitions) and uses the partition id it returns"

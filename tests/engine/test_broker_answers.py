@@ -107,6 +107,24 @@ async def test_close_lets_a_broker_answering_acks_0_read_every_request(cluster: 
     assert cluster.partition("t").values == [b"%03d" % i for i in range(100)]
 
 
+async def test_an_idle_close_lets_a_broker_behind_read_its_acks_0_requests(scripted: Scripted) -> None:
+    # A connection retired for being idle was aborted under the requests the broker had not read.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    node = cluster.nodes[1]
+    node.answers_acks_0 = True
+    p = producer(cluster, acks=0, enable_idempotence=False, connections_max_idle_ms=1000, metadata_max_age_ms=3_600_000)
+    await p.start()
+    node.stalling = True
+    for i in range(100):
+        await p.send("t", b"%03d" % i)
+    await clock.advance(3)  # idle: retired
+    node.release()
+    await clock.advance(1)
+    await p.close()
+    assert cluster.partition("t").values == [b"%03d" % i for i in range(100)]
+
+
 async def test_duplicate_sequence_counts_as_success(cluster: ScriptedCluster) -> None:
     cluster.nodes[1].script = deque([DUPLICATE])  # answered without writing: "already have it"
     async with producer(cluster) as p:

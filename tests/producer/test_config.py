@@ -35,6 +35,18 @@ def test_a_host_without_a_port_is_on_9092_as_aiokafka_and_librdkafka_take_it() -
     assert config.bootstrap_servers == (("kafka1", 9092), ("kafka2", 9093), ("::1", 9092), ("kafka3", 9092))
 
 
+@pytest.mark.parametrize("codec", ["none", "gzip", "lz4", "snappy"])
+def test_librdkafkas_compression_level_minus_1_is_the_codecs_own(codec: str) -> None:
+    config = ProducerConfig.from_options({"compression.level": -1, "compression.type": codec}, bootstrap_servers="h:1")
+    assert config.compression_level is None
+
+
+def test_zstd_keeps_its_level_minus_1() -> None:
+    # A zstd level (fast), which the rule above took for librdkafka's "the codec's own".
+    config = ProducerConfig.from_options(bootstrap_servers="h:1", compression_type="zstd", compression_level=-1)
+    assert config.compression_level == -1
+
+
 def test_none_is_an_options_default_whatever_its_type() -> None:
     # aiokafka's documented defaults, spelled out by a port: compression_type=None was a
     # ConfigError ("must be a string").
@@ -227,7 +239,6 @@ def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_t
         ("api_version", "auto"),
         ("api.version", "AUTO"),
         ("api_version", None),  # aiokafka 0.13's default, a no-op
-        ("compression.level", -1),  # librdkafka's default: the codec's own
         ("api.version.request", True),
         ("api.version.request", "true"),
         ("socket.nagle.disable", "True"),
@@ -243,8 +254,12 @@ def test_another_clients_option_asking_for_what_aioprod_does_is_taken(name: str,
 
 @pytest.mark.parametrize(
     "partitioner",
-    [DefaultPartitioner(), lambda key, all_partitions, available: all_partitions[-1]],
-    ids=["aiokafka's DefaultPartitioner", "aiokafka's arguments"],
+    [
+        DefaultPartitioner(),
+        lambda key, all_partitions, available: all_partitions[-1],
+        lambda key_bytes, all_partitions, available_partitions: all_partitions[-1],  # as aiokafka's docs name them
+    ],
+    ids=["aiokafka's DefaultPartitioner", "aiokafka's arguments", "aiokafka's documented names"],
 )
 def test_an_aiokafka_partitioner_is_refused_not_called_with_other_arguments(partitioner: object) -> None:
     # Three arguments too, in another order: called as aioprod's, it got the topic as its key
