@@ -235,9 +235,10 @@ async def run_perf(
     rate: float | None,
     tracker: AckTracker,
     reporter: Reporter,
-) -> tuple[float, str, MetricsSnapshot, str | None]:
+) -> tuple[float, str, MetricsSnapshot, str | None, int]:
     """Send ``records`` records, paced to ``rate`` records/s if given; (elapsed s, topic
-    problem, the producer's metrics once every record has its outcome)."""
+    problem, the producer's metrics once every record has its outcome, why it stopped early,
+    its acks)."""
     check = watch_topic(options, topic)
     stopped: str | None = None
     try:
@@ -280,7 +281,7 @@ async def run_perf(
             metrics = producer.metrics_snapshot()
     finally:
         check.cancel()
-    return elapsed, topic_problem(check), metrics, stopped
+    return elapsed, topic_problem(check), metrics, stopped, producer.config.acks
 
 
 def render(result: PerfResult, out: Console) -> None:
@@ -421,7 +422,7 @@ def perf(
         if broker is not None:
             err.print(f"No bootstrap servers given: using an embedded Tansu broker on {target} (memory storage)")
         try:
-            elapsed, problem, metrics, stopped = run(
+            elapsed, problem, metrics, stopped, acks = run(
                 run_perf(options, topic, num_records, values, keys, rate, tracker, reporter)
             )
         except CliError:
@@ -444,7 +445,7 @@ def perf(
         elapsed=elapsed,
         latency=tracker.summary(),
         first_error=describe(tracker.first_error) if tracker.first_error is not None else None,
-        acks=ProducerConfig.from_options(options).acks,
+        acks=acks,
     )
     if as_json:
         extra = {"metrics": _json_safe(dataclasses.asdict(metrics))} if print_metrics else {}
