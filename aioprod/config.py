@@ -821,10 +821,6 @@ def _coerce(name: str, value: Any) -> Any:
     return value
 
 
-#: aiokafka's partitioner parameters: (key, all_partitions, available); aioprod's are (topic, key, partitions).
-_AIOKAFKA_PARTITIONER_PARAMS = ("key", "all_partitions", "available")
-
-
 def _check_partitioner_signature(value: Any) -> None:
     """An aiokafka partitioner takes three arguments too, in another order and meaning: called
     as aioprod's, it got the topic as its key and the key's bytes as the partition list."""
@@ -837,10 +833,9 @@ def _check_partitioner_signature(value: Any) -> None:
         names = tuple(inspect.signature(value).parameters)
     except (TypeError, ValueError):
         return
-    # aiokafka's docs spell them (key_bytes, all_partitions, available_partitions)
-    if names[:3] == _AIOKAFKA_PARTITIONER_PARAMS or (
-        any(n.startswith("all_partition") for n in names) and any(n.startswith("available") for n in names)
-    ):
+    # aiokafka's are (key, all_partitions, available), which its docs spell (key_bytes,
+    # all_partitions, available_partitions); aioprod's are (topic, key, partitions).
+    if any(n.startswith("all_partition") for n in names) and any(n.startswith("available") for n in names):
         raise ConfigError(
             "partitioner takes aiokafka's arguments (key, all_partitions, available); aioprod calls "
             "partitioner(topic, key, partitions) and uses the partition id it returns"

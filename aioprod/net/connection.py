@@ -246,9 +246,7 @@ class BrokerConnection:
         if self._wrote_unanswered and self._held is None:
             # As at close (acks_0_read): one answered request after the acks=0 writes, so that the
             # broker has read them before the connection is closed (aborted) under them.
-            barrier: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            barrier.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._write(_api_versions_request(), self.version_for(ApiVersionsRequest), True, False, barrier)
+            self.send_nowait(_api_versions_request(), _nothing)
         self._close_if_retired()
 
     def _close_if_retired(self) -> None:
@@ -720,5 +718,5 @@ def _api_versions_request() -> ApiVersionsRequest:
     return ApiVersionsRequest(client_software_name="aioprod", client_software_version=aioprod.__version__)
 
 
-def _nothing() -> None:
+def _nothing(*_: Any) -> None:
     pass

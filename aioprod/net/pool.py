@@ -39,7 +39,8 @@ class _NodeState:
     #: The connection open() is under way on (connected, negotiating): a forked child detaches it too.
     opening: BrokerConnection | None = None
     last_error: KafkaError | None = None
-    #: Its last connection was closed for being idle: opening the next one is routine, not news.
+    #: Its connection was retired for being idle: its close, and opening the next one, are
+    #: neither failures nor news.
     idled: bool = False
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
@@ -75,8 +76,6 @@ class ConnectionPool:
         idle_ms = config.connections_max_idle_ms  # 0 (librdkafka's) or negative (Java's): never
         self._idle_limit = idle_ms / 1000 if idle_ms > 0 else None
         self._idle_timer: asyncio.TimerHandle | None = None
-        #: Connections closed for being idle: their close is neither a failure nor news.
-        self._idled: set[BrokerConnection] = set()
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
         state = self._nodes.get(node_id)
@@ -337,13 +336,14 @@ class ConnectionPool:
             conn = state.connection
             # As _watch_idle reckons the due time: now - limit is not always last_used + limit - limit.
             if conn is not None and not conn.closed and not conn.in_flight_count and conn.last_used + limit <= now:
-                self._idled.add(conn)
+                state.idled = True
                 conn.retire(KafkaConnectionError(f"unused for connections_max_idle_ms ({limit * 1000:.0f} ms)"))
         self._watch_idle()
 
     def _on_connection_closed(self, node_id: int, conn: BrokerConnection, error: KafkaError) -> None:
         state = self._nodes.get(node_id)
         self._metrics.record_connection(False, asyncio.get_running_loop().time())
+        idled = state is not None and state.connection is conn and state.idled
         if state is not None and state.connection is conn:
             state.connection = None
             if conn.retiring:  # moved or idle: no failure, and get() connects (to the new address) now
@@ -352,10 +352,7 @@ class ConnectionPool:
                 state.last_error = error
                 state.failures += 1
                 state.next_attempt = asyncio.get_running_loop().time() + self._backoff(1)
-        if self._closed or conn in self._idled:
-            if state is not None and conn in self._idled:
-                state.idled = True
-            self._idled.discard(conn)
+        if self._closed or idled:
             log.debug("connection to %s closed: %s", describe_node(node_id), error)
         else:
             self._metrics.events.note(

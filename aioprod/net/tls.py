@@ -63,11 +63,7 @@ def _holds(path: str, marker: bytes) -> bool:
 
 
 def _holds_private_key(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return b"PRIVATE KEY-----" in f.read()
-    except OSError:
-        return True  # not ours to explain
+    return _holds(path, b"PRIVATE KEY-----")
 
 
 def _reason(exc: BaseException) -> str:
