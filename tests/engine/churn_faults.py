@@ -466,8 +466,7 @@ class Run(produce_faults.Run):
             "metadata_max_idle_ms": rng.choice([300_000, 5_000]),
             "reconnect_backoff_ms": rng.choice([50, 500]),
         }
-        # Idle connections closed under the faults too (as short as 100 ms: mid-run).
-        opts["connections_max_idle_ms"] = self.later_rng.choice([540_000, 100, 300, 1_000, 3_000])
+        opts["connections_max_idle_ms"] = self.later_rng.choice(produce_faults.IDLE_LIMITS_MS)
         least = opts["request_timeout_ms"] + opts["linger_ms"]
         opts["delivery_timeout_ms"] = rng.choice([120_000, max(30_000, least), least + rng.choice([5, 2000])])
         if rng.random() < 0.3:

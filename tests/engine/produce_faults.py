@@ -37,6 +37,8 @@ from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_v
 from tests.fakes.cluster import Partition, ScriptedCluster
 
 TOPICS = {"a": [1, 2, 3], "b": [2, 3, 1, 2]}
+#: connections_max_idle_ms drawn: idle connections closed under the faults too (as short as 100 ms: mid-run).
+IDLE_LIMITS_MS = [540_000, 100, 300, 1_000, 3_000]
 #: NOT_LEADER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, CORRUPT_MESSAGE (OUT_OF_ORDER_SEQUENCE_NUMBER
 #: comes from the partitions' own checks: see HonestCluster).
 PRODUCE_ERRORS = [6, 19, 7, 2]
@@ -596,8 +598,7 @@ class Run(SeededRun):
             "max_block_ms": rng.choice([60_000, 2_000, 200]),
             "metadata_max_age_ms": rng.choice([300_000, 1_000]),
         }
-        # Idle connections closed under the faults too (as short as 100 ms: mid-run).
-        opts["connections_max_idle_ms"] = self.later_rng.choice([540_000, 100, 300, 1_000, 3_000])
+        opts["connections_max_idle_ms"] = self.later_rng.choice(IDLE_LIMITS_MS)
         opts["delivery_timeout_ms"] = rng.choice(
             [120_000, opts["request_timeout_ms"] + opts["linger_ms"] + rng.choice([5, 2000])]
         )
