@@ -86,7 +86,8 @@ class SyncProducer:
     :meth:`close`.
 
     Every method waits for a bounded time: queueing a record waits at most
-    ``max_block_ms`` (plus a few seconds' grace), waiting for acknowledgements at most
+    ``max_block_ms`` (plus a few seconds' grace; ``send_many`` each wait for buffer memory,
+    for as long as the producer's loop answers), waiting for acknowledgements at most
     ``delivery_timeout_ms`` (plus grace) unless a shorter ``timeout`` is given. Errors are
     the same :mod:`aioprod.errors` exceptions the async producer raises.
 
@@ -234,8 +235,18 @@ class SyncProducer:
             partition=partition,
             timestamp_ms=timestamp_ms,
         )
-        # Producer.send_many bounds its whole call by max_block_ms.
-        self._call(self._max_block + _GRACE, _enqueue, send_many, delivery)
+        # Producer.send_many bounds each of its waits (metadata, buffer memory) by max_block_ms,
+        # not the whole call: one larger than the buffer takes as long as the broker takes to
+        # make room for it. So this wait ends when the loop stops answering, not at a time.
+        self._check_thread()
+        queuing = self._submit(_enqueue, send_many, delivery)
+        try:
+            while not concurrent.futures.wait([queuing], _thread_timeout(self._max_block + _GRACE)).done:
+                self._call(_GRACE, _nothing)  # the loop answers: the call is still on its way
+        except BaseException:
+            queuing.cancel()  # a stuck loop, or KeyboardInterrupt: what is queued stays queued
+            raise
+        self._wait(queuing, 0, "the producer")
         return delivery
 
     def flush(self, timeout: float | None = None) -> None:
@@ -600,6 +611,10 @@ async def _close_and_stop(producer: Producer, portal: BlockingPortal, timeout: f
         await producer.close(timeout)
     finally:
         await portal.stop(cancel_remaining=True)
+
+
+async def _nothing() -> None:
+    """A call that only shows the loop answers."""
 
 
 async def _enqueue(send: Callable[[], Awaitable[_Settling[T]]], delivery: concurrent.futures.Future[T]) -> None:

@@ -83,7 +83,9 @@ class BufferPool:
         #: Called when a reservation starts to wait: queued batches are then sendable at once
         #: (RecordAccumulator._forced), and only the sender sending them frees space.
         self._on_exhausted = on_exhausted
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._waiters: deque[tuple[int, asyncio.Future[bool]]] = deque()
+        #: Set by ``close``: what a reservation that can no longer be granted raises.
+        self._closed: Callable[[], BaseException] | None = None
 
     @property
     def exhausted(self) -> bool:
@@ -105,12 +107,24 @@ class BufferPool:
             return True
         return False
 
+    def close(self, error: Callable[[], BaseException]) -> None:
+        """The producer is closing: no waiting reservation will be of use (as Java's
+        BufferPool.close, "Producer closed while allocating memory"). Each waiter, and each
+        reservation that would wait from now on, raises ``error()`` at once."""
+        self._closed = error
+        waiters, self._waiters = self._waiters, deque()
+        for _, future in waiters:
+            if not future.done():
+                future.set_result(False)
+
     async def reserve(self, size: int, timeout: float) -> None:
         """Wait, behind earlier waiters, until ``size`` bytes are free."""
         if self.try_reserve(size):
             return
+        if self._closed is not None:
+            raise self._closed()
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        future: asyncio.Future[bool] = loop.create_future()
         entry = (size, future)
         self._waiters.append(entry)
         if len(self._waiters) == 1 and self._on_exhausted is not None:
@@ -118,18 +132,18 @@ class BufferPool:
         started = loop.time()
         try:
             async with asyncio.timeout(timeout):
-                await future
+                granted = await future
         except TimeoutError:
-            if future.done() and not future.cancelled():
+            if future.done() and not future.cancelled() and future.result():
                 return  # granted in the very iteration the timeout fired: the space is ours
             if self._metrics is not None:
                 self._metrics.record_buffer_exhausted(loop.time())
             raise KafkaTimeoutError(
-                f"buffer_memory ({self.total} bytes) stayed full for max_block_ms "
-                f"({timeout * 1000:.0f} ms); {self.used} bytes are queued"
+                f"buffer_memory ({self.total} bytes) stayed full for max_block_ms (waited "
+                f"{(loop.time() - started) * 1000:.0f} ms for memory); {self.used} bytes are queued"
             ) from None
         except BaseException:
-            if future.done() and not future.cancelled():
+            if future.done() and not future.cancelled() and future.result():
                 self.release(size)  # granted just as we were cancelled
             raise
         finally:
@@ -139,6 +153,9 @@ class BufferPool:
             if self._metrics is not None:
                 now = loop.time()
                 self._metrics.record_buffer_wait(now - started, now)
+        if not granted:
+            assert self._closed is not None
+            raise self._closed()
 
     def release(self, size: int) -> None:
         self.used -= size
@@ -154,7 +171,7 @@ class BufferPool:
                 return
             self.used += size
             self._waiters.popleft()
-            future.set_result(None)
+            future.set_result(True)
 
 
 class _Deadlines:
@@ -287,7 +304,12 @@ class RecordAccumulator:
 
     @staticmethod
     def headers_size(headers: Headers) -> int:
-        return sum(10 + len(name) * 4 + (len(value) if value is not None else 0) for name, value in headers)
+        # A name's UTF-8 length: exact for ASCII (the common case), else encoded (the names were
+        # checked encodable); Java counts the same (Utils.utf8Length).
+        return sum(
+            10 + (len(name) if name.isascii() else len(name.encode())) + (len(value) if value is not None else 0)
+            for name, value in headers
+        )
 
     def check_size(self, size: int) -> None:
         if size + BATCH_HEADER_SIZE > self._config.max_request_size:

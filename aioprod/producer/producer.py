@@ -75,6 +75,8 @@ _NEW, _STARTED, _CLOSING, _CLOSED = "new", "started", "closing", "closed"
 #: is read once per _SENDS_PER_CLOCK_CHECK sends.
 _MAX_UNYIELDED = 0.1
 _SENDS_PER_CLOCK_CHECK = 64
+#: send_many's per-record path lets the loop run at least once per this many records.
+_MANY_UNYIELDED = 4096
 #: How late (seconds) the sender's timer may be before a tight loop of sends lets the loop run
 #: for it (see _clock_check).
 _ROUND_OVERDUE = 0.001
@@ -294,6 +296,10 @@ class Producer:
         closing = self._closing
         if closing is None:
             self._state = _CLOSING
+            # A send() waiting for buffer memory could only be refused once granted: refuse it now.
+            self._accumulator.pool.close(
+                lambda: ProducerClosedError("the producer closed while the record waited for buffer memory")
+            )
             closing = self._closing = asyncio.get_running_loop().create_task(
                 self._shutdown(timeout), name="aioprod-close"
             )
@@ -582,9 +588,11 @@ class Producer:
         and any failed.
 
         Every record is checked (and serialized) before any is queued, so a bad one raises
-        with nothing sent. If queuing stops part-way (the buffer stayed full past
-        ``max_block_ms``, or the producer closed), the records not queued fail in the
-        returned future with that error, and the ones queued are delivered.
+        with nothing sent. ``max_block_ms`` bounds the wait for metadata and each wait for
+        buffer memory, not the whole call: one larger than the buffer goes on as the broker
+        makes room. If queuing stops part-way (the buffer stayed full past ``max_block_ms``,
+        or the producer closed), the records not queued fail in the returned future with
+        that error, and the ones queued are delivered.
         """
         if self._state is not _STARTED or self._fatal is not None:
             self._raise_not_open()
@@ -645,7 +653,7 @@ class Producer:
                 partitioner.partition(topic, None if keys is None else keys[i], all_partitions, available)
                 for i in range(count)
             ]
-        index = 0
+        index = unyielded = 0
         if txn is not None:
             txn.queuing += 1  # a commit waits until this call has queued all it will
         try:
@@ -685,14 +693,28 @@ class Producer:
                     chosen = partitioner.partition(topic, key, all_partitions, available)
                 if not pool.try_reserve(size):
                     await pool.reserve(size, max(0.0, deadline - loop.time()))
+                    # max_block_ms bounds each wait for memory, as for send(): a call larger
+                    # than the buffer, queuing as the broker takes its records, goes on.
+                    deadline = loop.time() + self._max_block
                     if self._state is not _STARTED or self._fatal is not None:
                         pool.release(size)
                         self._raise_not_open()
                     if txn is not None and not txn.accepts(txn_generation):
                         pool.release(size)
                         txn.check_send(txn_generation)
+                created = acc.batches_created
                 acc.append_to_group(tps[chosen], key, value, header_list, size, group, index)
                 index += 1
+                unyielded += 1
+                if unyielded >= _MANY_UNYIELDED or (acc.batches_created != created and len(acc.queue(tps[chosen])) > 1):
+                    # A batch is full, or many records went in: let the sender and the loop's other
+                    # tasks run, as the bulk path does after each run. Otherwise a keyed call, or
+                    # one with headers, was queued in one step of the loop until the buffer was
+                    # full, with nothing sent meanwhile.
+                    unyielded = 0
+                    await asyncio.sleep(0)
+                    if self._state is not _STARTED or self._fatal is not None:
+                        self._raise_not_open()  # closed meanwhile: the rest fail in the group
         except KafkaError as exc:
             # The rest could not be queued: they fail in the group, the queued ones deliver.
             group.failed(index, count - index, exc)

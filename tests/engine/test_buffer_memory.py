@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import KafkaTimeoutError
+from aioprod.errors import KafkaTimeoutError, ProducerClosedError, SendManyError
 from aioprod.producer.accumulator import BufferPool
 from tests.conftest import Scripted
 
@@ -165,3 +165,119 @@ async def test_send_many_reports_its_own_offsets_when_a_send_joins_its_batch_bet
     }
     del in_log[b"f"]
     assert reported == in_log
+
+
+async def _until(condition: Any) -> None:
+    while not condition():
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("close_timeout", [None, 20.0])
+@pytest.mark.parametrize("many", [False, True])
+async def test_close_refuses_a_send_waiting_for_buffer_memory_at_once(
+    scripted: Scripted, close_timeout: float | None, many: bool
+) -> None:
+    # As Java's BufferPool.close: a record granted memory after close() began would be refused
+    # as "closing" anyway. It waited out max_block_ms, then failed as if the buffer were full.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    options = {"buffer_memory": 5000, "max_block_ms": 10_000, "linger_ms": 0, "delivery_timeout_ms": 60_000}
+    p = Producer(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000, **options)
+    await p.start()
+    await p.partitions_for("t")
+    cluster.nodes[1].holding = True  # the broker is slow: the buffer stays full
+    queued = [await p.send("t", b"x" * 1000) for _ in range(4)]
+    pool = p._accumulator.pool
+    waiting = asyncio.ensure_future(p.send_many("t", [b"y" * 2000]) if many else p.send("t", b"y" * 2000))
+    await _until(lambda: pool._waiters)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    closing = asyncio.ensure_future(p.close(timeout=close_timeout))
+    try:
+        if many:
+            with pytest.raises(SendManyError) as many_info:
+                await (await waiting)
+            error = many_info.value.results[0]
+        else:
+            with pytest.raises(ProducerClosedError) as info:
+                await waiting
+            error = info.value
+        waited = loop.time() - started
+    finally:
+        cluster.nodes[1].release()
+        await closing
+    await asyncio.gather(*queued)
+    assert isinstance(error, ProducerClosedError), repr(error)
+    assert waited == 0, waited  # virtual time: not max_block_ms (10 s)
+    assert pool.used == 0
+
+
+async def test_send_many_larger_than_the_buffer_goes_on_while_the_broker_makes_room(scripted: Scripted) -> None:
+    # max_block_ms bounds each wait for memory, as for send(), not the whole call: 3.3 MB
+    # through a 20 kB buffer, answered every 50 ms, failed 18,700 of 20,000 records once a
+    # second had passed since the call began, with "stayed full for max_block_ms (50 ms)".
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.nodes[1].delay = 0.05
+    options = {"buffer_memory": 20_000, "batch_size": 10_000, "max_block_ms": 1000, "linger_ms": 5}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **options) as p:
+        await p.partitions_for("t")
+        results = await (await p.send_many("t", [b"x" * 100] * 20_000))
+    assert [r.offset for r in results] == list(range(20_000))
+    assert cluster.partition("t").end_offset == 20_000
+
+
+async def test_a_buffer_full_error_says_how_long_the_record_waited(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.nodes[1].holding = True
+    async with Producer(bootstrap_servers=cluster.bootstrap, buffer_memory=5000, max_block_ms=700, linger_ms=0) as p:
+        await p.partitions_for("t")
+        queued = [await p.send("t", b"x" * 1000) for _ in range(4)]
+        with pytest.raises(SendManyError) as info:
+            await (await p.send_many("t", [b"y" * 2000]))
+        cluster.nodes[1].release()
+        await asyncio.gather(*queued)
+    assert "stayed full for max_block_ms (waited 700 ms for memory)" in str(info.value.results[0])
+
+
+@pytest.mark.parametrize("shape", ["headers", "keys"])
+async def test_send_many_lets_the_loop_run_while_it_queues_record_by_record(scripted: Scripted, shape: str) -> None:
+    # Keyed records, or records with headers, go one at a time; that path never let the loop
+    # run while memory was free, so the whole call (here 24 MB) was queued in one step, with
+    # nothing sent and every other task stalled (300,000 records on Tansu: up to 1.7 s).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    count = 200_000
+    values = [b"x" * 50] * count
+    options: dict[str, Any] = {"headers": [[("a", b"b")]] * count}
+    if shape == "keys":
+        options = {"keys": [b"k%d" % (i % 100) for i in range(count)]}
+    async with Producer(bootstrap_servers=cluster.bootstrap, batch_size=16384) as p:
+        await p.partitions_for("t")
+        seen: list[int] = []
+
+        async def other_task() -> None:
+            await asyncio.sleep(0)  # past send_many's start
+            seen.append(p._accumulator.pool.used)
+
+        watcher = asyncio.ensure_future(other_task())
+        await asyncio.sleep(0)
+        future = await p.send_many("t", values, **options)
+        await watcher
+        await future
+    assert seen[0] < 100_000, seen  # a few batches, not the whole call
+
+
+async def test_an_ascii_header_name_counts_its_own_length(scripted: Scripted) -> None:
+    # Names were charged 4 bytes a character (UTF-8's worst case): a 301 kB record was refused
+    # as "about 1,201,075 bytes" against max_request_size (1 MiB). Java counts the real length.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    name = "h" * 300_000
+    async with Producer(bootstrap_servers=cluster.bootstrap) as p:
+        await p.partitions_for("t")
+        metadata = await (await p.send("t", b"x" * 1000, headers=[(name, b"y")]))
+        many = await (await p.send_many("t", [b"x" * 1000], headers=[[(name, b"y")]]))
+        assert p._accumulator.headers_size([("\u00e9t\u00e9", b"")]) == 10 + 5
+    assert metadata.offset == 0 and many[0].offset == 1
