@@ -183,6 +183,12 @@ class Metadata:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="aioprod-metadata")
 
+    def refuse_waits(self) -> None:
+        """The producer is closing: whoever waits for a topic gets ProducerClosedError now
+        (refreshes go on, for the records close() still delivers)."""
+        self._closed = True
+        self._notify()
+
     def stop(self) -> None:
         """Stop refreshing now; whoever waits for a topic gets ProducerClosedError."""
         self._closed = True

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import logging
 import math
@@ -291,11 +292,14 @@ class BrokerConnection:
         tls = self._security.tls_context if self._security is not None else None
         loop = asyncio.get_running_loop()
         options: dict[str, Any] = {}
-        if isinstance(loop, asyncio.BaseEventLoop):
+        literal = _ip_literal(self.host)
+        if isinstance(loop, asyncio.BaseEventLoop) and not literal:
+            # (Not for one address: CPython's staggered_race, cancelled as it connects -- a close()
+            # while connecting -- drops the connected socket unclosed: a ResourceWarning.)
             options["happy_eyeballs_delay"] = _NEXT_ADDRESS_DELAY
         try:
             async with asyncio.timeout(setup_timeout):
-                host = await self._address(loop, attempt) if attempt and not options else self.host
+                host = await self._address(loop, attempt) if attempt and not options and not literal else self.host
                 self._reader, self._writer = await asyncio.open_connection(
                     host,
                     self.port,
@@ -712,6 +716,15 @@ class BrokerConnection:
         if self._writer is not None:
             with contextlib.suppress(OSError, ConnectionError):
                 await self._writer.wait_closed()
+
+
+def _ip_literal(host: str) -> bool:
+    """An address, not a name: nothing to resolve, one address to try."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _api_versions_request() -> ApiVersionsRequest:

@@ -296,7 +296,8 @@ class Producer:
         closing = self._closing
         if closing is None:
             self._state = _CLOSING
-            # A send() waiting for buffer memory could only be refused once granted: refuse it now.
+            # A send() waiting for metadata or buffer memory could only be refused later: refuse it now.
+            self._metadata.refuse_waits()
             self._accumulator.pool.close(
                 lambda: ProducerClosedError("the producer closed while the record waited for buffer memory")
             )
@@ -338,6 +339,12 @@ class Producer:
             await self._pool.close(
                 CLOSE_GRACE if deadline is None else min(CLOSE_GRACE, max(0.0, deadline - loop.time()))
             )
+        except asyncio.CancelledError:
+            # This task itself was cancelled (not close()'s caller, which releases in close()): the
+            # loop is shutting down under a close nobody awaited (one begun from a done-callback, say).
+            # Nothing will deliver what is left: fail it and close the connections, now.
+            self._release_now(timeout)
+            raise
         finally:
             self._state = _CLOSED
 

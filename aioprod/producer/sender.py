@@ -185,7 +185,10 @@ class Sender:
         try:
             while not (self._stopping and not self._acc.incomplete):
                 now = loop.time()
-                await self._sleep(now + self.run_once(now))
+                delay = self.run_once(now)
+                if self._stopping and not self._acc.incomplete:
+                    break  # the round finished the last batch (it expired): close() waits for nothing more
+                await self._sleep(now + delay)
                 if self.forked:
                     # A child running its copy of the loop: sending the parent's batches from
                     # here wrote them twice (or, idempotent, had the parent's acknowledged as

@@ -10,6 +10,9 @@ import pytest
 from aioprod import Producer
 from aioprod.errors import KafkaError, ProducerClosedError
 from tests.conftest import Scripted
+from tests.fakes.clock import VirtualClock
+from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.network import MemoryNetwork
 
 
 @pytest.mark.parametrize("waiting_for", ["nothing", "metadata", "buffer"])
@@ -230,3 +233,77 @@ async def test_a_cancelled_transactional_start_warns_of_no_transaction(
         await asyncio.gather(starting, return_exceptions=True)
         await p.close()
     assert "could not abort" not in caplog.text
+
+
+async def test_close_fails_a_send_waiting_for_metadata_when_it_begins_not_when_it_ends(scripted: Scripted) -> None:
+    # The waiting send failed only once close() had delivered everything else: here the held
+    # record's delivery timeout (30 s); by default up to 120 s.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    p = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, allow_auto_create_topics=False)
+    await p.start()
+    await p.send_and_wait("t", b"warm-up")
+    cluster.nodes[1].holding = True  # close() waits for this record's answer
+    held = await p.send("t", b"in flight")
+    waiting = asyncio.ensure_future(p.send("missing", b"v"))
+    await asyncio.sleep(0.5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    closing = asyncio.ensure_future(p.close())
+    with pytest.raises(ProducerClosedError):
+        await waiting
+    assert loop.time() == started and not closing.done()  # virtual time: at once
+    cluster.nodes[1].release()
+    await closing
+    assert (await held).offset == 1
+
+
+async def test_close_returns_when_the_last_record_expires(scripted: Scripted) -> None:
+    # "None waits for every record's own delivery timeout": the round that expired the last batch
+    # went to sleep instead of ending, and close() returned only when something else woke the
+    # sender (here a request timing out, 2.8 s later).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    p = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, delivery_timeout_ms=3000, request_timeout_ms=2900)
+    await p.start()
+    await p.send_and_wait("t", b"warm-up")
+    cluster.nodes[1].holding = True
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    future = await p.send("t", b"x")
+    await p.close()
+    with pytest.raises(KafkaError, match="delivery_timeout_ms"):
+        await future
+    assert loop.time() - started <= 3.1  # virtual time: the delivery timeout, and a round
+
+
+def test_a_close_nobody_awaits_cut_off_by_the_loops_end_fails_what_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A close() begun where nobody can await it (a done-callback) and still running when
+    # asyncio.run() ends is cancelled with the loop's other tasks: the records' futures stayed
+    # pending for good and the connections open, without a word.
+    futures: list[asyncio.Future[object]] = []
+
+    async def service() -> None:
+        clock = VirtualClock(asyncio.get_running_loop()).install()
+        network = MemoryNetwork()
+        monkeypatch.setattr(asyncio, "open_connection", network.open_connection)
+        try:
+            cluster = ScriptedCluster(network)
+            cluster.create_topic("t", 1)
+            producer = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0)
+            await producer.start()
+            await producer.send_and_wait("t", b"warm-up")
+            cluster.nodes[1].holding = True  # the broker stops answering
+            futures.extend([await producer.send("t", b"%d" % i) for i in range(10)])
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(producer.close()))
+            while producer._closing is None or not aioprod_tasks():
+                await asyncio.sleep(0)
+            for _ in range(3):  # the close task is under way
+                await asyncio.sleep(0)
+            assert not producer._closing.done()
+        finally:
+            clock.uninstall()
+
+    asyncio.run(service())
+    assert [f for f in futures if not f.done()] == []
+    assert all(isinstance(f.exception(), KafkaError) for f in futures)
