@@ -42,6 +42,9 @@ class _NodeState:
     #: Its connection was retired for being idle: its close, and opening the next one, are
     #: neither failures nor news.
     idled: bool = False
+    #: Until when the broker throttles this client (KIP-219), kept for its next connection: a
+    #: connection closed while throttled (idle, or lost) must not start the next one unthrottled.
+    throttled_until: float = 0.0
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
     def wake_waiters(self) -> None:
@@ -76,6 +79,9 @@ class ConnectionPool:
         idle_ms = config.connections_max_idle_ms  # 0 (librdkafka's) or negative (Java's): never
         self._idle_limit = idle_ms / 1000 if idle_ms > 0 else None
         self._idle_timer: asyncio.TimerHandle | None = None
+        #: The connection opened last, kept once closed for what it negotiated (API versions, the
+        #: cluster's finalized features): an idle close can leave no connection open to ask.
+        self.last_opened: BrokerConnection | None = None
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
         state = self._nodes.get(node_id)
@@ -302,6 +308,8 @@ class ConnectionPool:
                     state.port,
                 )
             state.connection = conn
+            self.last_opened = conn
+            conn.throttled_until = max(conn.throttled_until, state.throttled_until)
             state.idled = False
             state.failures = 0
             state.last_error = None
@@ -346,6 +354,7 @@ class ConnectionPool:
         idled = state is not None and state.connection is conn and state.idled
         if state is not None and state.connection is conn:
             state.connection = None
+            state.throttled_until = conn.throttled_until
             if conn.retiring:  # moved or idle: no failure, and get() connects (to the new address) now
                 state.wake_waiters()
             else:

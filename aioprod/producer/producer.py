@@ -866,7 +866,8 @@ class Producer:
 
         Begins at once; ``await producer.begin_transaction()`` (aiokafka's and confluent-kafka's
         AIOProducer's spelling) is taken too."""
-        self._transactions("begin_transaction").begin(self._pool.connections())
+        last = self._pool.last_opened
+        self._transactions("begin_transaction").begin(self._pool.connections() or ([] if last is None else [last]))
         return _BEGUN
 
     async def commit_transaction(self) -> None:

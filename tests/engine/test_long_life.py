@@ -5,6 +5,7 @@ Counts of what is kept, in virtual time on the scripted cluster; no memory thres
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -13,6 +14,7 @@ from aioprod import Producer, TopicPartition
 from aioprod.errors import TopicAuthorizationFailedError
 from aioprod.net.pool import ConnectionPool
 from aioprod.producer.coordinators import MAX_CACHED
+from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import ScriptedCluster
 
@@ -227,6 +229,57 @@ async def test_opening_a_connection_again_after_an_idle_close_is_not_news(
                 for partition in range(3):
                     await p.send_and_wait("t", b"%d" % i, partition=partition)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "connected" in r.getMessage()] == []
+
+
+@pytest.mark.parametrize("lost", [False, True])
+async def test_a_throttle_outlives_the_connection_it_came_on(scripted: Scripted, lost: bool) -> None:
+    # The throttle (KIP-219) was the connection's: once connections_max_idle_ms closed it (or it
+    # was lost), the next connection sent at once, 3 s into a 10 s throttle.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    node = cluster.nodes[1]
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, connections_max_idle_ms=1000, metadata_max_age_ms=3_600_000
+    ) as p:
+        await p.send_and_wait("t", b"warm-up")
+        node.throttle_ms = 10_000
+        await p.send_and_wait("t", b"throttled")  # the answer asks for 10 s without requests
+        node.throttle_ms = 0
+        if lost:
+            cluster.disconnect(1)
+        await clock.advance(3)  # the throttled connection is closed by now, either way
+        loop = asyncio.get_running_loop()
+        throttled_at = cluster.requests_of(m.ProduceRequest)[-1].at
+        metadata = await (await p.send("t", b"after"))
+        assert metadata.offset == 2
+        assert cluster.requests_of(m.ProduceRequest)[-1].at >= throttled_at + 10, loop.time()
+
+
+async def test_transactions_v2_outlive_an_idle_close_of_every_connection(scripted: Scripted) -> None:
+    # begin_transaction() read the cluster's transaction.version from the connections open at
+    # that moment: after an idle pause there were none, and the next transaction ran as v1
+    # (AddPartitionsToTxn round trips, no epoch bump per transaction).
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    cluster.coordinator.transaction_version = 2
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        transactional_id="txn-1",
+        linger_ms=0,
+        retry_backoff_ms=10,
+        connections_max_idle_ms=1000,
+        metadata_max_age_ms=3_600_000,
+    ) as p:
+        async with p.transaction():
+            await p.send("t", b"a", partition=0)
+        await clock.advance(5)
+        assert p._pool.connections() == []
+        async with p.transaction():
+            await p.send("t", b"b", partition=0)
+    assert cluster.requests_of(m.AddPartitionsToTxnRequest) == []
+    assert [r.version for r in cluster.requests_of(m.ProduceRequest)] == [12, 12]
+    assert [r.version for r in cluster.requests_of(m.EndTxnRequest)] == [5, 5]
 
 
 @pytest.mark.parametrize("value", [0, -1])  # librdkafka's default, and Java's "never"
