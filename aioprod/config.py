@@ -39,6 +39,7 @@ StatisticsCallback = Callable[["MetricsSnapshot"], Any]
 TokenProvider = Callable[[], Any]
 PARTITIONERS = ("default", "murmur2_random", "sticky", "round_robin", "consistent_random")
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 #: The port of a bootstrap server given without one.
 DEFAULT_PORT = 9092
 INT16_MAX = 2**15 - 1
@@ -101,6 +102,22 @@ UNSUPPORTED_OPTIONS = {
             "exclude_internal_topics",
             "group_protocol",
             "group_remote_assignor",
+            # librdkafka's consumer options, in a dict a confluent Consumer shares or a kcat -F file
+            "enable_partition_eof",
+            "enable_auto_offset_store",
+            "fetch_wait_max_ms",
+            "fetch_message_max_bytes",
+            "fetch_error_backoff_ms",
+            "fetch_queue_backoff_ms",
+            "queued_min_messages",
+            "queued_max_messages_kbytes",
+            "consume_callback_max_messages",
+            "coordinator_query_interval_ms",
+            "offset_store_method",
+            "group_protocol_type",
+            "consume_cb",
+            "rebalance_cb",
+            "offset_commit_cb",
         ),
         _CONSUMER_OPTION,
     ),
@@ -174,6 +191,10 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ("dr_cb", "dr_msg_cb", "delivery_report_only_error"),
         "librdkafka's delivery reports: each record's future tells its outcome (add_done_callback, or await it)",
+    ),
+    "oauth_cb": (
+        "confluent-kafka's OAUTHBEARER callback: give aioprod a sasl_oauth_token_provider, a callable "
+        "(no argument) returning (token, expires_at in seconds since the epoch)"
     ),
     "oauthbearer_token_refresh_cb": (
         "librdkafka's: give aioprod a sasl_oauth_token_provider (a callable returning the token)"
@@ -395,6 +416,9 @@ class ProducerConfig:
         positive("statistics_interval_ms")
         # Sent as (or bounded by) int32 fields of the protocol: larger values failed only at the
         # first request, deep in the encoder.
+        for name in _INT_FIELDS:
+            if getattr(self, name) > INT64_MAX:
+                raise ConfigError(f"{name} must be <= {INT64_MAX} (Java's Long.MAX_VALUE), got {getattr(self, name)}")
         for name in ("request_timeout_ms", "transaction_timeout_ms", "batch_size", "max_request_size"):
             if getattr(self, name) > INT32_MAX:
                 raise ConfigError(
@@ -426,6 +450,15 @@ class ProducerConfig:
             raise ConfigError(
                 f"partitioner must be one of {', '.join(PARTITIONERS)} or a callable, got {self.partitioner!r}"
             )
+        for base, cap in (
+            ("retry_backoff_ms", "retry_backoff_max_ms"),
+            ("reconnect_backoff_ms", "reconnect_backoff_max_ms"),
+            ("socket_connection_setup_timeout_ms", "socket_connection_setup_timeout_max_ms"),
+        ):
+            # Java takes a base above the default maximum (a static backoff or timeout), and
+            # librdkafka has no socket_connection_setup_timeout_max_ms: only both set is refused.
+            if getattr(self, cap) < getattr(self, base) and cap not in explicit:
+                object.__setattr__(self, cap, getattr(self, base))
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ConfigError(
                 f"retry_backoff_max_ms ({self.retry_backoff_max_ms}) is below "
@@ -474,8 +507,15 @@ class ProducerConfig:
                     )
                 if "enable_idempotence" in explicit:
                     raise ConfigError("enable_idempotence=True conflicts with " + ", ".join(conflicts))
-                # Like the Java client: idempotence is only a default, so settings that
-                # cannot have it quietly turn it off instead of failing.
+                # Like the Java client: idempotence is only a default, so settings that cannot
+                # have it turn it off instead of failing, said at Java's levels (librdkafka's
+                # max.in.flight=1000000 spelled out is likely a port that did not mean it).
+                report = log.warning if self.max_in_flight_requests_per_connection > 5 else log.info
+                report(
+                    "idempotence turned off by %s: a retry may write a record twice or out of order "
+                    "(set enable_idempotence=False to say so, or change those options)",
+                    ", ".join(conflicts),
+                )
                 object.__setattr__(self, "enable_idempotence", False)
         if self.transactional_id is not None:
             if not self.enable_idempotence:
@@ -506,11 +546,11 @@ class ProducerConfig:
             )
         object.__setattr__(self, "ssl_endpoint_identification_algorithm", "https" if algorithm == "https" else "")
         if tls:
-            object.__setattr__(self, "tls_context", self._build_tls_context())
+            object.__setattr__(self, "tls_context", self._build_tls_context(explicit))
         if sasl:
             self._check_sasl()
 
-    def _build_tls_context(self) -> ssl.SSLContext:
+    def _build_tls_context(self, explicit: set[str]) -> ssl.SSLContext:
         from aioprod.net.tls import build_ssl_context
 
         for name in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
@@ -522,6 +562,12 @@ class ProducerConfig:
         if self.ssl_key_location is not None and self.ssl_certificate_location is None:
             raise ConfigError("ssl_key_location is set without ssl_certificate_location (the client certificate)")
         if self.ssl_context is not None:
+            ignored = sorted(name for name in explicit if name.startswith("ssl_") and name not in ("ssl_context",))
+            if ignored:
+                raise ConfigError(
+                    f"ssl_context is used as it is: {', '.join(ignored)} would be ignored; "
+                    "set them on the context, or give the PEM options without ssl_context"
+                )
             return self.ssl_context
         _check_utf8("ssl_key_password", self.ssl_key_password)
         return build_ssl_context(
@@ -683,12 +729,15 @@ _ALWAYS_SO: dict[str, set[object]] = {
     "api_version": {"auto", "none"},
     "api_version_request": {True, "true"},  # librdkafka's default
     "socket_nagle_disable": {True, "true"},
+    "enable_ssl_certificate_verification": {True, "true"},  # librdkafka's default
+    "metadata_recovery_strategy": {"rebootstrap"},  # Java 4's and librdkafka's default
+    "client_dns_lookup": {"use_all_dns_ips"},  # Java's default: every resolved address is tried
 }
 
 
 def _what_aioprod_does(raw: object, value: Any) -> bool:
     wanted = _ALWAYS_SO.get(snake_name(raw)) if isinstance(raw, str) else None
-    return wanted is not None and (value if isinstance(value, bool) else str(value).lower()) in wanted
+    return wanted is not None and (value if isinstance(value, bool) else str(value).strip().lower()) in wanted
 
 
 def snake_name(raw: str) -> str:
@@ -703,7 +752,7 @@ def _canonical_name(raw: str) -> str:
     if name in _ALIASES:
         alias = _ALIASES[name]
         if alias is None:
-            raise ConfigError(f"option {raw!r} is not supported; use buffer_memory (bytes)")
+            raise UnsupportedOptionError(f"option {raw!r} is not supported; use buffer_memory (bytes)", option=raw)
         name = alias
     if name not in _FIELDS and name not in _CODEC_LEVELS:
         why = _unsupported(name)
@@ -725,6 +774,8 @@ def _coerce(name: str, value: Any) -> Any:
     """Accept the string forms a command line or properties file would give."""
     if name == "bootstrap_servers":
         return parse_bootstrap_servers(value)
+    if isinstance(value, str) and name not in _SECRET_FIELDS:
+        value = value.strip()  # as Java's ConfigDef.parseType: "acks=all " from a .properties file
     if name == "acks":
         if isinstance(value, bool):  # True == 1: "acknowledge" would mean acks=1, and no idempotence
             raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {value!r}")

@@ -50,6 +50,8 @@ EXIT_INTERRUPTED = 130
 BOOTSTRAP_ENV = "AIOPROD_BOOTSTRAP_SERVERS"
 CONFIG_FILE_ENV = "AIOPROD_CONFIG_FILE"
 ENV_PREFIX = "AIOPROD_"
+#: AIOPROD_* variables that are not producer options (AIOPROD_TEST_* are the test suite's).
+_OTHER_ENV = {"bootstrap_servers", "config_file", "debug", "pure_python", "require_speedups", "kafka_protocol_dir"}
 DEBUG_META = "aioprod.debug"
 VERBOSITY_META = "aioprod.verbosity"
 OUTCOMES_META = "aioprod.outcomes"
@@ -196,6 +198,15 @@ class ClientOptions:
         """
         options: dict[str, Any] = {check_option(key, value): value for key, value in defaults.items()}
         origin: dict[str, str] = {}
+        for variable in sorted(os.environ):
+            # A typo, or another client's name for an option, was ignored without a word.
+            name = variable[len(ENV_PREFIX) :].lower()
+            known = name in ENV_OPTIONS or name in _OTHER_ENV or name.startswith("test_")  # the test suite's
+            if variable.startswith(ENV_PREFIX) and not known:
+                warn(
+                    f"${variable} is not an option aioprod reads (AIOPROD_<NAME> takes the snake_case "
+                    "names of docs/configuration.md): ignored"
+                )
         for key, value, where in self.sources():
             if _is_bootstrap_key(key):
                 continue

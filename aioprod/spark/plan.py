@@ -93,7 +93,12 @@ def producer_options(
     if exactly_once:
         options.setdefault("transaction_timeout_ms", EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS)
         # Every mistake raises on the driver, before any job; transactions need idempotence.
-        ProducerConfig.from_options({**options, "transactional_id": "aioprod-check"})
+        try:
+            ProducerConfig.from_options({**options, "transactional_id": "aioprod-check"})
+        except ConfigError as exc:
+            ProducerConfig.from_options(options)  # a mistake of the options' own raises as it is
+            # The user set no transactional_id: say what exactly_once needs.
+            raise ConfigError(f"exactly_once=True writes in transactions: {exc}") from None
     else:
         ProducerConfig.from_options(options)
     return options

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from aioprod.cli.properties import PropertiesError, load_properties, parse_properties
+from tests.cli.conftest import aioprod
 
 
 def test_separators_comments_and_blank_lines() -> None:
@@ -48,3 +49,26 @@ def test_errors_name_the_file_and_line(tmp_path: Path) -> None:
         load_properties(path)
     with pytest.raises(PropertiesError, match="cannot read"):
         load_properties(tmp_path / "missing.properties")
+
+
+@pytest.mark.parametrize("line", ["acks=all ", "enable.idempotence=true ", "compression.type=lz4 "])
+def test_a_trailing_blank_in_a_properties_value_is_trimmed(tmp_path: Path, line: str) -> None:
+    # Invisible in an editor, and trimmed by Java's tools: "bad producer option", exit code 2.
+    config = tmp_path / "client.properties"
+    config.write_text(f"bootstrap.servers=127.0.0.1:1\nlinger.ms=5 \n{line}\n")
+    result = aioprod("metadata", "-F", str(config), "-X", "max.block.ms=200")
+    assert "bad producer option" not in result.stderr and result.exit_code != 2, result.stderr
+
+
+def test_a_kcat_config_file_with_a_consumer_option_skips_it(tmp_path: Path) -> None:
+    config = tmp_path / "kcat.conf"
+    config.write_text("bootstrap.servers=127.0.0.1:1\nenable.partition.eof=false\n")
+    result = aioprod("metadata", "-F", str(config), "-X", "max.block.ms=200")
+    assert f"{config}:2: skipped: option 'enable.partition.eof' is a consumer option" in result.stderr
+    assert result.exit_code != 2, result.stderr
+
+
+def test_an_aioprod_variable_that_names_no_option_is_warned_about() -> None:
+    # AIOPROD_MESSAGE_TIMEOUT_MS=1 (librdkafka's name) changed nothing and said nothing.
+    result = aioprod("metadata", "-b", "127.0.0.1:1", "-X", "max.block.ms=200", env={"AIOPROD_MESSAGE_TIMEOUT_MS": "1"})
+    assert result.stderr.count("$AIOPROD_MESSAGE_TIMEOUT_MS is not an option aioprod reads") == 1, result.stderr

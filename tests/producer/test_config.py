@@ -371,3 +371,95 @@ def test_compression_level_none_beside_a_codec_level_is_not_set() -> None:
     # ... nor is a per-codec level given as None (it said "must be an integer")
     none = {"bootstrap.servers": "h:9092", "compression.type": "gzip", "compression.gzip.level": None}
     assert ProducerConfig.from_options(none, compression_level=3).compression_level == 3
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"retry.backoff.ms": 2000},  # a pre-KIP-580 Java config, or librdkafka's
+        {"reconnect.backoff.ms": 2000},  # Java: a static backoff
+        {"socket.connection.setup.timeout.ms": 60000},  # librdkafka has no *.max.ms option
+    ],
+)
+def test_the_base_of_a_backoff_alone_raises_its_default_maximum(option: dict[str, int]) -> None:
+    # Refused, naming a maximum the user never set: "retry_backoff_max_ms (1000) is below ...".
+    config = ProducerConfig.from_options({"bootstrap.servers": "h:9092", **option})
+    ((name, value),) = option.items()
+    assert getattr(config, name.replace(".", "_").replace("_ms", "_max_ms")) == value
+
+
+def test_a_backoff_maximum_set_below_its_base_is_still_refused() -> None:
+    with pytest.raises(ConfigError, match=r"retry_backoff_max_ms \(1000\) is below"):
+        ProducerConfig.from_options(bootstrap_servers="h:1", retry_backoff_ms=2000, retry_backoff_max_ms=1000)
+
+
+@pytest.mark.parametrize(
+    ("option", "level"),
+    [({"acks": 1}, "INFO"), ({"retries": 0}, "INFO"), ({"max.in.flight": 1000000}, "WARNING")],
+)
+def test_idempotence_turned_off_by_another_option_is_said(
+    option: dict[str, int], level: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As Java does (INFO, or WARN for the in-flight count); it went without a word.
+    caplog.set_level("DEBUG", logger="aioprod")
+    config = ProducerConfig.from_options({"bootstrap.servers": "h:9092", **option})
+    assert config.enable_idempotence is False
+    assert [r.levelname for r in caplog.records if "idempotence turned off" in r.getMessage()] == [level]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("metadata.recovery.strategy", "rebootstrap"),  # Java 4's and librdkafka's default
+        ("client.dns.lookup", "use_all_dns_ips"),  # Java's default
+        ("enable.ssl.certificate.verification", "true"),  # librdkafka's default
+    ],
+)
+def test_java_and_librdkafka_defaults_aioprod_does_are_taken(name: str, value: str) -> None:
+    assert ProducerConfig.from_options({name: value}, bootstrap_servers="h:1") == ProducerConfig.from_options(
+        bootstrap_servers="h:1"
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["oauth_cb", "enable.partition.eof", "fetch.wait.max.ms", "queued.min.messages", "queue.buffering.max.kbytes"],
+)
+def test_confluent_and_librdkafka_options_are_named_not_guessed_at(name: str) -> None:
+    # "unknown option 'enable.partition.eof'; did you mean 'partitioner'?"
+    with pytest.raises(UnsupportedOptionError) as info:
+        Producer(bootstrap_servers="h:1", **{name: "1"})
+    assert "did you mean" not in str(info.value)
+
+
+def test_confluents_oauth_cb_points_at_the_token_provider() -> None:
+    with pytest.raises(UnsupportedOptionError, match="sasl_oauth_token_provider"):
+        Producer(bootstrap_servers="h:1", oauth_cb=lambda config: ("token", 0.0))
+
+
+@pytest.mark.parametrize("option", [{"acks": "all "}, {"enable.idempotence": " true"}, {"compression.type": "lz4 "}])
+def test_string_values_are_trimmed_as_java_trims_them(option: dict[str, str]) -> None:
+    ((name, value),) = option.items()
+    assert ProducerConfig.from_options({name: value}, bootstrap_servers="h:1") == ProducerConfig.from_options(
+        {name: value.strip()}, bootstrap_servers="h:1"
+    )
+
+
+@pytest.mark.parametrize("option", [{"ssl_endpoint_identification_algorithm": ""}, {"ssl_ca_location": __file__}])
+def test_tls_options_given_with_an_ssl_context_are_refused(option: dict[str, str]) -> None:
+    # They were dropped without a word: the hostname check stayed on, failing at the handshake.
+    import ssl
+
+    with pytest.raises(ConfigError, match="ssl_context is used as it is"):
+        ProducerConfig.from_options(
+            bootstrap_servers="h:1", security_protocol="SSL", ssl_context=ssl.create_default_context(), **option
+        )
+
+
+@pytest.mark.parametrize(
+    "name", ["linger_ms", "max_block_ms", "delivery_timeout_ms", "reconnect_backoff_max_ms", "connections_max_idle_ms"]
+)
+def test_a_duration_beyond_javas_long_is_a_config_error(name: str) -> None:
+    # It passed, then failed as an OverflowError in the constructor, at start(), or in a task.
+    with pytest.raises(ConfigError, match=f"{name} must be <= {2**63 - 1}"):
+        ProducerConfig.from_options(bootstrap_servers="h:1", **{name: 10**400})

@@ -399,7 +399,7 @@ def test_exactly_once_arguments_are_checked_before_anything_runs(spark: Any) -> 
         write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", exactly_once=True, write_id="no spaces")
     with pytest.raises(ConfigError, match="names its transactions after write_id"):
         write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", exactly_once=True, transactional_id="x")
-    with pytest.raises(ConfigError, match="transactional_id needs idempotence"):
+    with pytest.raises(ConfigError, match="exactly_once=True writes in transactions: transactional_id needs"):
         write_dataframe(df, bootstrap_servers=UNREACHABLE, topic="t", exactly_once=True, acks=1)
 
 
