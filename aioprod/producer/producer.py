@@ -635,9 +635,10 @@ class Producer:
             self._metrics.record_send_error(count, self._loop.time())
             raise
         loop = self._loop
-        deadline = loop.time() + self._max_block
+        deadline: float | None = None  # set by a wait for metadata: the first wait for memory shares it
         info = self._metadata.snapshot.topics.get(topic)
         if info is None or not info.partitions or (partition is not None and partition not in info.partitions):
+            deadline = loop.time() + self._max_block
             info = await self._wait_for_topic(topic, partition, count)
         self._metadata.touch(topic)
         tps = self._tps.get(topic)
@@ -679,7 +680,7 @@ class Producer:
                             )
                         index += run
                         await asyncio.sleep(0)  # a batch was filled: let the sender drain it
-                        if self._state is not _STARTED or self._fatal is not None:
+                        if index < count and (self._state is not _STARTED or self._fatal is not None):
                             self._raise_not_open()  # closed meanwhile: the rest fail in the group
                         continue
                 # One record at a time: headers, keys to hash, or a full buffer.
@@ -699,10 +700,10 @@ class Producer:
                 else:
                     chosen = partitioner.partition(topic, key, all_partitions, available)
                 if not pool.try_reserve(size):
-                    await pool.reserve(size, max(0.0, deadline - loop.time()))
-                    # max_block_ms bounds each wait for memory, as for send(): a call larger
-                    # than the buffer, queuing as the broker takes its records, goes on.
-                    deadline = loop.time() + self._max_block
+                    # max_block_ms bounds each wait for memory, counted from its start: a call
+                    # larger than the buffer, queuing as the broker takes its records, goes on.
+                    await pool.reserve(size, self._max_block if deadline is None else max(0.0, deadline - loop.time()))
+                    deadline = None
                     if self._state is not _STARTED or self._fatal is not None:
                         pool.release(size)
                         self._raise_not_open()
@@ -720,7 +721,7 @@ class Producer:
                     # full, with nothing sent meanwhile.
                     unyielded = 0
                     await asyncio.sleep(0)
-                    if self._state is not _STARTED or self._fatal is not None:
+                    if index < count and (self._state is not _STARTED or self._fatal is not None):
                         self._raise_not_open()  # closed meanwhile: the rest fail in the group
         except KafkaError as exc:
             # The rest could not be queued: they fail in the group, the queued ones deliver.

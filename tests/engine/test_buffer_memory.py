@@ -281,3 +281,46 @@ async def test_an_ascii_header_name_counts_its_own_length(scripted: Scripted) ->
         many = await (await p.send_many("t", [b"x" * 1000], headers=[[(name, b"y")]]))
         assert p._accumulator.headers_size([("\u00e9t\u00e9", b"")]) == 10 + 5
     assert metadata.offset == 0 and many[0].offset == 1
+
+
+async def test_send_manys_first_wait_for_memory_gets_all_of_max_block(scripted: Scripted) -> None:
+    # The deadline was set as the call began and reset only after a wait: records queued for
+    # longer than max_block_ms before the first wait failed it at once ("waited 0 ms").
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    options = {"buffer_memory": 200_000, "batch_size": 16_384, "max_block_ms": 1000, "linger_ms": 0}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **options) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].holding = True  # the broker is slow for a moment: the buffer fills
+        stop = False
+
+        async def other_work() -> None:
+            # The application's other tasks (the yields in send_many let them run): each turn
+            # takes 250 ms of CPU (virtual time here), 1.25 s in all
+            # before the buffer is full.
+            while not stop:
+                await asyncio.sleep(0)
+                if not p._accumulator.pool.waiting:  # (not while send_many waits for memory)
+                    scripted.clock.now += 0.25
+
+        async def broker_catches_up() -> None:
+            await asyncio.sleep(2.0)  # the broker answers 2 s after the call began
+            cluster.nodes[1].release()
+
+        worker = asyncio.ensure_future(other_work())
+        releaser = asyncio.ensure_future(broker_catches_up())
+        await asyncio.sleep(0)
+        count = 4000
+        started = scripted.clock.now
+        future = await p.send_many("t", [b"x" * 100] * count, keys=[b"k"] * count)
+        stop = True
+        await worker
+        await releaser
+        try:
+            results = await future
+        except SendManyError as exc:
+            errors = [r for r in exc.results if isinstance(r, BaseException)]
+            raise AssertionError(
+                f"{len(errors)} of {count} records failed after {scripted.clock.now - started:.2f}s: {errors[0]}"
+            ) from None
+        assert len(results) == count

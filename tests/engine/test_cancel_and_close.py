@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import KafkaError, ProducerClosedError
+from aioprod.errors import KafkaError, ProducerClosedError, SendManyError
 from tests.conftest import Scripted
 from tests.fakes.clock import VirtualClock
 from tests.fakes.cluster import ScriptedCluster
@@ -307,3 +307,32 @@ def test_a_close_nobody_awaits_cut_off_by_the_loops_end_fails_what_is_left(monke
     asyncio.run(service())
     assert [f for f in futures if not f.done()] == []
     assert all(isinstance(f.exception(), KafkaError) for f in futures)
+
+
+@pytest.mark.parametrize("path", ["keyed", "bulk"])
+async def test_a_close_while_send_many_yields_after_its_last_record_fails_none(scripted: Scripted, path: str) -> None:
+    # The check after the yield failed "the rest", none: the call raised SendManyError("0 of
+    # 4096 records failed"), all of them written (a caller retrying on it wrote them twice).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    p = Producer(bootstrap_servers=cluster.bootstrap, batch_size=1_000_000, linger_ms=5)
+    await p.start()
+    await p.partitions_for("t")
+    count = 4096  # the keyed path yields after its 4096th record: the last one
+
+    async def close_soon() -> None:
+        await asyncio.sleep(0)  # runs in send_many's yield after its last record
+        await p.close()  # (another task closes the producer, as a shutdown handler does)
+
+    closer = asyncio.ensure_future(close_soon())
+    await asyncio.sleep(0)  # (close_soon waits at its sleep(0) now)
+    keys = [b"k"] * count if path == "keyed" else None
+    future = await p.send_many("t", [b"x"] * count, keys=keys)
+    await closer
+    assert cluster.partition("t").end_offset == count  # every record was written...
+    try:
+        results = await future
+    except SendManyError as exc:
+        failed = sum(isinstance(r, BaseException) for r in exc.results)
+        raise AssertionError(f"{exc} ({failed} failed of {len(exc.results)})") from None
+    assert len(results) == count  # ...and the call must say so
