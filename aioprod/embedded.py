@@ -71,10 +71,30 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process and what it started: it leads its own session (start_new_session),
+    so a wrapper script's broker (CALF_TANSU_BIN) dies with it."""
+    if proc.poll() is None:
+        proc.kill()
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, 9)
+
+
+def _wait_group_gone(pgid: int, timeout: float = 1.0) -> None:
+    """Until nothing of the process group ``pgid`` is left (a wrapper's broker, reaped by init)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return
+        time.sleep(0.01)
+
+
 def _kill(*procs: subprocess.Popen[bytes] | None) -> None:
     for proc in procs:
         if proc is not None and proc.poll() is None:
-            proc.kill()
+            _kill_group(proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(5)
 
@@ -223,7 +243,27 @@ class EmbeddedBroker:
         tansu_port = self.port if self.security is None else free_port()
         # Closed by stop(): the file lives as long as the process writing to it.
         self._log = tempfile.TemporaryFile(prefix="aioprod-tansu-", suffix=".log")  # noqa: SIM115
-        self._proc = subprocess.Popen(
+        try:
+            self._proc = self._popen_tansu(binary, tansu_port, advertised)
+        except OSError as exc:
+            self.stop()
+            raise EmbeddedBrokerError(
+                f"cannot run the embedded broker's binary {binary}: {exc.strerror or exc} "
+                f"(set CALF_TANSU_BIN to a working Tansu, or reinstall: {_INSTALL_HINT})"
+            ) from exc
+        # A program that exits without stop() does not leave the broker running.
+        self._finalizer = weakref.finalize(self, _kill, self._proc)
+        try:
+            self._wait_ready(self._proc, tansu_port)
+            if self.security is not None:
+                self._start_gateway(self.security, tansu_port)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _popen_tansu(self, binary: str, tansu_port: int, advertised: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
                 binary,
                 "broker",
@@ -244,16 +284,6 @@ class EmbeddedBroker:
             # delivers what it queued to this broker and stops it (stop()), not for the broker.
             start_new_session=True,
         )
-        # A program that exits without stop() does not leave the broker running.
-        self._finalizer = weakref.finalize(self, _kill, self._proc)
-        try:
-            self._wait_ready(self._proc, tansu_port)
-            if self.security is not None:
-                self._start_gateway(self.security, tansu_port)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _start_gateway(self, security: BrokerSecurity, tansu_port: int) -> None:
         # The config holds passwords: a private directory, removed by stop().
@@ -327,9 +357,9 @@ class EmbeddedBroker:
         """Kill the broker and wait for it (memory storage: its data is gone)."""
         for proc in (self._gateway, self._proc):
             if proc is not None:
-                if proc.poll() is None:
-                    proc.kill()
+                _kill_group(proc)
                 proc.wait(10)
+                _wait_group_gone(proc.pid)
         self._proc = self._gateway = None
         if self._finalizer is not None:
             self._finalizer.detach()

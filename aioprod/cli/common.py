@@ -42,6 +42,13 @@ from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError
 from aioprod.errors import ConfigError, UnsupportedOptionError
 from aioprod.producer.producer import Producer, check_topic_name
 
+#: Signals that stop a command as Ctrl-C does: SIGTERM (kill, timeout, CI), and SIGHUP (the
+#: terminal window closed, an ssh session dropped), which the JVM's console producer also
+#: answers with its shutdown hook.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM) + (
+    (signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()
+)
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -405,8 +412,12 @@ def stop_logging_to_stderr() -> None:
         _stderr_logging = None
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """Run the command's coroutine on uvloop when it is installed (``aioprod[speed]``), else asyncio."""
+def run(main: Coroutine[Any, Any, T], broker: EmbeddedBroker | None = None) -> T:
+    """Run the command's coroutine on uvloop when it is installed (``aioprod[speed]``), else asyncio.
+
+    With the command's own embedded ``broker``: its death ends the command at once (nothing
+    queued can be delivered any more), as a CliError saying so, instead of retrying a broker
+    that is gone until delivery.timeout.ms."""
     loop_factory = None
     try:
         import uvloop
@@ -415,10 +426,23 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     else:
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(_interruptible(main))
+        return runner.run(_interruptible(main, broker))
 
 
-async def _interruptible(main: Coroutine[Any, Any, T]) -> T:
+#: The message of the cancellation that ends a command whose embedded broker died.
+_BROKER_DIED = "aioprod: the embedded broker died"
+
+
+async def _watch_broker(broker: EmbeddedBroker, task: asyncio.Task[Any], died: list[str]) -> None:
+    while broker.running:
+        await asyncio.sleep(0.2)
+    died.append(broker.failure())
+    while not task.done():  # stop sending, then abandon what is queued (close): nobody can take it
+        task.cancel(_BROKER_DIED)
+        await asyncio.sleep(0.05)
+
+
+async def _interruptible(main: Coroutine[Any, Any, T], broker: EmbeddedBroker | None = None) -> T:
     """Ctrl-C cancels the command, every time it is pressed, then raises KeyboardInterrupt.
 
     asyncio's runner cancels once and raises KeyboardInterrupt wherever the second Ctrl-C
@@ -438,20 +462,26 @@ async def _interruptible(main: Coroutine[Any, Any, T]) -> T:
 
     # SIGTERM (a CI job cancelled, ``timeout``, ``docker stop``) as Ctrl-C: the command stops
     # and delivers what it queued, and an embedded broker is stopped, not orphaned.
-    signals = (signal.SIGINT, signal.SIGTERM)
+    signals = STOP_SIGNALS
     before = {sig: signal.getsignal(sig) for sig in signals}
     try:
         for sig in signals:
             loop.add_signal_handler(sig, on_sigint)
     except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
         return await main
+    died: list[str] = []
+    watcher = None if broker is None else asyncio.create_task(_watch_broker(broker, task, died))
     try:
         return await main
     except asyncio.CancelledError:
+        if died:
+            raise CliError(died[0]) from None
         if interrupted:
             raise KeyboardInterrupt from None
         raise
     finally:
+        if watcher is not None:
+            watcher.cancel()
         for sig in signals:
             loop.remove_signal_handler(sig)
             if before[sig] is not None:
@@ -470,8 +500,8 @@ async def open_producer(options: Mapping[str, Any], outcomes: AckTracker | None 
     await producer.start()
     try:
         yield producer
-    except asyncio.CancelledError:
-        if outcomes is not None and outcomes.outstanding:
+    except asyncio.CancelledError as exc:
+        if outcomes is not None and outcomes.outstanding and exc.args != (_BROKER_DIED,):
             warn(f"interrupted: delivering the {outcomes.outstanding:,} records queued (Ctrl-C again to abandon them)")
         raise
     finally:
@@ -548,7 +578,7 @@ def topic_names(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any
 
 
 @contextlib.contextmanager
-def stop_signals_interrupt(signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+def stop_signals_interrupt(signals: tuple[signal.Signals, ...] | None = None) -> Iterator[None]:
     """``signals`` raise KeyboardInterrupt meanwhile, so that an embedded broker is stopped.
 
     SIGTERM, so that ``kill`` (a CI job cancelled, ``timeout``, ``docker stop``) stops the
@@ -558,6 +588,7 @@ def stop_signals_interrupt(signals: tuple[signal.Signals, ...] = (signal.SIGINT,
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    signals = STOP_SIGNALS if signals is None else signals
 
     def interrupt(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -578,7 +609,7 @@ def cluster_or_embedded(bootstrap: str | None) -> Iterator[tuple[str, EmbeddedBr
         return
     # Outside the command's loop (starting and stopping the broker), where _interruptible's
     # handler is not: a SIGTERM there stops the broker too.
-    with stop_signals_interrupt((signal.SIGTERM,)):
+    with stop_signals_interrupt(tuple(sig for sig in STOP_SIGNALS if sig != signal.SIGINT)):
         try:
             broker = EmbeddedBroker().start()
         except EmbeddedBrokerError as exc:

@@ -423,9 +423,11 @@ def perf(
             err.print(f"No bootstrap servers given: using an embedded Tansu broker on {target} (memory storage)")
         try:
             elapsed, problem, metrics, stopped, acks = run(
-                run_perf(options, topic, num_records, values, keys, rate, tracker, reporter)
+                run_perf(options, topic, num_records, values, keys, rate, tracker, reporter), broker
             )
-        except CliError:
+        except CliError as exc:
+            if broker is not None and not broker.running:
+                raise CliError(f"{exc.message}; {tracker.counts()}") from exc
             raise
         except Exception as exc:
             raise CliError(f"perf run failed on {target}: {describe(exc)}{embedded_hint(broker)}") from exc

@@ -225,7 +225,8 @@ def smoke(client: ClientOptions, records: int, topic: str, as_json: bool) -> Non
                     tracker,
                     embedded=broker is not None,
                     batch_size_given=client.sets("batch_size"),
-                )
+                ),
+                broker,
             )
         except CliError:
             raise

@@ -115,3 +115,26 @@ def test_a_secured_broker_that_fails_to_start_leaves_no_key_or_password(tmp_path
         )
     assert run.returncode != 0 and "already in use" in run.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == []
+
+
+def test_a_hangup_of_a_secured_broker_leaves_no_key_or_password(tmp_path: Path) -> None:
+    # SIGHUP (the terminal closed) killed it with its key and SASL password left in the temp dir.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aioprod.cli", "broker", "--port", str(free_port()), "--tls", "--sasl"],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert "listening on" in proc.stdout.readline()
+        assert sorted(p.name for p in tmp_path.rglob("*")) != []  # its key and password meanwhile
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == []

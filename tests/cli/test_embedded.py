@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError, free_port
+from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError, broker_binary, free_port
 from tests.cli.conftest import aioprod
 
 pytestmark = pytest.mark.integration
@@ -83,6 +83,27 @@ def test_a_broker_that_never_listens_fails_by_the_deadline(tmp_path: Path, monke
     with pytest.raises(EmbeddedBrokerError, match="did not accept connections"):
         broker.start()
     assert not broker.running  # the stuck process was killed, not left behind
+
+
+def test_a_binary_that_cannot_run_is_an_embedded_broker_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A wrong architecture in a shared cache, a noexec home: a bare OSError ("Exec format
+    # error"), which the CLI printed without a word of the embedded broker or what to do.
+    binary = tmp_path / "tansu"
+    binary.write_bytes(b"\x7fELF not really")
+    binary.chmod(0o755)
+    monkeypatch.setenv("CALF_TANSU_BIN", str(binary))
+    with pytest.raises(EmbeddedBrokerError, match=r"cannot run the embedded broker's binary .*CALF_TANSU_BIN"):
+        EmbeddedBroker().start()
+
+
+def test_stop_also_stops_a_broker_a_wrapper_script_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CALF_TANSU_BIN may be a script that does not exec the broker: stop() killed the script
+    # only, and the broker went on listening, its parent gone.
+    monkeypatch.setenv("CALF_TANSU_BIN", fake_binary(tmp_path, f'"{broker_binary()}" "$@"'))
+    with EmbeddedBroker() as broker:
+        port = broker.port
+        assert accepts(port)
+    assert not accepts(port)
 
 
 def test_missing_extra_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:

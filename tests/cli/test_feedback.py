@@ -181,14 +181,30 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_terminated_command_stops_its_embedded_broker() -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+def test_a_terminated_command_stops_its_embedded_broker(stop: signal.Signals) -> None:
     """SIGTERM (a CI job cancelled, ``timeout``, ``docker stop``) left the broker running,
-    orphaned. Now it stops the command as Ctrl-C does, here while perf runs flat out."""
+    orphaned; SIGHUP (the terminal closed, an ssh session dropped) killed the command with nothing
+    delivered or cleaned up. Now both stop it as Ctrl-C does, here while perf runs flat out."""
     proc = spawn("perf", "-t", "t1", "-n", "100000000", "-s", "10", "--reporting-interval", "200")
     read_until(proc.stderr, lambda line: INTERIM.search(line) is not None)  # running, on the embedded broker
     (broker,) = _children(proc.pid)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(stop)
     _, err = finish(proc)
     assert proc.returncode == 130
     assert "aioprod: interrupted" in err
     assert not _alive(broker)
+
+
+def test_a_command_whose_embedded_broker_dies_says_so_at_once() -> None:
+    """It retried the dead broker for delivery_timeout_ms (about two minutes), then perf blamed
+    the buffer ("buffer_memory ... stayed full"), never the broker."""
+    proc = spawn("perf", "-t", "t1", "-n", "100000000", "-s", "10", "--reporting-interval", "200")
+    read_until(proc.stderr, lambda line: INTERIM.search(line) is not None)
+    (broker,) = _children(proc.pid)
+    os.kill(broker, signal.SIGKILL)
+    _, err = finish(proc, timeout=60)  # (it took 122 s)
+    assert proc.returncode == 1, err
+    last = err.splitlines()[-1]
+    assert "the embedded broker on" in last and "exited with code -9" in last and "records delivered" in last, last
+    assert "interrupted" not in err, err
