@@ -527,7 +527,9 @@ class Metadata:
         """Install what ``response`` (from ``node``) says; returns whether leaders, brokers
         or topics changed. A ``partial`` answer describes some topics: the others stay as
         they were, against the brokers it names."""
-        brokers = {b.node_id: Broker(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+        # A broker id below 0 is a broken answer: those ids are the bootstrap addresses' here,
+        # whose address it would overwrite for good.
+        brokers = {b.node_id: Broker(b.node_id, b.host, b.port, b.rack) for b in response.brokers if b.node_id >= 0}
         old = self.snapshot
         topics: dict[str, TopicInfo] = {}
         if partial:
@@ -559,7 +561,19 @@ class Metadata:
                 self._topic_ids[t.name] = t.topic_id
             parts: dict[int, PartitionInfo] = {}
             leaderless: list[tuple[int, int]] = []
+            count = len(t.partitions)
             for p in t.partitions:
+                if not 0 <= p.partition_index < count:
+                    # A topic's partitions are 0..n-1: an id outside them is a broken answer (the
+                    # producer keeps a list up to the largest id: 2**31-1 would take all memory).
+                    log.warning(
+                        "metadata from %s: topic %r: partition id %d outside 0-%d ignored",
+                        "a broker" if node is None else describe_node(node),
+                        t.name,
+                        p.partition_index,
+                        count - 1,
+                    )
+                    continue
                 key = (t.name, p.partition_index)
                 newest = self._leader_epochs.get(key, -1)
                 previous = None if known is None else known.partitions.get(p.partition_index)

@@ -118,6 +118,11 @@ class Coordinators:
                 code, node_id, host, port = found.error_code, found.node_id, found.host, found.port
             else:
                 code, node_id, host, port = response.error_code, response.node_id, response.host, response.port
+            if not code and (node_id < 0 or not host or not 0 < port < 65536):
+                # No coordinator named, though no error said so (a proxy dropping the error code):
+                # node -1 is the producer's own id for its first bootstrap address, which taking
+                # this answer would overwrite for good.
+                code = CoordinatorNotAvailableError.code
             if code:
                 error = error_for_code(code, f"FindCoordinator for {key!r}")
                 self._raise_if_fatal(code, error)

@@ -138,15 +138,31 @@ def decide(
         return [_retry_or_fail(batch, error, now, policy, maybe_written=True) for batch in batches]
     addresses = {e.node_id: Broker(e.node_id, e.host, e.port, e.rack) for e in answer.node_endpoints}
     by_tp = {(batch.tp.topic, batch.tp.partition): batch for batch in batches}
-    decisions = []
+    answered: dict[tuple[str, int], list[ProduceResponsePartition]] = {}
     for topic in answer.responses:
         for part in topic.partition_responses:
-            batch = by_tp.pop((topic.name, part.index), None)
-            if batch is not None:
-                decisions.append(_partition(batch, part, addresses, now, policy))
-    for batch in by_tp.values():
-        missing = KafkaConnectionError(f"the broker's answer had no result for {batch.tp.topic}-{batch.tp.partition}")
-        decisions.append(_retry_or_fail(batch, missing, now, policy, maybe_written=True))
+            key = (topic.name, part.index)
+            if key in by_tp:
+                answered.setdefault(key, []).append(part)
+    decisions = []
+    for key, batch in by_tp.items():
+        parts = answered.get(key)
+        if parts is not None and len(parts) == 1:
+            decisions.append(_partition(batch, parts[0], addresses, now, policy))
+            continue
+        # No result for a partition that was sent, or two: a broken answer, after which the batch
+        # may be in the log. Java completes only what the answer names (the rest expire in
+        # flight): a retry without idempotence writes it again, each time the answer is broken.
+        where = f"{batch.tp.topic}-{batch.tp.partition}"
+        broken = ProtocolError(
+            (
+                f"the broker's answer had no result for {where}"
+                if parts is None
+                else f"the broker's answer named {where} {len(parts)} times"
+            )
+            + " (the batch may have been written)"
+        )
+        decisions.append(_retry_or_fail(batch, broken, now, policy, maybe_written=True, retriable=policy.idempotent))
     return decisions
 
 

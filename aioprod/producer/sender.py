@@ -22,6 +22,7 @@ from collections.abc import Callable
 from aioprod.cluster.metadata import ClusterSnapshot, Metadata
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
+    CoordinatorNotAvailableError,
     KafkaError,
     OutOfOrderSequenceNumberError,
     ProducerClosedError,
@@ -114,6 +115,35 @@ class Sender:
         #: will not do, InitProducerId gives a new id.
         self._fresh_id_needed = False
         self._task: asyncio.Task[None] | None = None
+        #: The cluster id the metadata last named (None until one does).
+        self._cluster_id: str | None = None
+        if self.idempotence is not None:
+            metadata.add_listener(self._on_metadata)
+
+    def _on_metadata(self, snapshot: ClusterSnapshot) -> None:
+        """Another cluster behind the bootstrap addresses: the producer id (and the sequences
+        under it) was the old cluster's, and producer ids start from 0 in every cluster, so the
+        new one may know ours as another producer's (whose recent batch at our next sequence
+        would be taken for ours: acknowledged, not written). Take an id from the new cluster."""
+        new, old = snapshot.cluster_id, self._cluster_id
+        if not new:
+            return
+        self._cluster_id = new
+        ident = self.idempotence
+        if old is None or new == old or ident is None or not ident.has_producer_id:
+            return
+        log.warning("the cluster id changed from %r to %r: taking a new producer id from it", old, new)
+        if self.transactions is not None:
+            self._set_fatal(
+                ProducerFatalError(
+                    f"the cluster changed (cluster id {old!r}, now {new!r}) under a transactional producer"
+                )
+            )
+            return
+        self._doubt = f"the cluster id changed from {old!r} to {new!r}"
+        ident.set_producer_id(-1, -1)  # no client-side epoch bump of the old cluster's id
+        self._fresh_id_needed = True
+        self.wakeup()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -677,6 +707,13 @@ class Sender:
                 )
                 if response.error_code:
                     raise error_for_code(response.error_code, "InitProducerId")
+                if response.producer_id < 0 or response.producer_epoch < 0:
+                    # No identity, though no error said so: asked again at once, this was a
+                    # stream of requests for as long as records waited. A failed attempt instead.
+                    raise CoordinatorNotAvailableError(
+                        f"InitProducerId answered producer id {response.producer_id}, epoch "
+                        f"{response.producer_epoch} without an error"
+                    )
             except ProducerClosedError:
                 return  # close() released the connections: nothing more will be sent
             except KafkaError as exc:

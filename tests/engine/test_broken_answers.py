@@ -1,0 +1,182 @@
+"""Broker answers that are wrong, as a buggy proxy or a Kafka-compatible broker may give them:
+nothing acknowledged is lost or written twice, and the producer does not wedge or crash."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+import pytest
+
+from aioprod import Producer
+from aioprod.protocol import messages as m
+from tests.conftest import Scripted
+from tests.fakes.cluster import Appended, ScriptedCluster, _ProducerState
+from tests.fakes.coordinator import FakeCoordinator
+
+
+async def test_a_new_cluster_behind_the_bootstrap_name_does_not_swallow_records(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Producer ids start from 0 in every cluster: the new one knew ours as another producer's,
+    # whose batch at our next sequence made the broker answer "duplicate" with its offset, and
+    # our record was acknowledged and not written. A new cluster id now means a new producer id.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster_id = {"now": "cluster-A"}
+    metadata = ScriptedCluster._metadata
+
+    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(self, node, request)
+        response.cluster_id = cluster_id["now"]
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
+        await p.send_and_wait("t", b"ours-0")  # producer id 1000 (cluster A's first), sequence 0
+        # Cluster B replaces A under the same name: its topic "t" is its own, and its own first
+        # producer also got id 1000 and has written two single-record batches (sequences 0 and 1).
+        (part,) = cluster.create_topic("t", 1)
+        part.log = [Appended(1, 1000, 0, 0, (b"theirs-0",), 0), Appended(1, 1000, 0, 1, (b"theirs-1",), 1)]
+        part.producers[1000] = _ProducerState(0, deque([(0, 0, 0), (1, 1, 1)], maxlen=5))
+        cluster_id["now"] = "cluster-B"
+        await asyncio.sleep(2)  # a refresh or two: the producer has seen cluster B's id
+        assert p.cluster().cluster_id == "cluster-B"
+        md = await p.send_and_wait("t", b"ours-1")  # sequence 1 under id 1000
+    # Acknowledged (at offset 1: "theirs-1"), yet not in the log.
+    assert b"ours-1" in cluster.partition("t").values, (md, cluster.partition("t").values)
+
+
+def lower_case_topic(response: m.ProduceResponse) -> None:
+    for topic in response.responses:
+        topic.name = topic.name.lower()
+
+
+def omit_partition(response: m.ProduceResponse) -> None:
+    response.responses = []
+
+
+def named_twice(response: m.ProduceResponse) -> None:
+    for topic in response.responses:
+        first = m.ProduceResponsePartition(index=0, error_code=7, base_offset=-1)  # REQUEST_TIMED_OUT
+        topic.partition_responses.insert(0, first)
+
+
+@pytest.mark.parametrize("edit", [lower_case_topic, omit_partition, named_twice])
+async def test_a_record_is_written_once_whatever_the_answer_names(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, edit: Callable[[m.ProduceResponse], None]
+) -> None:
+    # An answer with no result for a partition sent (or two) was retried as possibly written:
+    # without idempotence, 34 copies of one record within delivery_timeout_ms. Java completes
+    # only what the answer names; the rest expire in flight, written once.
+    cluster = scripted.cluster
+    cluster.create_topic("Orders", 1)
+    produce = ScriptedCluster._produce
+
+    def answering(self: ScriptedCluster, node: object, request: m.ProduceRequest, version: int) -> object:
+        response, hold = produce(self, node, request, version)  # written
+        edit(response)
+        return response, hold
+
+    monkeypatch.setattr(ScriptedCluster, "_produce", answering)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, enable_idempotence=False, delivery_timeout_ms=30_000
+    ) as p:
+        future = await p.send("Orders", b"v")
+        outcome = (await asyncio.gather(future, return_exceptions=True))[0]
+    assert cluster.partition("Orders").values == [b"v"], (
+        f"{len(cluster.partition('Orders').values)} copies; {outcome!r}"
+    )
+
+
+async def test_one_find_coordinator_answer_naming_node_minus_1_is_recovered_from(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Node -1 is the producer's id for its first bootstrap address, which taking the answer
+    # overwrote for good: start() failed after max_block_ms, "cannot connect to broker -1 at :-1".
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    find = FakeCoordinator.find
+    answers = []
+
+    def answering(self: FakeCoordinator, request: m.FindCoordinatorRequest) -> m.FindCoordinatorResponse:
+        response = find(self, request)
+        answers.append(response)
+        if len(answers) == 1:  # the first answer only
+            for found in response.coordinators:
+                found.node_id, found.host, found.port = -1, "", -1
+            response.node_id, response.host, response.port = -1, "", -1
+        return response
+
+    monkeypatch.setattr(FakeCoordinator, "find", answering)
+    p = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, transactional_id="x", max_block_ms=5000)
+    await p.start()  # KafkaTimeoutError: ... cannot connect to broker -1 at :-1 ...
+    try:
+        async with p.transaction():
+            await p.send_and_wait("t", b"v")
+    finally:
+        await p.close()
+    assert cluster.partition("t").committed == [b"v"]
+
+
+async def test_an_init_producer_id_answer_without_an_id_is_retried_after_a_backoff(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Taken as the identity, so the next round asked again at once: back-to-back requests for as
+    # long as records waited (with every answer bad, virtual time never advanced).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    asked: list[float] = []
+
+    def answering(self: ScriptedCluster, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
+        asked.append(scripted.clock.now)
+        if len(asked) <= 20:
+            return m.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)  # error_code 0
+        return m.InitProducerIdResponse(producer_id=5000, producer_epoch=0)
+
+    monkeypatch.setattr(ScriptedCluster, "_init_producer_id", answering)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=100) as p:
+        await p.send_and_wait("t", b"v")
+    span = asked[20] - asked[0]
+    assert span >= 1, f"{len(asked)} InitProducerId requests in {span:.3f} s"
+
+
+def naming_also(monkeypatch: pytest.MonkeyPatch, index: int) -> None:
+    metadata = ScriptedCluster._metadata
+
+    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(self, node, request)
+        for topic in response.topics:
+            if topic.partitions:
+                topic.partitions.append(m.MetadataResponsePartition(0, index, 1, 0, [1], [1], []))
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+
+
+async def test_a_huge_partition_id_does_not_make_send_allocate_for_every_id_below_it(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 2)
+    naming_also(monkeypatch, 2_000_000)  # 2**31 - 1 kills the process
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        # send() kept a list up to the largest id named: 2,000,000 took 200 MB and seconds of a
+        # blocked loop, 2**31 - 1 all memory.
+        assert await p.partitions_for("t") == [0, 1]
+        assert (await p.send_and_wait("t", b"v", partition=1)).offset == 0
+        assert len(p._tps["t"]) == 2
+
+
+async def test_a_negative_partition_id_is_no_partition(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A keyed send() raised a bare IndexError, a keyless one wrote to the last partition.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 2)
+    naming_also(monkeypatch, -1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, delivery_timeout_ms=2000, request_timeout_ms=1000
+    ) as p:
+        metadata = [await p.send_and_wait("t", b"v", key=b"k%d" % i) for i in range(10)]
+        assert sorted({md.partition for md in metadata}) == [0, 1]
+        assert -1 not in p.cluster().topics["t"].partitions
