@@ -44,9 +44,10 @@ from aioprod.producer.producer import Producer, check_topic_name
 
 #: Signals that stop a command as Ctrl-C does: SIGTERM (kill, timeout, CI), and SIGHUP (the
 #: terminal window closed, an ssh session dropped), which the JVM's console producer also
-#: answers with its shutdown hook.
+#: answers with its shutdown hook -- unless SIGHUP was ignored when the process started
+#: (``nohup``), which the JVM respects too (it installs no handler for an ignored signal).
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM) + (
-    (signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()
+    (signal.SIGHUP,) if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else ()
 )
 
 EXIT_OK = 0
@@ -207,8 +208,10 @@ class ClientOptions:
         origin: dict[str, str] = {}
         for variable in sorted(os.environ):
             # A typo, or another client's name for an option, was ignored without a word.
-            name = variable[len(ENV_PREFIX) :].lower()
-            known = name in ENV_OPTIONS or name in _OTHER_ENV or name.startswith("test_")  # the test suite's
+            suffix = variable[len(ENV_PREFIX) :]
+            name = suffix.lower()
+            # Read as AIOPROD_<NAME> in upper case only: AIOPROD_linger_ms is ignored, so said.
+            known = suffix.isupper() and (name in ENV_OPTIONS or name in _OTHER_ENV or name.startswith("test_"))
             if variable.startswith(ENV_PREFIX) and not known:
                 warn(
                     f"${variable} is not an option aioprod reads (AIOPROD_<NAME> takes the snake_case "
@@ -233,6 +236,10 @@ class ClientOptions:
             raise CliUsageError("transactional.id is not supported here: the commands do not run transactions")
         merged = dict(options)
         merged["bootstrap_servers"] = bootstrap
+        # Validated here, built again by Producer: what the config logs (idempotence turned
+        # off, delivery_timeout_ms raised) is said once, by the producer's own.
+        config_log = logging.getLogger("aioprod.config")
+        was_disabled, config_log.disabled = config_log.disabled, True
         try:
             config = ProducerConfig.from_options(merged)
         except ConfigError as exc:
@@ -244,6 +251,8 @@ class ClientOptions:
             ]
             where = f" ({', '.join(named)})" if named else ""
             raise CliUsageError(f"bad producer option{where}: {exc}") from exc
+        finally:
+            config_log.disabled = was_disabled
         if log.isEnabledFor(logging.DEBUG):
             shown = (f"{f.name}={_shown(f.name, getattr(config, f.name))}" for f in dataclasses.fields(config))
             log.debug("producer options: %s", ", ".join(shown))

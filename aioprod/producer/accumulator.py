@@ -16,7 +16,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from aioprod.cluster.metadata import ClusterSnapshot
@@ -667,6 +667,14 @@ class RecordAccumulator:
             if earlier_under(other, batch):
                 return True
         return False
+
+    def stamped_queued(self) -> Iterator[ProducerBatch]:
+        """The queued batches numbered already (they come first in their partition's queue)."""
+        for queue in self._batches.values():
+            for batch in queue:
+                if not batch.stamped:
+                    break
+                yield batch
 
     def withdraw(self, tp: TopicPartition, which: Callable[[ProducerBatch], bool]) -> list[ProducerBatch]:
         """Take the queued batches of ``tp`` that ``which`` picks out of their queue."""

@@ -117,6 +117,8 @@ class Sender:
         self._task: asyncio.Task[None] | None = None
         #: The cluster id the metadata last named (None until one does).
         self._cluster_id: str | None = None
+        #: Batches on the wire when the cluster id changed: a retry of them needs new sequences.
+        self._other_cluster: set[ProducerBatch] = set()
         if self.idempotence is not None:
             metadata.add_listener(self._on_metadata)
 
@@ -142,6 +144,11 @@ class Sender:
             return
         self._doubt = f"the cluster id changed from {old!r} to {new!r}"
         ident.set_producer_id(-1, -1)  # no client-side epoch bump of the old cluster's id
+        # A stamp is the old cluster's too: a retry under it would meet the new cluster's own
+        # producer of that id (a "duplicate" acknowledged, not written). Renumbered instead.
+        for batch in self._acc.stamped_queued():
+            batch.needs_new_sequence = True
+        self._other_cluster.update(self._in_flight)
         self._fresh_id_needed = True
         self.wakeup()
 
@@ -447,6 +454,9 @@ class Sender:
         for decision in decisions:
             batch = decision.batch
             self._returned(batch)
+            other_cluster = batch in self._other_cluster
+            if other_cluster:
+                self._other_cluster.discard(batch)
             if decision.maybe_written:
                 batch.maybe_written = True
             hint = decision.leader
@@ -512,6 +522,8 @@ class Sender:
                 if self._retry_warned:
                     self._retries_ending(batch.tp, now)
             elif action is Action.RETRY:
+                if other_cluster and batch.stamped:
+                    batch.needs_new_sequence = True
                 if decision.sequence_refused and not self._sequence_refused(batch, decision, node):
                     continue
                 self._retrying(batch, decision, node, now)
@@ -519,7 +531,9 @@ class Sender:
             elif action is Action.SPLIT:
                 log.debug("splitting %r: %s", batch, decision.error)
                 self._metrics.record_split(now)
-                acc.split_and_reenqueue(batch, decision.retry_at)
+                for piece in acc.split_and_reenqueue(batch, decision.retry_at):
+                    if other_cluster and piece.stamped:
+                        piece.needs_new_sequence = True
             else:
                 assert decision.error is not None
                 error, per_record = decision.error, decision.record_errors

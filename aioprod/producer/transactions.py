@@ -38,6 +38,7 @@ from aioprod.errors import (
     BrokerResponseError,
     BrokerTransactionAbortableError,
     ClusterAuthorizationFailedError,
+    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InvalidProducerEpochError,
@@ -695,7 +696,10 @@ class TransactionManager:
                 producer_epoch=epoch,
             ),
             InitProducerIdResponse,
-            lambda r: [r.error_code],
+            # No identity though no error said so (as the idempotent producer's): asked again.
+            lambda r: [
+                r.error_code or (CoordinatorNotAvailableError.code if r.producer_id < 0 or r.producer_epoch < 0 else 0)
+            ],
         )
 
     async def _bump(self) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -208,3 +209,36 @@ def test_a_command_whose_embedded_broker_dies_says_so_at_once() -> None:
     last = err.splitlines()[-1]
     assert "the embedded broker on" in last and "exited with code -9" in last and "records delivered" in last, last
     assert "interrupted" not in err, err
+
+
+def test_a_command_under_nohup_outlives_a_hangup() -> None:
+    """SIGHUP ignored at start (nohup) stays ignored, as the JVM leaves it: the handler that
+    stops a command on a hangup stopped `nohup aioprod perf &` at logout."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aioprod.cli",
+            "perf",
+            "-t",
+            "t1",
+            "-n",
+            "100000000",
+            "-s",
+            "10",
+            "--reporting-interval",
+            "200",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup(1) does before exec
+    )
+    read_until(proc.stderr, lambda line: INTERIM.search(line) is not None)
+    proc.send_signal(signal.SIGHUP)
+    for _ in range(3):  # still running and reporting (a stopped command prints its summary and ends)
+        read_until(proc.stderr, lambda line: INTERIM.search(line) is not None)
+    proc.send_signal(signal.SIGINT)
+    _, err = finish(proc)
+    assert proc.returncode == 130, err

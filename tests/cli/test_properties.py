@@ -72,3 +72,17 @@ def test_an_aioprod_variable_that_names_no_option_is_warned_about() -> None:
     # AIOPROD_MESSAGE_TIMEOUT_MS=1 (librdkafka's name) changed nothing and said nothing.
     result = aioprod("metadata", "-b", "127.0.0.1:1", "-X", "max.block.ms=200", env={"AIOPROD_MESSAGE_TIMEOUT_MS": "1"})
     assert result.stderr.count("$AIOPROD_MESSAGE_TIMEOUT_MS is not an option aioprod reads") == 1, result.stderr
+
+
+def test_a_lower_case_aioprod_variable_is_warned_about() -> None:
+    # Only AIOPROD_<NAME> in upper case is read: AIOPROD_linger_ms was neither read nor warned about.
+    result = aioprod("metadata", "-b", "127.0.0.1:1", "-X", "max.block.ms=200", env={"AIOPROD_linger_ms": "oops"})
+    assert "$AIOPROD_linger_ms is not an option aioprod reads" in result.stderr, result.stderr
+
+
+def test_what_the_configuration_says_is_said_once() -> None:
+    # The CLI validates the options, then the producer builds them again: said twice.
+    result = aioprod(
+        "metadata", "-b", "127.0.0.1:1", "-X", "max.block.ms=200", "-X", "max.in.flight.requests.per.connection=10"
+    )
+    assert result.stderr.count("idempotence turned off") == 1, result.stderr

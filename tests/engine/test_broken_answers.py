@@ -180,3 +180,104 @@ async def test_a_negative_partition_id_is_no_partition(scripted: Scripted, monke
         metadata = [await p.send_and_wait("t", b"v", key=b"k%d" % i) for i in range(10)]
         assert sorted({md.partition for md in metadata}) == [0, 1]
         assert -1 not in p.cluster().topics["t"].partitions
+
+
+async def test_a_retry_across_a_cluster_change_is_not_swallowed(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch numbered under the old cluster's producer id, retried after the change, met the new
+    # cluster's own producer of that id: "duplicate", acknowledged, written nowhere.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster_id = {"now": "cluster-A"}
+    metadata = ScriptedCluster._metadata
+
+    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(self, node, request)
+        response.cluster_id = cluster_id["now"]
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
+        await p.send_and_wait("t", b"ours-0")  # producer id 1000, sequence 0, in cluster A
+        node = cluster.nodes[1]
+        node.script.extend([19] * 1000)  # NOT_ENOUGH_REPLICAS: not written, retried under its stamp
+        future = await p.send("t", b"ours-1")  # producer id 1000, sequence 1
+        await asyncio.sleep(0.5)
+        # Cluster B replaces A under the same address; its own first producer also got id 1000.
+        (part,) = cluster.create_topic("t", 1)
+        part.log = [Appended(1, 1000, 0, 0, (b"theirs-0",), 0), Appended(1, 1000, 0, 1, (b"theirs-1",), 1)]
+        part.producers[1000] = _ProducerState(0, deque([(0, 0, 0), (1, 1, 1)], maxlen=5))
+        cluster_id["now"] = "cluster-B"
+        await asyncio.sleep(2.5)  # the producer has seen cluster B's id (and reset its producer id)
+        assert p.cluster().cluster_id == "cluster-B"
+        node.script.clear()  # cluster B's broker takes the next attempt
+        md = await future
+    written = cluster.partition("t").values
+    # Observed: acknowledged at offset 1 ("theirs-1"), in neither cluster's log.
+    assert b"ours-1" in written, (md, written)
+
+
+async def test_a_batch_on_the_wire_at_a_cluster_change_is_not_swallowed_when_retried(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = scripted.cluster
+    cluster.add_node(2)  # metadata is answered by node 2 while node 1 sits on the produce request
+    cluster.create_topic("t", 1)
+    cluster.create_topic("u", [2])  # a connection to node 2, idle: metadata goes there
+    cluster_id = {"now": "cluster-A"}
+    metadata = ScriptedCluster._metadata
+
+    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(self, node, request)
+        response.cluster_id = cluster_id["now"]
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
+        await p.send_and_wait("t", b"ours-0")
+        await p.send_and_wait("u", b"x")
+        node = cluster.nodes[1]
+        node.stalling = True
+        node.script.append(19)  # when it looks at it: NOT_ENOUGH_REPLICAS, not written
+        future = await p.send("t", b"ours-1")  # producer id 1000, sequence 1: on the wire
+        await asyncio.sleep(0.1)
+        (part,) = cluster.create_topic("t", 1)
+        part.log = [Appended(1, 1000, 0, 0, (b"theirs-0",), 0), Appended(1, 1000, 0, 1, (b"theirs-1",), 1)]
+        part.producers[1000] = _ProducerState(0, deque([(0, 0, 0), (1, 1, 1)], maxlen=5))
+        cluster_id["now"] = "cluster-B"
+        await asyncio.sleep(2.5)
+        assert p.cluster().cluster_id == "cluster-B"
+        node.release()
+        md = await future
+    written = cluster.partition("t").values
+    assert b"ours-1" in written, (md, written)
+
+
+async def test_a_transactional_init_producer_id_answer_without_an_id_is_not_taken(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # start() took producer id -1, and the first transaction failed (INVALID_PRODUCER_ID_MAPPING).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    init = FakeCoordinator.init_producer_id
+    asked: list[float] = []
+
+    def answering(self: FakeCoordinator, txn_id: str, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
+        asked.append(scripted.clock.now)
+        if len(asked) == 1:  # one broken answer: error_code 0, no identity
+            return m.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+        return init(self, txn_id, request)
+
+    monkeypatch.setattr(FakeCoordinator, "init_producer_id", answering)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=0,
+        transactional_id="x",
+        delivery_timeout_ms=10_000,
+        request_timeout_ms=5_000,
+    ) as p:
+        assert p._sender.idempotence.producer_id >= 0, "start() took producer id -1 as its identity"
+        async with p.transaction():
+            await p.send_and_wait("t", b"v")
+    assert cluster.partition("t").committed == [b"v"]
