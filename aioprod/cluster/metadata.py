@@ -542,6 +542,28 @@ class Metadata:
                 # Not asked for (Java's retainTopic): Tansu answers an empty topic list with every
                 # topic of the cluster, and what is kept of those would never be forgotten.
                 continue
+            count = len(t.partitions)
+            outside = sorted(p.partition_index for p in t.partitions if not 0 <= p.partition_index < count)
+            if outside:
+                # A topic's partitions are 0..n-1: ids outside them are a broken answer, ignored
+                # (the producer keeps a list up to the largest id: 2**31-1 took all memory). The
+                # rest is taken if it leaves no gap (-1 in place of 0 left one: "partition 0 does
+                # not exist"); else what was known of the topic stays.
+                inside = sorted({p.partition_index for p in t.partitions if 0 <= p.partition_index < count})
+                whole = inside == list(range(len(inside)))
+                log.warning(
+                    "metadata from %s: topic %r: partition ids %s outside 0-%d: %s",
+                    "a broker" if node is None else describe_node(node),
+                    t.name,
+                    ", ".join(map(str, outside)),
+                    count - 1,
+                    "ignored" if whole else "the topic's answer not taken (the rest leaves a gap)",
+                )
+                if not whole:
+                    known = old.topics.get(t.name)
+                    if known is not None:
+                        topics[t.name] = TopicInfo(t.name, known.partitions, brokers)
+                    continue
             if partial:
                 topics.pop(t.name, None)  # described again: as the answer says, or not at all
             if t.error_code in _FATAL_TOPIC_ERRORS:
@@ -561,19 +583,9 @@ class Metadata:
                 self._topic_ids[t.name] = t.topic_id
             parts: dict[int, PartitionInfo] = {}
             leaderless: list[tuple[int, int]] = []
-            count = len(t.partitions)
             for p in t.partitions:
                 if not 0 <= p.partition_index < count:
-                    # A topic's partitions are 0..n-1: an id outside them is a broken answer (the
-                    # producer keeps a list up to the largest id: 2**31-1 would take all memory).
-                    log.warning(
-                        "metadata from %s: topic %r: partition id %d outside 0-%d ignored",
-                        "a broker" if node is None else describe_node(node),
-                        t.name,
-                        p.partition_index,
-                        count - 1,
-                    )
-                    continue
+                    continue  # said above
                 key = (t.name, p.partition_index)
                 newest = self._leader_epochs.get(key, -1)
                 previous = None if known is None else known.partitions.get(p.partition_index)

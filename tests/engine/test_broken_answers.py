@@ -281,3 +281,31 @@ async def test_a_transactional_init_producer_id_answer_without_an_id_is_not_take
         async with p.transaction():
             await p.send_and_wait("t", b"v")
     assert cluster.partition("t").committed == [b"v"]
+
+
+async def test_a_partition_replaced_by_a_bad_id_in_one_answer_is_still_sent_to(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ids [-1, 1, 2] for a 3-partition topic: the bad id was dropped and the rest installed, a topic
+    # of 2 partitions with a gap at 0 ("partition 0 does not exist"; keys hashed over 2).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 3)
+    broken = {"on": False}
+    metadata = ScriptedCluster._metadata
+
+    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(self, node, request)
+        for topic in response.topics:
+            if broken["on"] and topic.partitions:
+                topic.partitions[0].partition_index = -1  # in place of partition 0
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
+        assert (await p.send_and_wait("t", b"v0", partition=0)).partition == 0
+        broken["on"] = True
+        await asyncio.sleep(2)  # a refresh or two: the broken answer is taken
+        partitions = await p.partitions_for("t")
+        # Observed: ValueError: partition 0 does not exist: topic 't' has 2 partitions (0-1)
+        md = await p.send_and_wait("t", b"v1", partition=0)
+    assert (md.partition, partitions) == (0, [0, 1, 2])
