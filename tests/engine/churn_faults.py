@@ -174,6 +174,9 @@ class Run(produce_faults.Run):
         "hold",
         "stall",
     ]
+    #: produce_faults.py's broken answers but a cluster replaced (the views a lagging broker
+    #: answers from are this cluster's).
+    BROKEN_KINDS = [kind for kind in produce_faults.BROKEN if kind != "swap"]
     cluster: ChurnCluster
 
     def __init__(self, seed: int, verbose: bool = False) -> None:
@@ -255,6 +258,8 @@ class Run(produce_faults.Run):
         return self.members()
 
     def inflict(self, kind: str, n: int) -> None:
+        if isinstance(self, Run) and self.broken.random() < self.broken_odds:  # (not txn_churn_faults.py's)
+            self.brake()
         c, rng = self.cluster, self.rng
         loop = asyncio.get_running_loop()
         members = self.members()
@@ -390,6 +395,9 @@ class Run(produce_faults.Run):
         c = self.cluster
         self.calm = True
         c.frozen.clear()
+        c.mangles.clear()
+        c.blank_inits.clear()
+        c.bad_partitions.clear()
         for n, node in c.nodes.items():
             node.script.clear()
             node.release()
@@ -424,6 +432,9 @@ class Run(produce_faults.Run):
             self.refused_partitions.append(f"{topic}-{part}: {exc}")
 
     # -- the checks ------------------------------------------------------------------------------
+
+    def generation_of(self, where: tuple) -> int:
+        return 0  # the cluster is never replaced here: an incarnation is a topic's
 
     def incarnations(self) -> list[tuple[str, list, tuple[int, ...]]]:
         """Every topic's logs, a deleted one's too: records are told apart by incarnation."""
@@ -474,8 +485,8 @@ class Run(produce_faults.Run):
         return opts
 
 
-def run_seed(seed: int, verbose: bool = False) -> Run:
-    return Run.play(seed, verbose)
+def run_seed(seed: int, verbose: bool = False, broken: bool = True) -> Run:
+    return Run.play(seed, verbose, broken)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ idempotence too when one request is in flight); every acknowledged offset holds 
 record said not to be written is in the log, nor one whose send() was cancelled; the buffer
 memory is all given back and no batch is left; the record metrics agree with the outcomes; a
 record the broker named failed with its error and its own message, the others of its batch
-with InvalidBatchError, and no other record so. The suite runs a few seeds
+with InvalidBatchError, and no other record so. Some seeds draw broken answers too (see BROKEN and
+Run.check for what must hold then): the cluster replaced by another behind the same addresses,
+produce answers missing, repeating or misnaming a partition, InitProducerId answers without an
+id, metadata naming partition ids outside 0..n-1. The suite runs a few seeds
 (test_produce_faults.py); for a long hunt:
 
     PYTHONPATH=. .venv/bin/python tests/engine/produce_faults.py 0 300      (seeds [0, 300))
@@ -23,18 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import sys
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from aioprod import Producer
 from aioprod.errors import BrokerResponseError, InvalidBatchError, KafkaError, KafkaTimeoutError
 from aioprod.producer.outcomes import _NOT_WRITTEN
+from aioprod.protocol import messages as m
 from aioprod.protocol.messages import ProduceResponseBatchIndexError
 from aioprod.protocol.records import read_batch
 from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
-from tests.fakes.cluster import Partition, ScriptedCluster
+from tests.fakes.cluster import Appended, Partition, ScriptedCluster, _ProducerState
 
 TOPICS = {"a": [1, 2, 3], "b": [2, 3, 1, 2]}
 #: connections_max_idle_ms drawn: idle connections closed under the faults too (as short as 100 ms: mid-run).
@@ -50,6 +55,19 @@ RECORD_ERRORS = {
     87: "One or more records have been rejected",
     32: "One or more records have been rejected due to invalid timestamp",
 }
+#: Wrong answers a broker, a proxy or the network's other end may give (Run.brake): the cluster
+#: behind the bootstrap names replaced by another (another cluster id, its own producers holding
+#: the ids ours had), a produce answer broken for one partition (MANGLES), InitProducerId answers
+#: with no id and no error, metadata naming a partition id outside 0..n-1 (or a broker id -1).
+BROKEN = ["swap", "mangle", "mangle", "mangle", "blank_init", "bad_partition", "bad_partition"]
+#: How a produce answer is broken for one of its partitions: no result for it, two results for
+#: it, its topic's name in another case (no result for the name sent), or a result for a
+#: partition not sent (the ones sent are answered as they should be).
+MANGLES = ["omit", "repeat", "case", "stray"]
+#: Partition ids a broken metadata answer names, outside 0..n-1 whatever n (n + 1 is drawn too).
+BAD_PARTITION_IDS = [-1, -7, 1_000_000, 2**31 - 1]
+#: InitProducerId requests within 10 ms that make a storm (asked again without a backoff).
+INIT_STORM = 10
 
 
 @dataclass
@@ -82,6 +100,8 @@ class Refusal:
     named: list[int]
     #: The answer went back on its connection (it was not lost, nor an acks=0 request).
     told: bool = False
+    #: (topic, partition) of the batch refused.
+    where: tuple[str, int] = ("", -1)
 
 
 def record_message(value: bytes | None) -> str:
@@ -114,9 +134,18 @@ class HonestCluster(ScriptedCluster):
     answers its error code (a produce that waited for its replicas). A partition with a
     :class:`Rule` refuses a batch holding a record the rule refuses whole, naming each such
     record (KIP-467), as Kafka's LogValidator does: after the leader and size checks, before the
-    producer's sequence is looked at (a duplicate or a gap), which the refusal leaves as it was."""
+    producer's sequence is looked at (a duplicate or a gap), which the refusal leaves as it was.
+
+    Broken answers (Run.brake) are the fake's own doing, never a real broker's checks: a produce
+    answer is broken after the request was handled as usual (what it wrote stays written), and
+    :meth:`swap` replaces the whole cluster (its topics, logs, producer ids and cluster id) by a
+    fresh one behind the same addresses, keeping the replaced logs for the checks. What the
+    checks need is kept as answers go back: which cluster's answer (its generation, the number
+    of clusters replaced before it) acknowledged each record."""
 
     on_answer = None
+    #: What metadata answers name as the cluster id (each swap gives another).
+    cluster_id = "scripted"
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -126,14 +155,110 @@ class HonestCluster(ScriptedCluster):
         self.refusals: list[Refusal] = []
         self._refusing: dict[int, Refusal] = {}  # id(records) -> its refusal, while answering
         self._answering: dict[int, list[Refusal]] = {}  # id(request) -> the refusals of its answer
+        #: The topics of each cluster replaced by a swap, in order (generation g is replaced[g]).
+        self.replaced: list[dict[str, list[Partition]]] = []
+        #: Records that the replacing clusters' own producers wrote (under ids ours had).
+        self.foreign: set[bytes | None] = set()
+        #: node -> how its next produce answers are broken, one partition of each (MANGLES).
+        self.mangles: dict[int, deque[str]] = {}
+        self.mangle_rng = random.Random(0)
+        #: (producer id, epoch) answered by the next InitProducerId requests, without an error.
+        self.blank_inits: deque[tuple[int, int]] = deque()
+        #: node -> (how, topic, partition index, bad id): its metadata names a partition id
+        #: outside 0..n-1 ("extra": one more partition; "replace": instead of one) or, "broker",
+        #: a broker with id -1.
+        self.bad_partitions: dict[int, tuple[str, str, int, int]] = {}
+        #: record -> the generations whose delivered answer acknowledged it (named once, no error).
+        self.acked_by: dict[bytes | None, set[int]] = {}
+        #: When each InitProducerId request came (virtual time).
+        self.init_times: list[float] = []
+        self._delivering: dict[int, tuple[int, list]] = {}  # id(request) -> (generation, records acknowledged)
+
+    @property
+    def generation(self) -> int:
+        return len(self.replaced)
 
     async def handle(self, conn, frame):
         n = len(self.requests)  # the request handle() records, before its first wait
         answer = await super().handle(conn, frame)
-        refusals = self._answering.pop(id(self.requests[n].body), ()) if n < len(self.requests) else ()
+        body = self.requests[n].body if n < len(self.requests) else None
+        refusals = self._answering.pop(id(body), ())
         for refusal in refusals:
             refusal.told = answer is not None
+        delivering = self._delivering.pop(id(body), None)
+        if delivering is not None and answer is not None:
+            generation, acked = delivering
+            for v in acked:
+                self.acked_by.setdefault(v, set()).add(generation)
         return answer
+
+    def swap(self, rng: random.Random) -> str:
+        """Another cluster behind the same addresses (the brokers' processes replaced: every
+        connection cut): topics of the same names and partition counts with new ids and empty
+        logs, another cluster id, producer ids from 1000 again. Its own producers took the ids
+        the old cluster gave out (ours among them), and wrote: for most partitions, a run of
+        batches around the sequence ours would send next, at our epoch mostly (a batch of ours
+        with the same sequences would be taken for their duplicate)."""
+        old = self.topics
+        self.replaced.append(old)
+        self.cluster_id = f"scripted-{self.generation}"
+        issued = range(1000, next(self._producer_ids))
+        self._producer_ids = itertools.count(issued.stop + rng.randint(0, 3))
+        self.topics = {}
+        planted = 0
+        for name, parts in old.items():
+            fresh = self.create_topic(name, [p.leader for p in parts])
+            for idx, (was, part) in enumerate(zip(parts, fresh, strict=True)):
+                for pid in issued:
+                    ours = was.producers.get(pid)
+                    if rng.random() > (0.9 if ours is not None else 0.3):
+                        continue
+                    following = (ours.recent[-1][1] + 1) if ours is not None and ours.recent else 0
+                    epoch = ours.epoch if ours is not None and rng.random() < 0.8 else rng.choice([0, 1])
+                    sequence = max(0, following - rng.randint(0, 4))
+                    state = part.producers[pid] = _ProducerState(epoch)
+                    for _ in range(5):
+                        size = rng.choice([1, 1, 1, 2, 3])
+                        values = tuple(
+                            b"theirs-%d-%s%d-%d-%d" % (self.generation, name.encode(), idx, pid, sequence + j)
+                            for j in range(size)
+                        )
+                        offset = part.end_offset
+                        part.log.append(Appended(0, pid, epoch, sequence, values, offset))
+                        state.recent.append((sequence, sequence + size - 1, offset))
+                        self.foreign.update(values)
+                        sequence += size
+                    planted += 1
+        for n in self.nodes:
+            self.disconnect(n)
+        return f"cluster id {self.cluster_id}, ids {issued.start}-{issued.stop - 1} taken, {planted} producer states"
+
+    def _metadata(self, node, request):
+        response = super()._metadata(node, request)
+        response.cluster_id = self.cluster_id
+        bad = self.bad_partitions.get(node.node_id)
+        if bad is not None:
+            how, topic, index, bad_id = bad
+            if how == "broker":
+                response.brokers.append(m.MetadataResponseBroker(-1, "nowhere.example", 9))
+            for t in response.topics:
+                if how == "broker" or t.name != topic or not t.partitions:
+                    continue
+                count = len(t.partitions)
+                if how == "extra":
+                    leader = t.partitions[index % count].leader_id
+                    bad_id = count + 1 if bad_id is None else bad_id
+                    t.partitions.append(m.MetadataResponsePartition(0, bad_id, leader, 0, [leader], [leader], []))
+                else:  # "replace"
+                    t.partitions[index % count].partition_index = count if bad_id is None else bad_id
+        return response
+
+    def _init_producer_id(self, request):
+        self.init_times.append(self.clock())
+        if self.blank_inits:
+            producer_id, epoch = self.blank_inits.popleft()
+            return m.InitProducerIdResponse(producer_id=producer_id, producer_epoch=epoch)
+        return super()._init_producer_id(request)
 
     def _append(self, node, topic, index, records, txn_id, version):
         # Kafka validates the records (LogValidator) after the leader and size checks and before
@@ -172,6 +297,7 @@ class HonestCluster(ScriptedCluster):
                     part.error_code, part.base_offset = after[i], -1
                 refusal = self._refusing.pop(id(pd.records), None)
                 if refusal is not None:
+                    refusal.where = (t.name, part.index)
                     # The batch whole, naming each invalid record with its own message.
                     self.refusals.append(refusal)
                     self._answering.setdefault(id(request), []).append(refusal)
@@ -190,7 +316,54 @@ class HonestCluster(ScriptedCluster):
                         f"{f' naming {refusal.named}' if refusal is not None else ''}"
                     )
                 i += 1
+        sent = {(t.name, p.index): p.records for t in request.topic_data for p in t.partition_data}
+        mangles = self.mangles.get(node.node_id)
+        if mangles and request.acks != 0:
+            how = mangles.popleft()
+            where = self._mangle(response, how)
+            if self.on_answer is not None:
+                self.on_answer(f"  node {node.node_id} answer broken: {how} {where}")
+        named = Counter((t.name, part.index) for t in response.responses for part in t.partition_responses)
+        # A refusal the answer no longer names (once, by its name) was not told.
+        refusals = self._answering.get(id(request))
+        if refusals:
+            kept = [r for r in refusals if named[r.where] == 1]
+            self._answering[id(request)] = kept
+        acked = [
+            r.value
+            for t in response.responses
+            for part in t.partition_responses
+            if (t.name, part.index) in sent and named[(t.name, part.index)] == 1 and part.error_code in (0, 46)
+            for r in read_batch(sent[(t.name, part.index)]).records
+        ]
+        self._delivering[id(request)] = (self.generation, acked)
         return response, hold
+
+    def _mangle(self, response, how: str) -> tuple[str, int] | None:
+        """Break ``response`` for one of its partitions (MANGLES); returns which (None if none)."""
+        rng = self.mangle_rng
+        entries = [(t, part) for t in response.responses for part in t.partition_responses]
+        if not entries:
+            return None
+        t, part = rng.choice(entries)
+        if how == "omit":
+            t.partition_responses.remove(part)
+        elif how == "repeat":
+            code = rng.choice([0, 7, 6])
+            base = (part.base_offset + rng.choice([1, 50]) if part.base_offset >= 0 else 0) if code == 0 else -1
+            other = m.ProduceResponsePartition(index=part.index, error_code=code, base_offset=base)
+            t.partition_responses.insert(rng.choice([0, len(t.partition_responses)]), other)
+        elif how == "case":
+            t.partition_responses.remove(part)
+            response.responses.append(m.ProduceResponseTopic(name=t.name.upper(), partition_responses=[part]))
+        else:  # "stray": a partition not sent, as if written (the ones sent are answered right)
+            taken = {p.index for p in t.partition_responses}
+            index = rng.choice([i for i in (*range(8), 99) if i not in taken])
+            t.partition_responses.append(m.ProduceResponsePartition(index=index, error_code=0, base_offset=0))
+            return None
+        if not t.partition_responses and rng.random() < 0.5:
+            response.responses.remove(t)
+        return t.name, part.index
 
 
 class Run(SeededRun):
@@ -236,11 +409,22 @@ class Run(SeededRun):
     #: one drawn a seed. Drawn from a stream of their own (``validity``): the seed's other draws
     #: stay as they were, and a seed that draws 0 runs as before (the suite's seeds 0, 4, 37, 45).
     INVALID_ODDS = [0.0, 0.0, 0.2, 0.5]
+    #: How likely a fault comes with a broken answer (BROKEN: see :meth:`brake`), one drawn a seed,
+    #: from a stream of its own (``broken``) as INVALID_ODDS: a seed that draws 0 runs as before,
+    #: and so does any seed played with ``broken=False``.
+    BROKEN_ODDS = [0.0, 0.0, 0.1, 0.3]
+    #: How many times a seed's cluster may be replaced (swap).
+    SWAPS = 2
+    #: The broken answers drawn (one name a chance).
+    BROKEN_KINDS = BROKEN
 
     @classmethod
-    def play(cls, seed: int, verbose: bool = False) -> Run:
-        """Run seed ``seed``: a fresh run of this class in virtual time."""
+    def play(cls, seed: int, verbose: bool = False, broken: bool = True) -> Run:
+        """Run seed ``seed``: a fresh run of this class in virtual time (``broken=False``: without
+        broken answers, as the seed ran before they were drawn)."""
         run = cls(seed, verbose)
+        if not broken:
+            run.broken_odds = 0.0
         run.lanes = run.rng.random() < 0.3  # the compiled lanes read the wall clock: timestamps then are not pinned
         run_in_virtual_time(seed, run.main, run.problems, pin_timestamps=not run.lanes)
         return run
@@ -266,6 +450,12 @@ class Run(SeededRun):
         self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
         self.validity = random.Random(f"validity-{seed}")
         self.invalid_odds = self.validity.choice(self.INVALID_ODDS)
+        self.broken = random.Random(f"broken-{seed}")
+        self.broken_odds = self.broken.choice(self.BROKEN_ODDS)
+        #: The broken answers drawn, by kind (what a seed exercised: see -v).
+        self.brakes: Counter[str] = Counter()
+        #: Batches sent again after an answer that named them not once: (batch, how).
+        self.resent: list[tuple[object, str]] = []
 
     # -- faults --------------------------------------------------------------------------------
 
@@ -301,9 +491,45 @@ class Run(SeededRun):
         """The brokers a fault may hit."""
         return list(self.cluster.nodes)
 
+    def brake(self, kind: str | None = None) -> None:
+        """A wrong answer, or answers, of one kind (BROKEN), drawn from the ``broken`` stream."""
+        c, rng = self.cluster, self.broken
+        kind = kind or rng.choice(self.BROKEN_KINDS)
+        n = rng.choice(list(c.nodes))
+        if kind == "swap":
+            if c.generation >= self.SWAPS:
+                return
+            self.log(f"FAULT the cluster is replaced by another: {c.swap(rng)}")
+        elif kind == "mangle":
+            how, times = rng.choice(MANGLES), rng.choice([1, 1, 3])
+            c.mangles.setdefault(n, deque()).extend([how] * times)
+            self.log(f"FAULT node {n}'s next {times} produce answer(s) broken: {how}")
+        elif kind == "blank_init":
+            # The id the cluster would give next, with no epoch, is a blank too.
+            blank = rng.choice([(-1, -1), (-1, 0), (1000 + 10 * c.generation, -1)])
+            times = rng.choice([1, 3, 30])
+            c.blank_inits.extend([blank] * times)
+            self.log(f"FAULT the next {times} InitProducerId answers are {blank} without an error")
+        else:  # "bad_partition"
+            topic = rng.choice(list(self.TOPICS))
+            how = rng.choice(["extra", "extra", "replace", "broker"])
+            bad = rng.choice([None, *BAD_PARTITION_IDS])
+            index = rng.randrange(len(self.TOPICS[topic]))
+            after = rng.choice([0.5, 5.0, 30.0])
+            c.bad_partitions[n] = spec = (how, topic, index, bad)
+            self.log(f"FAULT node {n}'s metadata is broken for {after}s: {spec}")
+            asyncio.get_running_loop().call_later(after, self._mend_metadata, n, spec)
+        self.brakes[kind] += 1
+
+    def _mend_metadata(self, n: int, spec: tuple) -> None:
+        if self.cluster.bad_partitions.get(n) == spec:
+            del self.cluster.bad_partitions[n]
+
     def inflict(self, kind: str, n: int) -> None:
         if self.validity.random() < self.invalid_odds:
             self.invalidate()
+        if self.broken.random() < self.broken_odds:
+            self.brake()
         c, rng = self.cluster, self.rng
         loop = asyncio.get_running_loop()
         nodes = list(c.nodes)
@@ -450,6 +676,9 @@ class Run(SeededRun):
             self._start(n)
         c.network.black_holes.clear()
         c.rules.clear()
+        c.mangles.clear()
+        c.blank_inits.clear()
+        c.bad_partitions.clear()
         for parts in c.topics.values():
             for part in parts:
                 part.max_batch_bytes = None
@@ -612,7 +841,10 @@ class Run(SeededRun):
         self.t0 = loop.time()
         c = self.cluster = self.new_cluster(self.Cluster, self.TOPICS)
         c.on_answer = self.log if self.verbose else None
+        c.mangle_rng = random.Random(f"mangles-{self.seed}")
         self.cluster_built()
+        if self.broken.random() < self.broken_odds:
+            self.brake("blank_init")  # the first InitProducerId answers too
         rng = self.rng
         opts = self.opts = self.options()
         c.duplicate_error = rng.random() < 0.25
@@ -631,6 +863,7 @@ class Run(SeededRun):
         except KafkaError as exc:
             self.problems.append(f"start failed {exc!r}")
             return
+        self.watch_sender(p)
         if self.verbose:
             self.trace_sender(p)
         chaos = asyncio.ensure_future(self.chaos())
@@ -664,6 +897,28 @@ class Run(SeededRun):
         """How the trace names a connection: its number in this run and its host."""
         number = self.conns.setdefault(id(conn), len(self.conns))
         return f"conn#{number} {conn.host}"
+
+    def watch_sender(self, p: Producer) -> None:
+        """Note each batch sent again after an answer that named it not once (``resent``)."""
+        sender = p._sender
+        send, on_response = sender._send, sender._on_response
+        broken: dict[object, str] = {}  # batch -> what its answer did
+
+        def watched_send(conn, batches, cluster, now):
+            self.resent.extend((batch, broken[batch]) for batch in batches if batch in broken)
+            send(conn, batches, cluster, now)
+
+        def watched_on_response(batches, answer, node, sent_at):
+            if isinstance(answer, m.ProduceResponse):
+                named = Counter((t.name, part.index) for t in answer.responses for part in t.partition_responses)
+                for batch in batches:
+                    count = named[(batch.tp.topic, batch.tp.partition)]
+                    if count != 1:
+                        broken[batch] = f"naming it {count} times"
+            on_response(batches, answer, node, sent_at)
+
+        sender._send = watched_send
+        sender._on_response = watched_on_response
 
     def trace_sender(self, p: Producer) -> None:
         """Log each produce request the sender writes and what came of it (instance attributes
@@ -699,10 +954,34 @@ class Run(SeededRun):
 
     def incarnations(self) -> list[tuple[str, list, tuple[int, ...]]]:
         """The logs to check: each topic, its partitions, and what tells this incarnation of the
-        topic from others of the same name (nothing here: a topic is never deleted)."""
-        return [(t, self.cluster.topics[t], ()) for t in self.TOPICS]
+        topic from others of the same name: the generation of its cluster (a topic is never
+        deleted here, but a swap replaces the cluster, its logs kept in ``replaced``)."""
+        c = self.cluster
+        return [(t, topics[t], (g,)) for g, topics in enumerate([*c.replaced, c.topics]) for t in self.TOPICS]
+
+    def generation_of(self, where: tuple) -> int:
+        """The generation of the cluster whose log ``where`` (topic, partition, offset,
+        *incarnation) is in."""
+        return where[3]
 
     def check(self) -> None:
+        """What must hold, exactly. A cluster replaced (swap) takes its logs with it: a record
+        acknowledged by it and in its log at the offset acknowledged was delivered, and is not
+        lost for being in no later cluster's log (nor is a record in two clusters' logs written
+        twice: a retry into the new cluster of what the old one wrote, its answer lost, is no
+        duplicate). But an acknowledgement counts only from the cluster that gave it: a record
+        acknowledged must be, at the offset acknowledged, in the log of a cluster whose answer,
+        delivered, acknowledged it (named it once, without an error), or it is lost (taken by the
+        new cluster for another producer's duplicate). An error saying a record is not in the log is
+        a lie if it is in any cluster's log, a replaced one's too (the producer cannot tell that
+        cluster is gone: a failover may leave it serving readers). Every other check holds in
+        each cluster's logs as before; another producer's records (``foreign``) are nobody's
+        here. Without idempotence, a batch is not sent again after an answer with no result for
+        it or two (its topic misnamed too): it may have been written, and is failed (the
+        sender's own view, ``resent``: an earlier attempt the broker reads late may still land
+        after it). Every acknowledgement comes from an answer that went back and acknowledged
+        the record (ACK-UNANSWERED), swap or not; InitProducerId is not asked again and again
+        without a backoff (INIT-STORM)."""
         c, opts = self.cluster, self.opts
         idem = opts["enable_idempotence"]
         acks0 = opts["acks"] == 0
@@ -715,6 +994,8 @@ class Run(SeededRun):
             for idx, part in enumerate(parts):
                 for batch in part.log:
                     for j, v in enumerate(batch.values):
+                        if v in c.foreign:
+                            continue
                         raw.setdefault(v, []).append((t, idx, batch.base_offset + j, *incarnation))
                         log_count += 1
         if idem:
@@ -750,14 +1031,21 @@ class Run(SeededRun):
                 acked_count += 1
                 if acks0:
                     continue
-                mine = [w for w in where if w[:2] == (out.topic, out.partition)]
+                answered = c.acked_by.get(rec.value, set())
+                if not answered:
+                    self.problems.append(
+                        f"ACK-UNANSWERED: {rec.value[:12]!r} acked at {out.topic}-{out.partition}@{out.offset}, but no "
+                        f"answer that went back acknowledged it; log has {where}"
+                    )
+                    continue
+                mine = [w for w in where if w[:2] == (out.topic, out.partition) and self.generation_of(w) in answered]
                 at = [w for w in mine if w[2] == out.offset]
                 if out.offset == -1 and c.duplicate_error and mine:
                     w = mine[0]  # DUPLICATE_SEQUENCE_NUMBER carries no offset (as Java: -1)
                 elif not at:
                     self.problems.append(
                         f"ACK-LIE: {rec.value[:12]!r} acked at {out.topic}-{out.partition}@{out.offset}, "
-                        f"log has {where}"
+                        f"log has {where}{f' (acknowledged by cluster(s) {sorted(answered)})' if c.replaced else ''}"
                     )
                     continue
                 else:
@@ -790,6 +1078,19 @@ class Run(SeededRun):
         if ordered:
             self.check_order(acked, raw, by_value)
         self.check_refusals()
+        if not idem:
+            for batch, what in self.resent:
+                self.problems.append(
+                    f"RESENT: {batch.tp.topic}-{batch.tp.partition} ({batch.record_count} record(s)) sent again after "
+                    f"an answer {what} (without idempotence: it may have been written)"
+                )
+        times = c.init_times
+        for i in range(len(times) - INIT_STORM):
+            if times[i + INIT_STORM] - times[i] < 0.01:
+                self.problems.append(
+                    f"INIT-STORM: {INIT_STORM + 1} InitProducerId requests within 10 ms at {times[i] - self.t0:.3f}"
+                )
+                break
         m = self.metrics
         if not failed_queued <= m["record-error-total"] <= failed_queued + failed_unqueued:
             self.problems.append(
@@ -866,8 +1167,8 @@ class Run(SeededRun):
         logged: dict[tuple, list[tuple[int, Rec]]] = {} if idem else acked
         for v, where in raw.items() if idem else ():
             if v in by_value:
-                for t, idx, offset in where:
-                    logged.setdefault((t, idx), []).append((offset, by_value[v]))
+                for t, idx, offset, *incarnation in where:
+                    logged.setdefault((t, idx, *incarnation), []).append((offset, by_value[v]))
         for tp, items in acked.items():
             earlier = sorted(logged.get(tp, []), key=lambda x: x[0])
             for pb, b in items:
@@ -892,9 +1193,9 @@ def _queued(error: BaseException) -> bool:
     )
 
 
-def run_seed(seed: int, verbose: bool = False) -> Run:
-    return Run.play(seed, verbose)
+def run_seed(seed: int, verbose: bool = False, broken: bool = True) -> Run:
+    return Run.play(seed, verbose, broken)
 
 
 if __name__ == "__main__":
-    command_line(run_seed, lambda run: f"{len(run.recs)} records {run.opts}", sys.argv)
+    command_line(run_seed, lambda run: f"{len(run.recs)} records {run.opts} broken={dict(run.brakes)}", sys.argv)

@@ -8,6 +8,10 @@ few seeds (test_txn_faults.py); for a long hunt:
     PYTHONPATH=. .venv/bin/python tests/engine/txn_faults.py 0 300      (seeds [0, 300))
     PYTHONPATH=. .venv/bin/python tests/engine/txn_faults.py 17 18 -v   (one seed, with its trace)
     ... -x: background sends across commits, buffer pressure, close() with a timeout
+
+Some seeds draw broken answers too (Run.BROKEN): produce answers missing, repeating or misnaming
+a partition, FindCoordinator answers naming no node, InitProducerId answers without an id, metadata
+naming partition ids outside 0..n-1; the checks are the same.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from aioprod.errors import (
 )
 from aioprod.protocol import messages as m
 from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
+from tests.engine.produce_faults import BAD_PARTITION_IDS, INIT_STORM, MANGLES
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.coordinator import Lost
 
@@ -69,9 +74,85 @@ class Txn:
 class HonestCluster(ScriptedCluster):
     """A scripted sequence or epoch refusal (45, 47) is not given to a retry of a batch the
     partition already holds: a real broker answers that as a duplicate (it checks for
-    duplicates first)."""
+    duplicates first).
+
+    Broken answers (Run.brake), as produce_faults.py's: a produce answer broken for one
+    partition after the request was handled as usual (MANGLES), FindCoordinator answers naming
+    no node without an error, InitProducerId answers without an id or epoch and without an
+    error (the coordinator acted on none of them), metadata naming a partition id outside
+    0..n-1 (or a broker id -1)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: node -> how its next produce answers are broken, one partition of each (MANGLES).
+        self.mangles: dict[int, deque[str]] = {}
+        self.mangle_rng = random.Random(0)
+        #: How many of the next FindCoordinator answers name no node (-1, "", -1), error 0.
+        self.blank_finds = 0
+        #: (producer id, epoch) the next InitProducerId answers give, without an error.
+        self.blank_inits: deque[tuple[int, int]] = deque()
+        #: node -> (how, topic, partition index, bad id): see produce_faults.HonestCluster.
+        self.bad_partitions: dict[int, tuple[str, str, int, int | None]] = {}
+        #: When each InitProducerId and FindCoordinator request came (virtual time).
+        self.asked: dict[str, list[float]] = {"InitProducerId": [], "FindCoordinator": []}
+        coordinator = self.coordinator
+        find, init = coordinator.find, coordinator.init_producer_id
+
+        def finding(request):
+            self.asked["FindCoordinator"].append(self.clock())
+            response = find(request)
+            if self.blank_finds and not response.error_code:
+                self.blank_finds -= 1
+                for found in response.coordinators:
+                    found.node_id, found.host, found.port = -1, "", -1
+                response.node_id, response.host, response.port = -1, "", -1
+            return response
+
+        def initializing(txn_id, request):
+            self.asked["InitProducerId"].append(self.clock())
+            if self.blank_inits:
+                producer_id, epoch = self.blank_inits.popleft()
+                return m.InitProducerIdResponse(producer_id=producer_id, producer_epoch=epoch)
+            return init(txn_id, request)
+
+        coordinator.find = finding
+        coordinator.init_producer_id = initializing
+
+    def _metadata(self, node, request):
+        response = super()._metadata(node, request)
+        bad = self.bad_partitions.get(node.node_id)
+        if bad is not None:
+            how, topic, index, bad_id = bad
+            if how == "broker":
+                response.brokers.append(m.MetadataResponseBroker(-1, "nowhere.example", 9))
+            for t in response.topics:
+                if how != "broker" and t.name == topic and t.partitions:
+                    count = len(t.partitions)
+                    leader = t.partitions[index % count].leader_id
+                    bad_id = count + 1 if bad_id is None else bad_id
+                    t.partitions.append(m.MetadataResponsePartition(0, bad_id, leader, 0, [leader], [leader], []))
+        return response
 
     def _produce(self, node, request, version):
+        response, hold = self._produce_honestly(node, request, version)
+        mangles = self.mangles.get(node.node_id)
+        entries = [(t, part) for t in response.responses for part in t.partition_responses]
+        if mangles and entries and request.acks != 0:
+            how, rng = mangles.popleft(), self.mangle_rng
+            t, part = rng.choice(entries)
+            if how == "omit":
+                t.partition_responses.remove(part)
+            elif how == "repeat":
+                other = m.ProduceResponsePartition(index=part.index, error_code=rng.choice([7, 6]), base_offset=-1)
+                t.partition_responses.insert(rng.choice([0, len(t.partition_responses)]), other)
+            elif how == "case":
+                t.partition_responses.remove(part)
+                response.responses.append(m.ProduceResponseTopic(name=t.name.upper(), partition_responses=[part]))
+            else:  # "stray"
+                t.partition_responses.append(m.ProduceResponsePartition(index=99, error_code=0, base_offset=0))
+        return response, hold
+
+    def _produce_honestly(self, node, request, version):
         from aioprod.protocol.records import read_batch
 
         if node.script:
@@ -119,18 +200,68 @@ class Run(SeededRun):
         self.background: list = []
         self.chaos_mean = self.rng.choice([0.002, 0.02, 0.2])
         self.step_fault = self.rng.choice([0.1, 0.3, 0.6])
+        #: Broken answers come with a fault this likely (see produce_faults.Run.BROKEN_ODDS), drawn
+        #: from a stream of their own: a seed that draws 0 runs as before.
+        self.broken = random.Random(f"broken-{seed}")
+        self.broken_odds = self.broken.choice(self.BROKEN_ODDS)
+
+    #: How likely a fault comes with a broken answer, one drawn a seed.
+    BROKEN_ODDS = [0.0, 0.0, 0.1, 0.3]
+    #: The broken answers drawn (a cluster replaced is fatal to a transactional producer: not here).
+    BROKEN = ["mangle", "mangle", "find", "init", "bad_partition"]
+
+    def brake(self, first: bool = False) -> None:
+        """A broken answer of one kind (BROKEN); ``first``: before start(), few enough that
+        start() may still initialise within max_block_ms."""
+        c, rng = self.cluster, self.broken
+        kind = rng.choice(self.BROKEN)
+        counts = [1, 3] if first else [1, 3, 30]
+        n = rng.choice(list(c.nodes))
+        if kind == "mangle":
+            how, times = rng.choice(MANGLES), rng.choice([1, 1, 3])
+            c.mangles.setdefault(n, deque()).extend([how] * times)
+            self.log(f"FAULT node {n}'s next {times} produce answer(s) broken: {how}")
+        elif kind == "find":
+            c.blank_finds += rng.choice(counts)
+            self.log(f"FAULT the next {c.blank_finds} FindCoordinator answers name no node")
+        elif kind == "init":
+            blank = rng.choice([(-1, -1), (-1, 0), (5000, -1)])
+            times = rng.choice(counts)
+            c.blank_inits.extend([blank] * times)
+            self.log(f"FAULT the next {times} InitProducerId answers are {blank} without an error")
+        else:
+            topic = rng.choice(list(self.TOPICS))
+            spec = (
+                rng.choice(["extra", "extra", "broker"]),
+                topic,
+                rng.randrange(len(self.TOPICS[topic])),
+                rng.choice([None, *BAD_PARTITION_IDS]),
+            )
+            c.bad_partitions[n] = spec
+            after = rng.choice([0.5, 5.0, 30.0])
+            self.log(f"FAULT node {n}'s metadata is broken for {after}s: {spec}")
+            asyncio.get_running_loop().call_later(after, self._mend_metadata, n, spec)
+
+    def _mend_metadata(self, n: int, spec: tuple) -> None:
+        if self.cluster.bad_partitions.get(n) == spec:
+            del self.cluster.bad_partitions[n]
 
     @classmethod
-    def play(cls, seed: int, verbose: bool = False, extra: bool = False) -> Run:
-        """Run seed ``seed``: a fresh run of this class in virtual time (``extra``: see -x)."""
+    def play(cls, seed: int, verbose: bool = False, extra: bool = False, broken: bool = True) -> Run:
+        """Run seed ``seed``: a fresh run of this class in virtual time (``extra``: see -x;
+        ``broken=False``: without broken answers, as the seed ran before they were drawn)."""
         run = cls(seed, verbose)
         run.extra = extra
+        if not broken:
+            run.broken_odds = 0.0
         run_in_virtual_time(seed, run.main, run.problems)
         return run
 
     # -- faults --------------------------------------------------------------------------------
 
     def fault(self) -> None:
+        if self.broken.random() < self.broken_odds:
+            self.brake()
         c, rng = self.cluster, self.rng
         kind = rng.choice(
             [
@@ -240,6 +371,11 @@ class Run(SeededRun):
                 c.start(n)
         self.stopped.clear()
         c.coordinator.script.clear()
+        if isinstance(c, HonestCluster):
+            c.mangles.clear()
+            c.blank_inits.clear()
+            c.bad_partitions.clear()
+            c.blank_finds = 0
 
     # -- the workload --------------------------------------------------------------------------
 
@@ -455,6 +591,10 @@ class Run(SeededRun):
         self.t0 = loop.time()
         c = self.cluster = self.new_cluster(self.Cluster, self.TOPICS)
         self.cluster_built()
+        if isinstance(c, HonestCluster):
+            c.mangle_rng = random.Random(f"mangles-{self.seed}")
+            if self.broken.random() < self.broken_odds:  # the first answers too
+                self.brake(first=True)
         rng = self.rng
         if self.options is not None:
             opts = dict(self.options)
@@ -621,10 +761,17 @@ class Run(SeededRun):
         for tp, off in expected.items():
             if tp not in got and tp not in maybe:
                 self.problems.append(f"OFFSETS: group g {tp} expected {off}, not committed")
+        for api, times in getattr(c, "asked", {}).items():  # asked again without a backoff
+            for i in range(len(times) - INIT_STORM):
+                if times[i + INIT_STORM] - times[i] < 0.01:
+                    self.problems.append(
+                        f"STORM: {INIT_STORM + 1} {api} requests within 10 ms at {times[i] - self.t0:.3f}"
+                    )
+                    break
 
 
-def run_seed(seed: int, verbose: bool = False, extra: bool = False) -> Run:
-    return Run.play(seed, verbose, extra)
+def run_seed(seed: int, verbose: bool = False, extra: bool = False, broken: bool = True) -> Run:
+    return Run.play(seed, verbose, extra, broken)
 
 
 def cli(run_class: type[Run], argv: list[str]) -> None:
