@@ -22,13 +22,18 @@ DEFAULT_INTERVAL = 30.0
 
 
 class _Seen:
-    __slots__ = ("logged", "suppressed")
+    __slots__ = ("logged", "open", "suppressed", "warned")
 
     def __init__(self) -> None:
         #: When each reason was last logged: a reason that flips back and forth (a broker that
-        #: refuses, then accepts and drops) is not a new one each time.
+        #: refuses, then accepts and drops) is not a new one each time. Kept past the problem's
+        #: end, so that one that ends and starts again within the interval is not either.
         self.logged: dict[str, float] = {}
         self.suppressed = 0
+        #: The problem is on (not resolved since it last happened).
+        self.open = True
+        #: A warning was logged since the problem last started: only then is its end news.
+        self.warned = False
 
 
 class EventLog:
@@ -47,7 +52,9 @@ class EventLog:
         seen = self._problems.get(key)
         if seen is None:
             seen = self._problems[key] = _Seen()
-        elif now - seen.logged.get(reason, -math.inf) < self.interval:
+        elif not seen.open:
+            seen.open, seen.warned = True, False
+        if now - seen.logged.get(reason, -math.inf) < self.interval:
             seen.suppressed += 1
             return
         text = self._prefix + message
@@ -58,21 +65,30 @@ class EventLog:
         seen.logged = {old: at for old, at in seen.logged.items() if now - at < self.interval}
         seen.logged[reason] = now
         seen.suppressed = 0
+        seen.warned = True
 
     def resolved(self, logger: logging.Logger, key: Hashable, message: str, *args: object) -> bool:
         """The problem ``key`` is over: log ``message`` at INFO if the problem was logged
         (with how often it happened after its last warning, which would otherwise go unsaid)."""
-        seen = self._problems.pop(key, None)
-        if seen is None:
+        seen = self._problems.get(key)
+        if seen is None or not seen.open:
             return False
+        seen.open = False
+        if not any(_now() - at < self.interval for at in seen.logged.values()):
+            del self._problems[key]  # nothing left to rate-limit
+        if not seen.warned:
+            return True  # it came back within the interval of its last warning: its end is no news either
         self._log_end(logger, seen.suppressed, message, args)
+        seen.suppressed = 0
         return True
 
     def resolved_all(self, logger: logging.Logger, prefix: tuple[Hashable, ...], message: str, *args: object) -> None:
         """The problems whose key is a tuple starting with ``prefix`` are over: one INFO line
         for them all (if any was logged), with how often they happened after their warnings."""
         size = len(prefix)
-        keys = [key for key in self._problems if isinstance(key, tuple) and key[:size] == prefix]
+        keys = [
+            key for key, seen in self._problems.items() if isinstance(key, tuple) and key[:size] == prefix and seen.open
+        ]
         if not keys:
             return
         self._log_end(logger, sum(self._problems.pop(key).suppressed for key in keys), message, args)
@@ -90,7 +106,12 @@ class EventLog:
         self._notes.pop(key, None)
 
     def active(self, key: Hashable) -> bool:
-        return key in self._problems
+        seen = self._problems.get(key)
+        return seen is not None and seen.open
+
+    def warning(self, logger: logging.Logger, message: str, *args: object) -> None:
+        """A WARNING that is not a lasting problem (said once), with the producer's prefix."""
+        logger.warning(self._prefix + message, *args)
 
     def note(self, logger: logging.Logger, key: Hashable, message: str, *args: object) -> None:
         """Log ``message`` at INFO at most once per ``interval`` for ``key`` (a set-up, a

@@ -186,7 +186,8 @@ class SendTelemetry:
 
     def _send_done(self, span: Span, started: float, topic: str, done: RecordFuture) -> None:
         error = done.exception()
-        self._end(span, started, topic, [(None if error is not None else done.result(), error, 1)])
+        partition = getattr(getattr(done, "_settlement", None), "partition", -1) if error is not None else -1
+        self._end(span, started, topic, [(None if error is not None else done.result(), error, 1)], partition)
 
     def _send_many_done(
         self, span: Span, started: float, topic: str, count: int, done: asyncio.Future[list[RecordMetadata]]
@@ -207,6 +208,7 @@ class SendTelemetry:
         started: float,
         topic: str,
         outcomes: list[tuple[RecordMetadata | None, BaseException | None, int]],
+        failed_partition: int = -1,
     ) -> None:
         """End the span and count the records: ``outcomes`` are (metadata, error, how many)."""
         duration = time.monotonic() - started
@@ -214,6 +216,8 @@ class SendTelemetry:
         span_error = None
         for md, error, count in outcomes:
             attributes = self._attributes(topic, md, error)
+            if md is None and failed_partition >= 0:
+                attributes["messaging.destination.partition.id"] = str(failed_partition)
             span_error = span_error or error
             self._sent.add(count, attributes)
             self._duration.record(duration, attributes)
@@ -223,6 +227,8 @@ class SendTelemetry:
             if md.offset >= 0 and len(outcomes) == 1:
                 span.set_attribute("messaging.kafka.offset", md.offset)
             span.set_attributes(self._server(topic, md.partition))
+        if not partitions and failed_partition >= 0:
+            span.set_attribute("messaging.destination.partition.id", str(failed_partition))
         if span_error is not None:
             span.set_attribute("error.type", _error_type(span_error))
             span.record_exception(span_error)

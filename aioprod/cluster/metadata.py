@@ -551,7 +551,10 @@ class Metadata:
                 # not exist"); else what was known of the topic stays.
                 inside = sorted({p.partition_index for p in t.partitions if 0 <= p.partition_index < count})
                 whole = inside == list(range(len(inside)))
-                log.warning(
+                self._metrics.events.problem(
+                    log,
+                    ("partition-ids", t.name),
+                    "outside",
                     "metadata from %s: topic %r: partition ids %s outside 0-%d: %s",
                     "a broker" if node is None else describe_node(node),
                     t.name,

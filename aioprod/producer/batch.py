@@ -135,7 +135,7 @@ class ProducerBatch:
         self.groups: list[list[Any]] | tuple[()] = ()
         #: The outcome of every record: what each RecordFuture reads, and flush() waits on.
         #: Settled on the producer's loop, whichever loop appends the first record.
-        self.settlement = BatchSettlement(loop)
+        self.settlement = BatchSettlement(loop, tp.partition)
         self.created = now
         self.deadline = now + delivery_timeout
         self.attempts = 0

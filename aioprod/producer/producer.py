@@ -357,8 +357,10 @@ class Producer:
         if unfinished:
             # Said here too: a close nobody waits on (a SyncProducer closed at interpreter exit,
             # or dropped unclosed) has no caller to see the records' futures fail.
-            log.warning(
-                "producer closed with %d record(s) not acknowledged: they fail with ProducerClosedError", unfinished
+            self._metrics.events.warning(
+                log,
+                "producer closed with %d record(s) not acknowledged: they fail with ProducerClosedError",
+                unfinished,
             )
         tasks = self._sender.abort_now(lambda persisted: ProducerClosedError(reason, possibly_persisted=persisted))
         self._metrics.stop()

@@ -101,10 +101,12 @@ class BatchSettlement:
     is cheap however big the batch.
     """
 
-    __slots__ = ("_future", "_split_from", "_waiting", "loop", "outcome")
+    __slots__ = ("_future", "_split_from", "_waiting", "loop", "outcome", "partition")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, partition: int = -1) -> None:
         self.loop = loop
+        #: The batch's partition: what a failed record's telemetry names (no RecordMetadata says it).
+        self.partition = partition
         self.outcome: BatchOutcome | None = None
         self._future: asyncio.Future[BatchOutcome] | None = None
         self._waiting: dict[RecordFuture, None] | None = None

@@ -119,6 +119,8 @@ class Sender:
         self._cluster_id: str | None = None
         #: Batches on the wire when the cluster id changed: a retry of them needs new sequences.
         self._other_cluster: set[ProducerBatch] = set()
+        #: Identities _take_identity took: each after the first is a reset (producer-id-reset-total).
+        self._identities_taken = 0
         if self.idempotence is not None:
             metadata.add_listener(self._on_metadata)
 
@@ -134,7 +136,9 @@ class Sender:
         ident = self.idempotence
         if old is None or new == old or ident is None or not ident.has_producer_id:
             return
-        log.warning("the cluster id changed from %r to %r: taking a new producer id from it", old, new)
+        self._metrics.events.warning(
+            log, "the cluster id changed from %r to %r: taking a new producer id from it", old, new
+        )
         if self.transactions is not None:
             self._set_fatal(
                 ProducerFatalError(
@@ -242,7 +246,8 @@ class Sender:
                 )
                 unfinished = sum(batch.record_count for batch in self._acc.incomplete)
                 if unfinished:
-                    log.warning(
+                    self._metrics.events.warning(
+                        log,
                         "the event loop shut down without producer.close(): %d record(s) not acknowledged "
                         "are dropped (await close() before the loop ends)",
                         unfinished,
@@ -680,7 +685,7 @@ class Sender:
         first one) is counted and warned of, with why."""
         ident = self.idempotence
         assert ident is not None
-        if ident.has_producer_id:
+        if self._identities_taken:
             self._metrics.record_identity_reset()
             self._metrics.events.problem(
                 log,
@@ -694,6 +699,7 @@ class Sender:
                 self._doubt,
             )
         ident.set_producer_id(producer_id, epoch)
+        self._identities_taken += 1
 
     def _ensure_producer_id(self) -> None:
         if not self._init_running:

@@ -129,7 +129,7 @@ async def test_records_a_close_fails_are_logged_for_a_close_nobody_waits_on(
         with caplog.at_level(logging.WARNING, logger="aioprod"):
             await p.close(timeout=1)
     assert [r.getMessage() for r in caplog.records if "closed with" in r.getMessage()] == [
-        "producer closed with 3 record(s) not acknowledged: they fail with ProducerClosedError"
+        "[aioprod] producer closed with 3 record(s) not acknowledged: they fail with ProducerClosedError"
     ]
 
 
