@@ -10,7 +10,7 @@ import asyncio
 import logging
 import random
 import socket
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 
 from aioprod.config import ProducerConfig
@@ -82,6 +82,10 @@ class ConnectionPool:
         #: The connection opened last, kept once closed for what it negotiated (API versions, the
         #: cluster's finalized features): an idle close can leave no connection open to ask.
         self.last_opened: BrokerConnection | None = None
+        #: Run on a connection opened after any other closed, before it is used (the producer's
+        #: check that the cluster behind the address is still the one it numbers batches for).
+        self.confirm_cluster: Callable[[BrokerConnection], Awaitable[None]] | None = None
+        self._closes = 0
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
         state = self._nodes.get(node_id)
@@ -232,6 +236,8 @@ class ConnectionPool:
         metrics, events = self._metrics, self._metrics.events
         try:
             await conn.open(setup_timeout, attempt=state.failures)
+            if self.confirm_cluster is not None and self._closes:
+                await self.confirm_cluster(conn)
         except Exception as failure:
             if isinstance(failure, KafkaError):
                 exc = failure
@@ -350,6 +356,7 @@ class ConnectionPool:
 
     def _on_connection_closed(self, node_id: int, conn: BrokerConnection, error: KafkaError) -> None:
         state = self._nodes.get(node_id)
+        self._closes += 1
         self._metrics.record_connection(False, asyncio.get_running_loop().time())
         idled = state is not None and state.connection is conn and state.idled
         if state is not None and state.connection is conn:

@@ -43,6 +43,8 @@ from aioprod.producer.transactions import TransactionManager, TxnState
 from aioprod.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
+    MetadataRequest,
+    MetadataResponse,
     ProduceRequest,
     ProduceRequestPartition,
     ProduceRequestTopic,
@@ -123,13 +125,24 @@ class Sender:
         self._identities_taken = 0
         if self.idempotence is not None:
             metadata.add_listener(self._on_metadata)
+            pool.confirm_cluster = self._confirm_cluster
 
     def _on_metadata(self, snapshot: ClusterSnapshot) -> None:
+        self._cluster_seen(snapshot.cluster_id)
+
+    async def _confirm_cluster(self, conn: BrokerConnection) -> None:
+        """Asked by the pool of a connection opened after one closed, before anything is sent on
+        it: the cluster behind the address may be another now, and a batch numbered under the
+        old one's producer id must not reach it (a metadata refresh may come only minutes later)."""
+        response: MetadataResponse = await conn.send(MetadataRequest(topics=[], allow_auto_topic_creation=False))
+        self._cluster_seen(response.cluster_id)
+
+    def _cluster_seen(self, new: str | None) -> None:
         """Another cluster behind the bootstrap addresses: the producer id (and the sequences
         under it) was the old cluster's, and producer ids start from 0 in every cluster, so the
         new one may know ours as another producer's (whose recent batch at our next sequence
         would be taken for ours: acknowledged, not written). Take an id from the new cluster."""
-        new, old = snapshot.cluster_id, self._cluster_id
+        old = self._cluster_id
         if not new:
             return
         self._cluster_id = new

@@ -180,6 +180,10 @@ class HonestCluster(ScriptedCluster):
 
     async def handle(self, conn, frame):
         n = len(self.requests)  # the request handle() records, before its first wait
+        if not hasattr(conn, "generation"):
+            conn.generation = self.generation  # the cluster whose broker process accepted it
+        if conn.generation != self.generation:
+            return None  # read by a broker process since replaced: it died with it, unanswered
         answer = await super().handle(conn, frame)
         body = self.requests[n].body if n < len(self.requests) else None
         refusals = self._answering.pop(id(body), ())
