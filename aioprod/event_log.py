@@ -74,10 +74,13 @@ class EventLog:
         if seen is None or not seen.open:
             return False
         seen.open = False
-        if not any(_now() - at < self.interval for at in seen.logged.values()):
+        expired = not any(_now() - at < self.interval for at in seen.logged.values())
+        if expired:
             del self._problems[key]  # nothing left to rate-limit
-        if not seen.warned:
-            return True  # it came back within the interval of its last warning: its end is no news either
+        if not seen.warned and not (expired and seen.suppressed):
+            # It came back within the interval of its last warning: its end is no news either
+            # (its count goes with the next warning, unless the entry goes: then said here).
+            return True
         self._log_end(logger, seen.suppressed, message, args)
         seen.suppressed = 0
         return True

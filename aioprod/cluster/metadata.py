@@ -207,6 +207,15 @@ class Metadata:
         """Loop time of the last successful refresh (-inf before the first)."""
         return self._last_refresh
 
+    def cluster_confirmed(self, cluster_id: str | None) -> None:
+        """A broker just named ``cluster_id`` (the producer's check of a new connection): another
+        than the snapshot's, it is the snapshot's from now on, and the metadata is looked up again."""
+        old = self.snapshot
+        if not cluster_id or old.cluster_id is None or cluster_id == old.cluster_id:
+            return
+        self._install(old.brokers, dict(old.topics), cluster_id, old.controller_id)
+        self.request_update()
+
     def request_update(self) -> None:
         self._full_refresh_wanted = True
         self._need_update.set()
@@ -515,6 +524,7 @@ class Metadata:
             self._topic_ids.pop(topic, None)
             self._metrics.events.forget(("topic", topic))
             self._metrics.events.forget(("leader", topic))
+            self._metrics.events.forget(("partition-ids", topic))
         self._drop_leader_epochs(set(topics))
         for listener in self._evict_listeners:
             listener(topics)
@@ -544,13 +554,20 @@ class Metadata:
                 continue
             count = len(t.partitions)
             outside = sorted(p.partition_index for p in t.partitions if not 0 <= p.partition_index < count)
+            #: Partitions the answer names no valid entry for, taken from what was known of the topic.
+            kept: dict[int, PartitionInfo] = {}
             if outside:
                 # A topic's partitions are 0..n-1: ids outside them are a broken answer, ignored
-                # (the producer keeps a list up to the largest id: 2**31-1 took all memory). The
-                # rest is taken if it leaves no gap (-1 in place of 0 left one: "partition 0 does
-                # not exist"); else what was known of the topic stays.
-                inside = sorted({p.partition_index for p in t.partitions if 0 <= p.partition_index < count})
-                whole = inside == list(range(len(inside)))
+                # (the producer keeps a list up to the largest id: 2**31-1 took all memory). A
+                # partition the answer misnamed ([-1, 1, 2], [0, 1, 7] for a topic of 3) keeps what
+                # was known of it (topics never shrink; the others' leaders are taken); the rest is
+                # taken if it leaves no gap (-1 in place of 0 left one: "partition 0 does not exist").
+                inside = {p.partition_index for p in t.partitions if 0 <= p.partition_index < count}
+                before = old.topics.get(t.name)
+                if before is not None:
+                    kept = {i: part for i, part in before.partitions.items() if i not in inside}
+                ids = sorted(inside | kept.keys())
+                whole = ids == list(range(len(ids)))
                 self._metrics.events.problem(
                     log,
                     ("partition-ids", t.name),
@@ -563,9 +580,8 @@ class Metadata:
                     "ignored" if whole else "the topic's answer not taken (the rest leaves a gap)",
                 )
                 if not whole:
-                    known = old.topics.get(t.name)
-                    if known is not None:
-                        topics[t.name] = TopicInfo(t.name, known.partitions, brokers)
+                    if before is not None:
+                        topics[t.name] = TopicInfo(t.name, before.partitions, brokers)
                     continue
             if partial:
                 topics.pop(t.name, None)  # described again: as the answer says, or not at all
@@ -606,6 +622,9 @@ class Metadata:
                 )
                 if p.leader_id < 0 or p.leader_id not in brokers:
                     leaderless.append((p.partition_index, p.error_code))
+            if known is not None:
+                for index, kept_part in kept.items():
+                    parts.setdefault(index, kept_part)
             if parts:
                 topics[t.name] = TopicInfo(t.name, MappingProxyType(parts), brokers)
                 self._leaders_found(t.name, leaderless, node)

@@ -237,7 +237,11 @@ class ConnectionPool:
         try:
             await conn.open(setup_timeout, attempt=state.failures)
             if self.confirm_cluster is not None and self._closes:
-                await self.confirm_cluster(conn)
+                try:
+                    await self.confirm_cluster(conn)
+                except BaseException as problem:  # a cancellation (close()) too: it is no one's connection yet
+                    conn.close(problem if isinstance(problem, KafkaError) else None)
+                    raise
         except Exception as failure:
             if isinstance(failure, KafkaError):
                 exc = failure

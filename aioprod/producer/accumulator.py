@@ -16,7 +16,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from aioprod.cluster.metadata import ClusterSnapshot
@@ -668,13 +668,20 @@ class RecordAccumulator:
                 return True
         return False
 
-    def stamped_queued(self) -> Iterator[ProducerBatch]:
-        """The queued batches numbered already (they come first in their partition's queue)."""
+    def renumber_queued(self) -> None:
+        """Every queued stamped batch waits for a new sequence (the cluster changed), in the order
+        of its old one: those that kept their stamps went ahead of refused earlier ones only to be
+        resolved under those stamps first, which no longer happens."""
         for queue in self._batches.values():
+            stamped: list[ProducerBatch] = []
             for batch in queue:
                 if not batch.stamped:
                     break
-                yield batch
+                batch.needs_new_sequence = True
+                at = next((i for i, placed in enumerate(stamped) if earlier_under(batch, placed)), len(stamped))
+                stamped.insert(at, batch)
+            for index, batch in enumerate(stamped):
+                queue[index] = batch
 
     def withdraw(self, tp: TopicPartition, which: Callable[[ProducerBatch], bool]) -> list[ProducerBatch]:
         """Take the queued batches of ``tp`` that ``which`` picks out of their queue."""

@@ -59,6 +59,8 @@ class PartitionSequences:
         for batch in queue:
             if not batch.stamped:
                 break
+            if batch.maybe_written:  # (renumbered after a cluster change: the old cluster's log)
+                batch.lost_attempt = True
             batch.unstamp()
         self.identity = identity
         self.next_sequence = self.acked_next = 0

@@ -123,6 +123,7 @@ class Sender:
         self._other_cluster: set[ProducerBatch] = set()
         #: Identities _take_identity took: each after the first is a reset (producer-id-reset-total).
         self._identities_taken = 0
+        self._last_identity = (-1, -1)
         if self.idempotence is not None:
             metadata.add_listener(self._on_metadata)
             pool.confirm_cluster = self._confirm_cluster
@@ -136,6 +137,11 @@ class Sender:
         old one's producer id must not reach it (a metadata refresh may come only minutes later)."""
         response: MetadataResponse = await conn.send(MetadataRequest(topics=[], allow_auto_topic_creation=False))
         self._cluster_seen(response.cluster_id)
+        # The snapshot says so too: one installed without a metadata answer (a leader hint,
+        # KIP-951) carried the old id, which the listener took for a change back (a new id
+        # again, and a batch on the wire renumbered: written twice). Its leaders and topic ids
+        # are the old cluster's: looked up again.
+        self._metadata.cluster_confirmed(response.cluster_id)
 
     def _cluster_seen(self, new: str | None) -> None:
         """Another cluster behind the bootstrap addresses: the producer id (and the sequences
@@ -163,8 +169,7 @@ class Sender:
         ident.set_producer_id(-1, -1)  # no client-side epoch bump of the old cluster's id
         # A stamp is the old cluster's too: a retry under it would meet the new cluster's own
         # producer of that id (a "duplicate" acknowledged, not written). Renumbered instead.
-        for batch in self._acc.stamped_queued():
-            batch.needs_new_sequence = True
+        self._acc.renumber_queued()
         self._other_cluster.update(self._in_flight)
         self._fresh_id_needed = True
         self.wakeup()
@@ -707,12 +712,12 @@ class Sender:
                 "took a new producer identity %s/%s (was %s/%s): %s",
                 producer_id,
                 epoch,
-                ident.producer_id,
-                ident.producer_epoch,
+                *self._last_identity,  # (a cluster change sets the id to -1/-1 first)
                 self._doubt,
             )
         ident.set_producer_id(producer_id, epoch)
         self._identities_taken += 1
+        self._last_identity = (producer_id, epoch)
 
     def _ensure_producer_id(self) -> None:
         if not self._init_running:

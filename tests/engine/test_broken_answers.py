@@ -309,3 +309,99 @@ async def test_a_partition_replaced_by_a_bad_id_in_one_answer_is_still_sent_to(
         # Observed: ValueError: partition 0 does not exist: topic 't' has 2 partitions (0-1)
         md = await p.send_and_wait("t", b"v1", partition=0)
     assert (md.partition, partitions) == (0, [0, 1, 2])
+
+
+# e736458: an answer whose partition ids outside 0..n-1 leave a gap keeps the topic's previous view
+# whole -- its leaders too. While a broker answers so (a proxy's or a broker's bug that persists),
+# a leader move of the topic's other partitions is never taken: their records go to the old leader,
+# are refused NOT_LEADER_OR_FOLLOWER, and the refresh that follows keeps the old view again, until
+# delivery_timeout_ms fails them.
+async def test_a_leader_move_is_taken_while_another_partitions_id_is_broken(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.kip951 = False  # (a NOT_LEADER answer without the new leader, as before Kafka 3.7)
+    cluster.create_topic("t", [1, 1, 1])
+    broken = {"on": False}
+    metadata = ScriptedCluster._metadata
+
+    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(self, node, request)
+        for topic in response.topics:
+            if broken["on"] and topic.name == "t":
+                topic.partitions[0].partition_index = -1  # in place of partition 0
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, delivery_timeout_ms=20_000, request_timeout_ms=5_000
+    ) as p:
+        assert (await p.send_and_wait("t", b"v0", partition=1)).partition == 1
+        broken["on"] = True
+        cluster.move_leader("t", 1, 2)
+        outcome = (await asyncio.gather(p.send_and_wait("t", b"v1", partition=1), return_exceptions=True))[0]
+    assert not isinstance(outcome, BaseException), repr(outcome)
+    assert b"v1" in cluster.partition("t", 1).values
+
+
+# e736458: partition ids outside 0..n-1 are 'ignored when the rest is contiguous from 0'. An answer
+# for a 3-partition topic naming partitions 0, 1, 7 (the last id broken, as -1 in place of 0 was the
+# first) is taken as a 2-partition topic: a keyed record goes to another partition than its key's
+# (hash mod 2, not mod 3), and an explicit partition 2 is refused, until a sound answer comes. The
+# answer's own count (3 entries) says partition 2 exists; Kafka topics never shrink.
+async def test_a_broken_last_partition_id_does_not_remap_keys(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", [1, 1, 1])
+    broken = {"on": False}
+    metadata = ScriptedCluster._metadata
+
+    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(self, node, request)
+        if broken["on"]:
+            for t in response.topics:
+                if t.name == "t":
+                    t.partitions[2].partition_index = 7
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
+        keys = [b"k%d" % i for i in range(50)]
+        before = {k: (await p.send_and_wait("t", b"v", key=k)).partition for k in keys}
+        assert 2 in before.values()
+        broken["on"] = True
+        await asyncio.sleep(2.5)  # a refresh or two with the broken answer
+        after = {k: (await p.send_and_wait("t", b"v", key=k)).partition for k in keys}
+    moved = {k: (before[k], after[k]) for k in keys if before[k] != after[k]}
+    assert not moved, f"{len(moved)} of {len(keys)} keys moved partition: {moved}"
+
+
+# e736458/f025f03: the ("partition-ids", topic) problem is never resolved nor forgotten: a topic
+# forgotten after metadata_max_idle_ms drops its ("topic", t) and ("leader", t) entries
+# (Metadata._forget), not this one -- one _Seen per topic that ever had a broken answer, for the
+# producer's life (a producer writing to a topic per tenant).
+async def test_a_forgotten_topic_leaves_no_event_log_entry(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = scripted.cluster
+    for i in range(5):
+        cluster.create_topic(f"tenant-{i}", 2)
+    metadata = ScriptedCluster._metadata
+
+    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(self, node, request)
+        for topic in response.topics:
+            if topic.partitions:
+                topic.partitions.append(m.MetadataResponsePartition(0, 7, 1, 0, [1], [1], []))
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_idle_ms=5000, metadata_max_age_ms=1000
+    ) as p:
+        for i in range(5):
+            await p.send_and_wait(f"tenant-{i}", b"v")
+        await asyncio.sleep(60)  # every topic idle, forgotten
+        assert not p._metadata._topics
+        left = [key for key in p._metrics.events._problems if isinstance(key, tuple) and "tenant" in str(key)]
+    assert not left, left

@@ -9,8 +9,9 @@ import logging
 
 import pytest
 
-from aioprod import Producer
+from aioprod import Producer, event_log
 from aioprod.errors import MessageTooLargeError
+from aioprod.event_log import EventLog
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.engine.test_tracing import Otel, otel  # noqa: F401  (the fixture)
@@ -159,3 +160,28 @@ async def test_a_cluster_id_change_names_the_producer(
         await p.send_and_wait("t", b"b")
     (line,) = [r.getMessage() for r in caplog.records if "taking a new producer id" in r.getMessage()]
     assert line.startswith("[orders] "), line
+
+
+# f025f03: EventLog.resolved() of a problem that came back within the interval of its last
+# warning (so was not logged again) deletes the entry silently once that warning is older than the
+# interval: the second outage is in no line at all -- neither a warning, nor its end, nor the
+# '(N more ...)' count the next warning would have carried.
+def test_an_outage_within_the_interval_is_counted_somewhere(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    now = {"t": 0.0}
+    monkeypatch.setattr(event_log, "_now", lambda: now["t"])
+    log = logging.getLogger("aioprod.test")
+    events = EventLog("c", interval=30.0)
+    events.problem(log, ("connect", 1), "refused", "broker 1 refused")  # WARNING
+    now["t"] = 1.0
+    assert events.resolved(log, ("connect", 1), "broker 1 back")  # INFO
+    now["t"] = 29.0
+    events.problem(log, ("connect", 1), "refused", "broker 1 refused")  # suppressed (within 30 s)
+    now["t"] = 31.0
+    events.resolved(log, ("connect", 1), "broker 1 back")  # silent, entry deleted
+    now["t"] = 40.0
+    events.problem(log, ("connect", 1), "refused", "broker 1 refused")  # a new entry: no count
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("1 more" in line for line in lines), lines
