@@ -15,6 +15,7 @@ from typing import Any
 
 from aioprod.errors import KafkaError, SendManyError
 from aioprod.producer.accumulator import RecordAccumulator
+from aioprod.protocol import messages as m
 from tests.fakes.clock import VirtualClock
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.network import MemoryNetwork
@@ -184,3 +185,25 @@ def command_line(run_seed: Callable[[int, bool], Any], describe: Callable[[Any],
 
 if __name__ == "__main__":
     sys.exit("run txn_faults.py, produce_faults.py or churn_faults.py")
+
+
+def break_metadata(response: m.MetadataResponse, bad: tuple[str, str, int, int | None] | None) -> None:
+    """Make a metadata answer wrong as ``bad`` says: ("broker", ...) names a broker of id -1;
+    ("extra", topic, index, id) adds an entry of partition ``id`` (n + 1 if None) led as ``index``;
+    ("replace", topic, index, id) renames partition ``index`` to ``id`` (n if None)."""
+    if bad is None:
+        return
+    how, topic, index, bad_id = bad
+    if how == "broker":
+        response.brokers.append(m.MetadataResponseBroker(-1, "nowhere.example", 9))
+        return
+    for t in response.topics:
+        if t.name != topic or not t.partitions:
+            continue
+        count = len(t.partitions)
+        if how == "extra":
+            leader = t.partitions[index % count].leader_id
+            added = count + 1 if bad_id is None else bad_id
+            t.partitions.append(m.MetadataResponsePartition(0, added, leader, 0, [leader], [leader], []))
+        else:  # "replace"
+            t.partitions[index % count].partition_index = count if bad_id is None else bad_id

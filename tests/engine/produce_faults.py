@@ -38,7 +38,7 @@ from aioprod.producer.outcomes import _NOT_WRITTEN
 from aioprod.protocol import messages as m
 from aioprod.protocol.messages import ProduceResponseBatchIndexError
 from aioprod.protocol.records import read_batch
-from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
+from tests.engine.fault_runs import SeededRun, Violation, break_metadata, command_line, run_in_virtual_time
 from tests.fakes.cluster import Appended, Partition, ScriptedCluster, _ProducerState
 
 TOPICS = {"a": [1, 2, 3], "b": [2, 3, 1, 2]}
@@ -240,21 +240,7 @@ class HonestCluster(ScriptedCluster):
     def _metadata(self, node, request):
         response = super()._metadata(node, request)
         response.cluster_id = self.cluster_id
-        bad = self.bad_partitions.get(node.node_id)
-        if bad is not None:
-            how, topic, index, bad_id = bad
-            if how == "broker":
-                response.brokers.append(m.MetadataResponseBroker(-1, "nowhere.example", 9))
-            for t in response.topics:
-                if how == "broker" or t.name != topic or not t.partitions:
-                    continue
-                count = len(t.partitions)
-                if how == "extra":
-                    leader = t.partitions[index % count].leader_id
-                    bad_id = count + 1 if bad_id is None else bad_id
-                    t.partitions.append(m.MetadataResponsePartition(0, bad_id, leader, 0, [leader], [leader], []))
-                else:  # "replace"
-                    t.partitions[index % count].partition_index = count if bad_id is None else bad_id
+        break_metadata(response, self.bad_partitions.get(node.node_id))
         return response
 
     def _init_producer_id(self, request):

@@ -12,6 +12,7 @@ import pytest
 from aioprod import Producer
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
+from tests.engine.test_cluster_replaced import name_cluster
 from tests.fakes.cluster import Appended, ScriptedCluster, _ProducerState
 from tests.fakes.coordinator import FakeCoordinator
 
@@ -24,15 +25,7 @@ async def test_a_new_cluster_behind_the_bootstrap_name_does_not_swallow_records(
     # our record was acknowledged and not written. A new cluster id now means a new producer id.
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
-    cluster_id = {"now": "cluster-A"}
-    metadata = ScriptedCluster._metadata
-
-    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
-        response = metadata(self, node, request)
-        response.cluster_id = cluster_id["now"]
-        return response
-
-    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    cluster_id = name_cluster(monkeypatch)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
         await p.send_and_wait("t", b"ours-0")  # producer id 1000 (cluster A's first), sequence 0
         # Cluster B replaces A under the same name: its topic "t" is its own, and its own first
@@ -189,15 +182,7 @@ async def test_a_retry_across_a_cluster_change_is_not_swallowed(
     # cluster's own producer of that id: "duplicate", acknowledged, written nowhere.
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
-    cluster_id = {"now": "cluster-A"}
-    metadata = ScriptedCluster._metadata
-
-    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
-        response = metadata(self, node, request)
-        response.cluster_id = cluster_id["now"]
-        return response
-
-    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    cluster_id = name_cluster(monkeypatch)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
         await p.send_and_wait("t", b"ours-0")  # producer id 1000, sequence 0, in cluster A
         node = cluster.nodes[1]
@@ -225,15 +210,7 @@ async def test_a_batch_on_the_wire_at_a_cluster_change_is_not_swallowed_when_ret
     cluster.add_node(2)  # metadata is answered by node 2 while node 1 sits on the produce request
     cluster.create_topic("t", 1)
     cluster.create_topic("u", [2])  # a connection to node 2, idle: metadata goes there
-    cluster_id = {"now": "cluster-A"}
-    metadata = ScriptedCluster._metadata
-
-    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
-        response = metadata(self, node, request)
-        response.cluster_id = cluster_id["now"]
-        return response
-
-    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    cluster_id = name_cluster(monkeypatch)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
         await p.send_and_wait("t", b"ours-0")
         await p.send_and_wait("u", b"x")

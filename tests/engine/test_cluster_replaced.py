@@ -21,11 +21,12 @@ from tests.fakes.cluster import Appended, Hold, ScriptedCluster, _ProducerState
 
 
 def name_cluster(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Metadata answers name the cluster ``cluster_id["now"]`` (cluster-A until a test changes it)."""
     cluster_id = {"now": "cluster-A"}
     metadata = ScriptedCluster._metadata
 
     def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
-        response = metadata(self, node, request)
+        response = metadata(self, node, request)  # type: ignore[arg-type]
         response.cluster_id = cluster_id["now"]
         return response
 

@@ -14,6 +14,7 @@ from aioprod.errors import MessageTooLargeError
 from aioprod.event_log import EventLog
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
+from tests.engine.test_cluster_replaced import name_cluster
 from tests.engine.test_tracing import Otel, otel  # noqa: F401  (the fixture)
 from tests.fakes.cluster import ScriptedCluster
 
@@ -98,15 +99,7 @@ async def test_a_new_id_from_a_new_cluster_counts_as_an_identity_reset(
 ) -> None:
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
-    cluster_id = {"now": "cluster-A"}
-    metadata = ScriptedCluster._metadata
-
-    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
-        response = metadata(self, node, request)  # type: ignore[arg-type]
-        response.cluster_id = cluster_id["now"]
-        return response
-
-    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    cluster_id = name_cluster(monkeypatch)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
         await p.send_and_wait("t", b"a")
         cluster_id["now"] = "cluster-B"
@@ -142,15 +135,7 @@ async def test_a_cluster_id_change_names_the_producer(
     caplog.set_level(logging.INFO, logger="aioprod")
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
-    cluster_id = {"now": "cluster-A"}
-    metadata = ScriptedCluster._metadata
-
-    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
-        response = metadata(self, node, request)  # type: ignore[arg-type]
-        response.cluster_id = cluster_id["now"]
-        return response
-
-    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+    cluster_id = name_cluster(monkeypatch)
     async with Producer(
         bootstrap_servers=cluster.bootstrap, client_id="orders", linger_ms=0, metadata_max_age_ms=1000
     ) as p:

@@ -32,7 +32,7 @@ from aioprod.errors import (
     TransactionStateError,
 )
 from aioprod.protocol import messages as m
-from tests.engine.fault_runs import SeededRun, Violation, command_line, run_in_virtual_time
+from tests.engine.fault_runs import SeededRun, Violation, break_metadata, command_line, run_in_virtual_time
 from tests.engine.produce_faults import BAD_PARTITION_IDS, INIT_STORM, MANGLES
 from tests.fakes.cluster import ScriptedCluster
 from tests.fakes.coordinator import Lost
@@ -120,17 +120,7 @@ class HonestCluster(ScriptedCluster):
 
     def _metadata(self, node, request):
         response = super()._metadata(node, request)
-        bad = self.bad_partitions.get(node.node_id)
-        if bad is not None:
-            how, topic, index, bad_id = bad
-            if how == "broker":
-                response.brokers.append(m.MetadataResponseBroker(-1, "nowhere.example", 9))
-            for t in response.topics:
-                if how != "broker" and t.name == topic and t.partitions:
-                    count = len(t.partitions)
-                    leader = t.partitions[index % count].leader_id
-                    bad_id = count + 1 if bad_id is None else bad_id
-                    t.partitions.append(m.MetadataResponsePartition(0, bad_id, leader, 0, [leader], [leader], []))
+        break_metadata(response, self.bad_partitions.get(node.node_id))
         return response
 
     def _produce(self, node, request, version):
