@@ -452,28 +452,16 @@ class ProducerConfig:
             )
         for base, cap in (
             ("retry_backoff_ms", "retry_backoff_max_ms"),
-            ("reconnect_backoff_ms", "reconnect_backoff_max_ms"),
             ("socket_connection_setup_timeout_ms", "socket_connection_setup_timeout_max_ms"),
+            ("reconnect_backoff_ms", "reconnect_backoff_max_ms"),
         ):
+            if getattr(self, cap) >= getattr(self, base):
+                continue
+            if cap in explicit:
+                raise ConfigError(f"{cap} ({getattr(self, cap)}) is below {base} ({getattr(self, base)})")
             # Java takes a base above the default maximum (a static backoff or timeout), and
             # librdkafka has no socket_connection_setup_timeout_max_ms: only both set is refused.
-            if getattr(self, cap) < getattr(self, base) and cap not in explicit:
-                object.__setattr__(self, cap, getattr(self, base))
-        if self.retry_backoff_max_ms < self.retry_backoff_ms:
-            raise ConfigError(
-                f"retry_backoff_max_ms ({self.retry_backoff_max_ms}) is below "
-                f"retry_backoff_ms ({self.retry_backoff_ms})"
-            )
-        if self.socket_connection_setup_timeout_max_ms < self.socket_connection_setup_timeout_ms:
-            raise ConfigError(
-                f"socket_connection_setup_timeout_max_ms ({self.socket_connection_setup_timeout_max_ms}) is below "
-                f"socket_connection_setup_timeout_ms ({self.socket_connection_setup_timeout_ms})"
-            )
-        if self.reconnect_backoff_max_ms < self.reconnect_backoff_ms:
-            raise ConfigError(
-                f"reconnect_backoff_max_ms ({self.reconnect_backoff_max_ms}) is below "
-                f"reconnect_backoff_ms ({self.reconnect_backoff_ms})"
-            )
+            object.__setattr__(self, cap, getattr(self, base))
         if (
             self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms
             and "delivery_timeout_ms" not in explicit
@@ -562,7 +550,7 @@ class ProducerConfig:
         if self.ssl_key_location is not None and self.ssl_certificate_location is None:
             raise ConfigError("ssl_key_location is set without ssl_certificate_location (the client certificate)")
         if self.ssl_context is not None:
-            ignored = sorted(name for name in explicit if name.startswith("ssl_") and name not in ("ssl_context",))
+            ignored = sorted(name for name in explicit if name.startswith("ssl_") and name != "ssl_context")
             if ignored:
                 raise ConfigError(
                     f"ssl_context is used as it is: {', '.join(ignored)} would be ignored; "

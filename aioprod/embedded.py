@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.kill()
     with contextlib.suppress(OSError):
-        os.killpg(proc.pid, 9)
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _wait_group_gone(pgid: int, timeout: float = 1.0) -> None:

@@ -207,12 +207,14 @@ class ClientOptions:
         options: dict[str, Any] = {check_option(key, value): value for key, value in defaults.items()}
         origin: dict[str, str] = {}
         for variable in sorted(os.environ):
+            if not variable.startswith(ENV_PREFIX):
+                continue
             # A typo, or another client's name for an option, was ignored without a word.
             suffix = variable[len(ENV_PREFIX) :]
             name = suffix.lower()
             # Read as AIOPROD_<NAME> in upper case only: AIOPROD_linger_ms is ignored, so said.
             known = suffix.isupper() and (name in ENV_OPTIONS or name in _OTHER_ENV or name.startswith("test_"))
-            if variable.startswith(ENV_PREFIX) and not known:
+            if not known:
                 warn(
                     f"${variable} is not an option aioprod reads (AIOPROD_<NAME> takes the snake_case "
                     "names of docs/configuration.md): ignored"
@@ -587,7 +589,7 @@ def topic_names(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any
 
 
 @contextlib.contextmanager
-def stop_signals_interrupt(signals: tuple[signal.Signals, ...] | None = None) -> Iterator[None]:
+def stop_signals_interrupt(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> Iterator[None]:
     """``signals`` raise KeyboardInterrupt meanwhile, so that an embedded broker is stopped.
 
     SIGTERM, so that ``kill`` (a CI job cancelled, ``timeout``, ``docker stop``) stops the
@@ -597,7 +599,6 @@ def stop_signals_interrupt(signals: tuple[signal.Signals, ...] | None = None) ->
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signals = STOP_SIGNALS if signals is None else signals
 
     def interrupt(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt

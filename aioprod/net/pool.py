@@ -85,7 +85,7 @@ class ConnectionPool:
         #: Run on a connection opened after any other closed, before it is used (the producer's
         #: check that the cluster behind the address is still the one it numbers batches for).
         self.confirm_cluster: Callable[[BrokerConnection], Awaitable[None]] | None = None
-        self._closes = 0
+        self._any_closed = False
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
         state = self._nodes.get(node_id)
@@ -236,7 +236,7 @@ class ConnectionPool:
         metrics, events = self._metrics, self._metrics.events
         try:
             await conn.open(setup_timeout, attempt=state.failures)
-            if self.confirm_cluster is not None and self._closes:
+            if self.confirm_cluster is not None and self._any_closed:
                 try:
                     await self.confirm_cluster(conn)
                 except BaseException as problem:  # a cancellation (close()) too: it is no one's connection yet
@@ -360,7 +360,7 @@ class ConnectionPool:
 
     def _on_connection_closed(self, node_id: int, conn: BrokerConnection, error: KafkaError) -> None:
         state = self._nodes.get(node_id)
-        self._closes += 1
+        self._any_closed = True
         self._metrics.record_connection(False, asyncio.get_running_loop().time())
         idled = state is not None and state.connection is conn and state.idled
         if state is not None and state.connection is conn:
