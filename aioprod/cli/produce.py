@@ -39,7 +39,8 @@ from aioprod.cli.common import (
     warn,
 )
 from aioprod.cli.stats import AckTracker
-from aioprod.errors import KafkaError
+from aioprod.config import ProducerConfig
+from aioprod.errors import KafkaError, RecordTooLargeError
 from aioprod.producer.record_future import RecordMetadata
 
 _CHUNK = 64 * 1024
@@ -94,25 +95,56 @@ async def read_chunks(stream: IO[bytes]) -> AsyncIterator[bytes]:
         yield item
 
 
-async def read_records(stream: IO[bytes], delimiter: bytes, *, drop_cr: bool = False) -> AsyncIterator[bytes]:
+@dataclass(frozen=True)
+class OverlongRecord:
+    """A record longer than ``read_records``' ``longest``, dropped as it was read."""
+
+    size: int
+
+
+async def read_records(
+    stream: IO[bytes], delimiter: bytes, *, drop_cr: bool = False, longest: int | None = None
+) -> AsyncIterator[bytes | OverlongRecord]:
     """The stream split at ``delimiter``; a last unterminated record counts.
 
     With ``drop_cr`` (the command's default delimiter: CRLF input) a trailing ``\\r`` is
-    dropped too. Each byte is searched once, so a very long record costs linear time.
+    dropped too. Each byte is searched once, so a very long record costs linear time. A
+    record longer than ``longest`` bytes comes as its size only, and is never held whole:
+    a 300 MB line would otherwise be read into memory (twice) just to be refused as too
+    large.
     """
     pending = bytearray()
+    dropped = 0  # bytes of an overlong record let go of so far
     async for chunk in read_chunks(stream):
         scan_from = max(0, len(pending) - len(delimiter) + 1)  # a delimiter may straddle the chunks
         pending += chunk
         start = 0
         while (end := pending.find(delimiter, max(start, scan_from))) != -1:
-            record = bytes(pending[start:end])
+            yield _record(pending, start, end, dropped, drop_cr, longest)
+            dropped = 0
             start = end + len(delimiter)
-            yield record.removesuffix(b"\r") if drop_cr else record
         del pending[:start]
-    if pending:
-        record = bytes(pending)
-        yield record.removesuffix(b"\r") if drop_cr else record
+        if longest is not None and len(pending) > longest + len(delimiter):
+            # Longer than `longest` even if it ends in a partial delimiter and a \r: keep
+            # only what may be that \r and the start of the delimiter.
+            let_go = len(pending) - len(delimiter)
+            dropped += let_go
+            del pending[:let_go]
+    if pending or dropped:
+        yield _record(pending, 0, len(pending), dropped, drop_cr, longest)
+
+
+def _record(
+    pending: bytearray, start: int, end: int, dropped: int, drop_cr: bool, longest: int | None
+) -> bytes | OverlongRecord:
+    """``pending[start:end]`` as a record, after ``dropped`` bytes of it already let go of."""
+    size = dropped + end - start
+    if drop_cr and end > start and pending[end - 1] == 0x0D:  # b"\r"
+        size -= 1
+        end -= 1
+    if longest is not None and size > longest:
+        return OverlongRecord(size)
+    return bytes(pending[start:end])
 
 
 Headers = list[tuple[str, bytes | None]]
@@ -148,6 +180,20 @@ class LineFormat:
             key = key or None
             value = value or None
         return key, value, headers
+
+    def longest_line(self, record_limit: int) -> int:
+        """The longest line that may make a record of at most ``record_limit`` bytes.
+
+        Every byte of a line reaches its record except the separators: the headers
+        delimiter and key separator once each, and the header separators, which a parsed
+        header pays back with at least two length bytes of its own (an item that is just the
+        key separator: ``len(hks) + len(hsep)`` bytes of line, two in the record).
+        """
+        shrink = 1.0
+        if self.headers_delimiter is not None:
+            shrink = max(shrink, (len(self.headers_separator) + len(self.headers_key_separator)) / 2)
+        once = len(self.headers_delimiter or b"") + len(self.key_separator or b"")
+        return int(record_limit * shrink) + once
 
     def _parse_headers(self, text: bytes) -> Headers:
         out: Headers = []
@@ -195,8 +241,13 @@ async def produce_lines(
                 await check_first(check, producer, topic)
             except KafkaError as exc:
                 raise CliError(f"{describe(exc)}{topic_problem(check)}") from exc
-            async for line in read_records(stream, delimiter, drop_cr=drop_cr):
+            record_limit = min(producer.config.max_request_size, producer.config.buffer_memory)
+            longest = line_format.longest_line(record_limit)
+            async for line in read_records(stream, delimiter, drop_cr=drop_cr, longest=longest):
                 line_number += 1
+                if isinstance(line, OverlongRecord):
+                    tracker.fail(RecordTooLargeError(_overlong(line.size, producer.config)), line_number)
+                    continue
                 try:
                     key, value, headers = line_format.split(line)
                 except ValueError as exc:
@@ -224,6 +275,11 @@ async def produce_lines(
             f"stopped at line {line_number}: {describe(stopped)}{topic_problem(check)}; "
             f"lines before it: {tracker.counts()}"
         ) from stopped
+
+
+def _overlong(size: int, config: ProducerConfig) -> str:
+    limit = "max_request_size" if config.max_request_size <= config.buffer_memory else "buffer_memory"
+    return f"a line of {size:,} bytes makes a record larger than {limit} ({getattr(config, limit):,}) allows"
 
 
 @click.command(short_help="Produce one record per input line, like kcat -P.")

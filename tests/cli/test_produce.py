@@ -53,7 +53,9 @@ def test_a_failing_line_is_reported_and_the_others_still_go(bootstrap: str, topi
     too_big = "x" * 5000
     result = aioprod("produce", topic, "-b", bootstrap, "-X", "max.request.size=2000", input=f"ok 1\n{too_big}\nok 3\n")
     assert result.exit_code == 1
-    assert "line 2: RecordTooLargeError" in result.stderr
+    assert "line 2: RecordTooLargeError: a line of 5,000 bytes makes a record larger than max_request_size (2,000)" in (
+        result.stderr
+    )
     assert "line 1" not in result.stderr and "line 3" not in result.stderr
     assert "aioprod: error: 2 records produced" in result.stderr and "1 failed" in result.stderr
     assert sorted(r.value for r in read_topic(bootstrap, topic)) == [b"ok 1", b"ok 3"]
