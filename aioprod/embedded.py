@@ -37,6 +37,11 @@ __all__ = ["BrokerSecurity", "EmbeddedBroker", "EmbeddedBrokerError", "free_port
 LOOPBACK = "127.0.0.1"
 _INSTALL_HINT = "pip install 'aioprod[embedded]'"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# What Tansu and the gateway print once their listening socket is bound, and when another
+# process holds the port: a port that accepts may be that other process's.
+_TANSU_READY = b"ready in "
+GATEWAY_READY = b"aioprod gateway ready"
+_PORT_TAKEN = re.compile(rb"AddrInUse|address already in use|Address in use", re.IGNORECASE)
 
 
 class EmbeddedBrokerError(RuntimeError):
@@ -186,9 +191,14 @@ class EmbeddedBroker:
     ``port`` defaults to a free port, chosen once so that :meth:`restart` keeps it.
     ``advertised_port`` (default: ``port``) is what the broker tells clients in metadata;
     a different value lets a proxy sit in front of it. Readiness means the port accepts
-    TCP connections; the broker's output goes to a temporary file whose tail is quoted
-    when it fails to start.
+    TCP connections and the broker said it listens (a port that accepts may be another
+    process's that took it first); the broker's output goes to a temporary file whose
+    tail is quoted when it fails to start.
     """
+
+    #: How long a broker whose port accepts may stay silent before it counts as ready: a
+    #: Tansu build that does not print "ready in" would otherwise never be.
+    silent_ready_after = 2.0
 
     def __init__(
         self,
@@ -255,7 +265,7 @@ class EmbeddedBroker:
         # A program that exits without stop() does not leave the broker running.
         self._finalizer = weakref.finalize(self, _kill, self._proc)
         try:
-            self._wait_ready(self._proc, tansu_port)
+            self._wait_ready(self._proc, tansu_port, _TANSU_READY)
             if self.security is not None:
                 self._start_gateway(self.security, tansu_port)
         except BaseException:
@@ -304,20 +314,27 @@ class EmbeddedBroker:
         if self._finalizer is not None:
             self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _kill, self._gateway, self._proc)
-        self._wait_ready(self._gateway, self.port)
+        self._wait_ready(self._gateway, self.port, GATEWAY_READY)
 
-    def _wait_ready(self, proc: subprocess.Popen[bytes], port: int) -> None:
+    def _wait_ready(self, proc: subprocess.Popen[bytes], port: int, ready: bytes) -> None:
         deadline = time.monotonic() + self.startup_timeout
+        silent_since: float | None = None
         while True:
+            output = self._output()
+            if _PORT_TAKEN.search(output):
+                raise EmbeddedBrokerError(f"port {port} on {LOOPBACK} is already in use{self._log_tail()}")
             if proc.poll() is not None:
                 raise EmbeddedBrokerError(
                     f"the embedded broker exited with code {proc.returncode} while starting on "
                     f"{self.bootstrap}{self._log_tail()}"
                 )
-            if _accepts(port):
-                if proc.poll() is None:
+            if _accepts(port) and proc.poll() is None:
+                if ready in output:
                     return
-                continue  # it exited meanwhile: report that above
+                now = time.monotonic()
+                silent_since = silent_since if silent_since is not None else now
+                if now - silent_since >= self.silent_ready_after:
+                    return  # no "port in use" from it meanwhile: the listener is its own
             if time.monotonic() > deadline:
                 raise EmbeddedBrokerError(
                     f"the embedded broker did not accept connections on {self.bootstrap} "
@@ -325,17 +342,21 @@ class EmbeddedBroker:
                 )
             time.sleep(0.02)
 
+    def _output(self, last: int = 65536) -> bytes:
+        """The end of the processes' output, read without moving the offset they write at."""
+        if self._log is None:
+            return b""
+        with contextlib.suppress(OSError, ValueError):
+            fd = self._log.fileno()
+            size = os.fstat(fd).st_size
+            return os.pread(fd, min(size, last), max(0, size - last))
+        return b""
+
     def _log_tail(self, lines: int = 5) -> str:
         """The broker's last output lines, flattened for a one-line error message."""
-        if self._log is None:
-            return ""
-        with contextlib.suppress(OSError, ValueError):
-            self._log.seek(0)
-            text = _ANSI.sub("", self._log.read()[-4000:].decode("utf-8", "replace"))
-            tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-            if tail:
-                return "; broker output: " + " | ".join(tail)
-        return ""
+        text = _ANSI.sub("", self._output(4000).decode("utf-8", "replace"))
+        tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        return "; broker output: " + " | ".join(tail) if tail else ""
 
     def wait(self) -> int:
         """Block until the broker exits on its own; its exit code."""

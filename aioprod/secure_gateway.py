@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aioprod.embedded import GATEWAY_READY
 from aioprod.protocol.framing import FrameDecoder, decode_request_body, decode_request_header, encode_response
 from aioprod.protocol.messages import (
     SaslAuthenticateRequest,
@@ -172,6 +173,7 @@ class SecureGateway:
 
     async def serve_forever(self) -> None:
         server = await asyncio.start_server(self._serve, _LOOPBACK, self.config.listen_port, ssl=self._tls)
+        print(f"{GATEWAY_READY.decode()} on {_LOOPBACK}:{self.config.listen_port}", flush=True)
         async with server:
             await server.serve_forever()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from aioprod import embedded
 from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError, broker_binary, free_port
 from tests.cli.conftest import aioprod
 
@@ -67,6 +68,39 @@ def test_a_port_in_use_is_refused_not_mistaken_for_ready() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(EmbeddedBrokerError, match=f"port {port} .* already in use"):
             EmbeddedBroker(port).start()
+
+
+def test_a_port_taken_after_the_check_is_refused_not_mistaken_for_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two starts on one port at once: both found it free, one Tansu bound it, and the other
+    # (alive, its listener task panicked) looked ready because the port accepted, so its
+    # user's records went to the other process's broker.
+    with EmbeddedBroker() as other:
+        real_accepts = embedded._accepts
+        checks: list[int] = []
+
+        def bound_after_the_check(port: int, timeout: float = 0.5) -> bool:
+            checks.append(port)
+            return len(checks) > 1 and real_accepts(port, timeout)
+
+        monkeypatch.setattr(embedded, "_accepts", bound_after_the_check)
+        late = EmbeddedBroker(other.port)
+        with pytest.raises(EmbeddedBrokerError, match=f"^port {other.port} on 127.0.0.1 is already in use; broker "):
+            late.start()
+        assert not late.running and other.running
+
+
+def test_a_broker_build_that_never_says_ready_is_ready_once_it_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another Tansu build than the wheel's need not print "ready in": its accepting port is
+    # taken for its own once it stayed silent a while, with no "port in use" from it.
+    listen = "import socket, sys, time; s = socket.create_server(('127.0.0.1', int(sys.argv[1]))); time.sleep(60)"
+    script = f'port="${{3##*:}}"\nexec "{sys.executable}" -c "{listen}" "$port"'
+    monkeypatch.setenv("CALF_TANSU_BIN", fake_binary(tmp_path, script))
+    broker = EmbeddedBroker()
+    broker.silent_ready_after = 0.1
+    with broker:
+        assert accepts(broker.port)
 
 
 def test_a_broker_that_exits_while_starting_is_reported_with_its_output(
