@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aioprod.errors import ConfigError, UnsupportedOptionError
+from aioprod.event_log import ClientLogger
 
 log = logging.getLogger(__name__)
 
@@ -469,7 +470,9 @@ class ProducerConfig:
             # As Java's configureDeliveryTimeout: only a value the user set is refused; the
             # default follows linger_ms + request_timeout_ms.
             raised = self.linger_ms + self.request_timeout_ms
-            log.warning("delivery_timeout_ms raised from its default to linger_ms + request_timeout_ms (%d)", raised)
+            ClientLogger(log, self.client_id).warning(
+                "delivery_timeout_ms raised from its default to linger_ms + request_timeout_ms (%d)", raised
+            )
             object.__setattr__(self, "delivery_timeout_ms", raised)
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             raise ConfigError(
@@ -498,7 +501,8 @@ class ProducerConfig:
                 # Like the Java client: idempotence is only a default, so settings that cannot
                 # have it turn it off instead of failing, said at Java's levels (librdkafka's
                 # max.in.flight=1000000 spelled out is likely a port that did not mean it).
-                report = log.warning if self.max_in_flight_requests_per_connection > 5 else log.info
+                notes = ClientLogger(log, self.client_id)
+                report = notes.warning if self.max_in_flight_requests_per_connection > 5 else notes.info
                 report(
                     "idempotence turned off by %s: a retry may write a record twice or out of order "
                     "(set enable_idempotence=False to say so, or change those options)",

@@ -16,9 +16,27 @@ import logging
 import math
 import time
 from collections.abc import Hashable
+from typing import Any
 
 #: How often a problem that lasts is logged again.
 DEFAULT_INTERVAL = 30.0
+
+
+def log_prefix(client_id: str) -> str:
+    """``[client_id] `` to start a message's format string (a ``%`` in the id is text)."""
+    return f"[{client_id}] ".replace("%", "%%")
+
+
+class ClientLogger(logging.LoggerAdapter[logging.Logger]):
+    """A module's logger whose lines start with the producer's ``[client_id]``, as the
+    event log's do: with two producers in one process, whose session or transaction it is."""
+
+    def __init__(self, logger: logging.Logger, client_id: str) -> None:
+        super().__init__(logger)
+        self._prefix = log_prefix(client_id)
+
+    def process(self, msg: object, kwargs: Any) -> tuple[str, Any]:
+        return f"{self._prefix}{msg}", kwargs
 
 
 class _Seen:
@@ -41,7 +59,7 @@ class EventLog:
 
     def __init__(self, client_id: str, interval: float = DEFAULT_INTERVAL) -> None:
         self.interval = interval
-        self._prefix = f"[{client_id}] ".replace("%", "%%")
+        self._prefix = log_prefix(client_id)
         self._problems: dict[Hashable, _Seen] = {}
         self._notes: dict[Hashable, float] = {}
 

@@ -36,6 +36,7 @@ from aioprod.errors import (
     copy_error,
     error_for_code,
 )
+from aioprod.event_log import ClientLogger
 from aioprod.metrics import ProducerMetrics
 from aioprod.net.pool import ConnectionPool, describe_node, exponential_backoff
 from aioprod.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
@@ -119,6 +120,7 @@ class Metadata:
 
     def __init__(self, config: ProducerConfig, pool: ConnectionPool, metrics: ProducerMetrics | None = None) -> None:
         self._config = config
+        self._log = ClientLogger(log, config.client_id)
         self._pool = pool
         self._metrics = metrics if metrics is not None else ProducerMetrics(config)
         #: Topics whose metadata came with a topic-level error: how many answers in a row, and
@@ -479,7 +481,7 @@ class Metadata:
                     self._failing_since = loop.time()
                 if isinstance(exc, AuthenticationError):
                     self._auth_error = exc
-                log.debug("metadata refresh failed: %s", exc)
+                self._log.debug("metadata refresh failed: %s", exc)
                 self._notify()
                 await asyncio.sleep(self._backoff(self._failures))
                 self._need_update.set()
@@ -652,7 +654,7 @@ class Metadata:
                 error,
             )
         else:
-            log.debug("metadata for %s: %s", topic, error)
+            self._log.debug("metadata for %s: %s", topic, error)
 
     def _leaders_found(self, topic: str, leaderless: list[tuple[int, int]], node: int | None) -> None:
         events = self._metrics.events

@@ -30,6 +30,7 @@ from aioprod.errors import (
     SaslMechanismNotEnabledError,
     UnsupportedVersionError,
 )
+from aioprod.event_log import ClientLogger
 from aioprod.net.sasl import (
     SCRAM_MECHANISMS,
     ExchangeError,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["ConnectionSecurity", "OAuthBearerToken", "SaslAuthenticator", "TokenCache", "msk_iam_token_provider"]
 
 log = logging.getLogger(__name__)
+Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 #: Kafka's SASL_AUTHENTICATION_FAILED and UNSUPPORTED_SASL_MECHANISM error codes.
 _AUTHENTICATION_FAILED = 58
@@ -117,9 +119,12 @@ class TokenCache:
     injectable for tests.
     """
 
-    def __init__(self, provider: Callable[[], Any], clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, provider: Callable[[], Any], clock: Callable[[], float] = time.time, *, logger: Logger = log
+    ) -> None:
         self._provider = provider
         self._clock = clock
+        self._log = logger
         self._token: OAuthBearerToken | None = None
         self._refresh_at = 0.0
         #: The one provider call under way: shared by every caller, never cancelled by them (a
@@ -157,7 +162,7 @@ class TokenCache:
                 raise
             # A refresh that fails while the current token is still valid is not a reason to
             # fail anything (Java's refresh thread retries while the old credential is used).
-            log.warning(
+            self._log.warning(
                 "%s; using the current token (valid %.0fs more) and retrying later", exc, current.expires_at - now
             )
             self._refresh_at = min(now + min(30.0, max(1.0, (current.expires_at - now) / 4)), current.expires_at)
@@ -225,8 +230,10 @@ class SaslAuthenticator:
         password: str | None = None,
         tokens: TokenCache | None = None,
         rng: random.Random | None = None,
+        logger: Logger = log,
     ) -> None:
         self.mechanism = mechanism
+        self._log = logger
         self._username = username
         self._password = password
         self._tokens = tokens
@@ -319,7 +326,7 @@ class SaslAuthenticator:
                     broker=broker,
                 ) from None
             if message is None:
-                log.debug("authenticated with broker %s using %s", broker, self.mechanism)
+                self._log.debug("authenticated with broker %s using %s", broker, self.mechanism)
                 return lifetime_ms
         raise AuthenticationError(
             f"SASL {self.mechanism} exchange with broker {broker} did not finish in {_MAX_ROUNDS} rounds",
@@ -362,10 +369,10 @@ class SaslAuthenticator:
                 f"re-authentication with broker {conn.host}:{conn.port} did not complete within "
                 f"{conn.request_timeout:.3g}s (request_timeout_ms)"
             )
-            log.warning("%s", error)
+            self._log.warning("%s", error)
             conn.close(error)
         except KafkaError as exc:
-            log.warning("re-authentication with broker %s:%s failed: %s", conn.host, conn.port, exc)
+            self._log.warning("re-authentication with broker %s:%s failed: %s", conn.host, conn.port, exc)
             # Requests in flight were sent in a valid session: for them this is a lost connection
             # (retriable); a reconnection reports the authentication error itself if it persists.
             lost = KafkaConnectionError(f"re-authentication with broker {conn.host}:{conn.port} failed: {exc}")
@@ -389,11 +396,13 @@ class ConnectionSecurity:
         authenticator = None
         if config.sasl_mechanism is not None and config.security_protocol.startswith("SASL_"):
             provider = config.sasl_oauth_token_provider
+            logger = ClientLogger(log, config.client_id)
             authenticator = SaslAuthenticator(
                 config.sasl_mechanism,
                 username=config.sasl_username,
                 password=None if config.sasl_password is None else config.sasl_password.reveal(),
-                tokens=TokenCache(provider) if provider is not None else None,
+                tokens=TokenCache(provider, logger=logger) if provider is not None else None,
+                logger=logger,
             )
         return cls(config.tls_context, authenticator)
 

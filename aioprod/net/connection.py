@@ -618,7 +618,12 @@ class BrokerConnection:
             # request's is an acks=0 request's answer, however far behind the broker is.
             bound = self._in_flight[0].correlation_id if self._in_flight else self._last_id + 1
             if self._wrote_unanswered and 0 < (bound - correlation_id) & 0x7FFFFFFF < 2**30:
-                log.debug("broker %s answered acks=0 request %d: answer skipped", self.node_id, correlation_id)
+                log.debug(
+                    "[%s] broker %s answered acks=0 request %d: answer skipped",
+                    self.client_id,
+                    self.node_id,
+                    correlation_id,
+                )
                 return
             expected = self._in_flight[0].correlation_id if self._in_flight else None
             raise ProtocolError(f"response correlation id {correlation_id}, expected {expected}")

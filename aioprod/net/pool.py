@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from aioprod.config import ProducerConfig
 from aioprod.errors import AuthenticationError, KafkaConnectionError, KafkaError, ProducerClosedError
+from aioprod.event_log import ClientLogger
 from aioprod.metrics import ProducerMetrics
 from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
@@ -65,6 +66,7 @@ class ConnectionPool:
         metrics: ProducerMetrics | None = None,
     ) -> None:
         self._config = config
+        self._log = ClientLogger(log, config.client_id)
         self._nodes: dict[int, _NodeState] = {}
         self._on_change = on_change or (lambda: None)
         self._on_disconnect = on_disconnect or (lambda: None)
@@ -254,7 +256,7 @@ class ConnectionPool:
             if (conn.host, conn.port) != (state.host, state.port) and not self._closed:
                 # The broker moved while this failed: the old address's failure says nothing of
                 # the new one, not tried yet. The waiters, woken below, connect there at once.
-                log.debug("%s: attempt to its old address failed: %s", describe_node(node_id), exc)
+                self._log.debug("%s: attempt to its old address failed: %s", describe_node(node_id), exc)
                 state.last_error = None
                 return
             state.failures += 1
@@ -373,7 +375,7 @@ class ConnectionPool:
                 state.failures += 1
                 state.next_attempt = asyncio.get_running_loop().time() + self._backoff(1)
         if self._closed or idled:
-            log.debug("connection to %s closed: %s", describe_node(node_id), error)
+            self._log.debug("connection to %s closed: %s", describe_node(node_id), error)
         else:
             self._metrics.events.note(
                 log, ("lost", node_id), "connection to %s lost: %s", describe_node(node_id), error

@@ -27,6 +27,7 @@ from aioprod.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
+from aioprod.event_log import ClientLogger
 from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool, exponential_backoff
 from aioprod.producer.batch import TopicPartition
@@ -84,6 +85,7 @@ class Coordinators:
         on_fatal: Callable[[KafkaError], KafkaError] | None = None,
     ) -> None:
         self._config = config
+        self._log = ClientLogger(log, config.client_id)
         self._metadata = metadata
         self._pool = pool
         self._name = name
@@ -216,7 +218,7 @@ class Coordinators:
         """Before the next try of one call, its ``failures``-th: each call counts its own, so
         that callers at once do not lengthen each other's backoffs."""
         self.last_error = error
-        log.debug("%s: %s; trying again", self._name, error)
+        self._log.debug("%s: %s; trying again", self._name, error)
         delay = exponential_backoff(
             self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, failures
         )

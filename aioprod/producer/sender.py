@@ -32,6 +32,7 @@ from aioprod.errors import (
     copy_error,
     error_for_code,
 )
+from aioprod.event_log import ClientLogger
 from aioprod.metrics import ProducerMetrics
 from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool, describe_node
@@ -75,6 +76,7 @@ class Sender:
         metrics: ProducerMetrics | None = None,
     ) -> None:
         self._config = config
+        self._log = ClientLogger(log, config.client_id)
         self._metrics = metrics if metrics is not None else ProducerMetrics(config)
         self._metadata = metadata
         self._pool = pool
@@ -274,7 +276,7 @@ class Sender:
                 self._pool.close_now()  # its connections, left open otherwise
             raise
         except BaseException as exc:
-            log.exception("aioprod sender task died")
+            self._log.exception("aioprod sender task died")
             fatal = ProducerFatalError(f"the sender task died: {exc!r}")
             fatal.__cause__ = exc
             self._ended_by(fatal)
@@ -461,7 +463,7 @@ class Sender:
             self._apply(decide(batches, answer, now, self._policy), now, node)
         except Exception as exc:
             # A bug here must not leave futures pending forever: stop the producer, loudly.
-            log.exception("aioprod failed handling a produce response")
+            self._log.exception("aioprod failed handling a produce response")
             fatal = ProducerFatalError(f"internal error handling a produce response: {exc!r}")
             fatal.__cause__ = exc
             for batch in batches:
@@ -552,7 +554,7 @@ class Sender:
                 self._retrying(batch, decision, node, now)
                 acc.reenqueue(batch, decision.retry_at)
             elif action is Action.SPLIT:
-                log.debug("splitting %r: %s", batch, decision.error)
+                self._log.debug("splitting %r: %s", batch, decision.error)
                 self._metrics.record_split(now)
                 for piece in acc.split_and_reenqueue(batch, decision.retry_at):
                     if other_cluster and piece.stamped:
@@ -640,7 +642,7 @@ class Sender:
                 f"{describe_node(node)} does not continue the sequence of {batch.tp.topic}-{batch.tp.partition} "
                 f"({decision.error})"
             )
-            log.debug("%s; renumbering under a new identity", self._doubt)
+            self._log.debug("%s; renumbering under a new identity", self._doubt)
         ident.rejected_sequence(batch, gap, lost_state=decision.unknown_producer)
         return True
 
@@ -757,7 +759,7 @@ class Sender:
             except KafkaError as exc:
                 self._init_failures += 1
                 if bump and not exc.retriable:
-                    log.debug("InitProducerId with the current identity failed (%s); asking for a new one", exc)
+                    self._log.debug("InitProducerId with the current identity failed (%s); asking for a new one", exc)
                     bump = False
                     continue
                 if not exc.retriable:
@@ -765,7 +767,7 @@ class Sender:
                     fatal.__cause__ = exc
                     self._set_fatal(fatal)
                     return
-                log.debug("InitProducerId failed: %s", exc)
+                self._log.debug("InitProducerId failed: %s", exc)
                 await asyncio.sleep(self._policy.backoff_after(self._init_failures))
                 continue
             self._take_identity(response.producer_id, response.producer_epoch)

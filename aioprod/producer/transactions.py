@@ -58,6 +58,7 @@ from aioprod.errors import (
     UnknownProducerIdError,
     has_cause,
 )
+from aioprod.event_log import ClientLogger
 from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool
 from aioprod.producer.batch import TopicPartition
@@ -187,6 +188,7 @@ class TransactionManager:
         assert config.transactional_id is not None
         self.transactional_id = config.transactional_id
         self._config = config
+        self._log = ClientLogger(log, config.client_id)
         self._metadata = metadata
         self._pool = pool
         self._ident = idempotence
@@ -310,7 +312,7 @@ class TransactionManager:
             self._bump_epoch = True  # renewed after the abort, or every transaction fails alike
         if self.state in (TxnState.IN_TRANSACTION, *_DELIVERING, TxnState.ABORTABLE_ERROR):
             if self.state is not TxnState.ABORTABLE_ERROR:
-                log.info("transaction %r must be aborted: %s", self.transactional_id, error)
+                self._log.info("transaction %r must be aborted: %s", self.transactional_id, error)
                 self.error = error
             self.state = TxnState.ABORTABLE_ERROR
 
@@ -478,7 +480,7 @@ class TransactionManager:
         response = await self._init_producer_id(-1, -1)
         self._ident.set_producer_id(response.producer_id, response.producer_epoch)
         self.state = TxnState.READY
-        log.info(
+        self._log.info(
             "transactional producer %r ready: producer id %s, epoch %s",
             self.transactional_id,
             response.producer_id,
@@ -511,7 +513,7 @@ class TransactionManager:
             )
         self.prepared = self._handle()
         self.state = TxnState.PREPARED
-        log.info("transaction %r prepared: %s", self.transactional_id, self.prepared)
+        self._log.info("transaction %r prepared: %s", self.transactional_id, self.prepared)
 
     async def _deliver(self, name: str, state: TxnState, flush: Callable[[], Awaitable[None]]) -> None:
         """The transaction takes no more records (``state``); wait until every one it has is delivered."""
@@ -660,12 +662,12 @@ class TransactionManager:
                     op[1].cancel()
                     await asyncio.wait([op[1]])
             if self.in_transaction or self.state is TxnState.ABORTING:  # (an abort that failed part-way)
-                log.info("aborting transaction %r: the producer is closing", self.transactional_id)
+                self._log.info("aborting transaction %r: the producer is closing", self.transactional_id)
                 await self.abort(fail_unsent, flush)
             elif self.state is TxnState.PREPARED and not self._handed_over:
                 # Prepared, but its handle never reached a caller (prepare_transaction() timed
                 # out or was cancelled, and was not called again): nobody else can end it.
-                log.info("aborting prepared transaction %r: its handle was never returned", self.transactional_id)
+                self._log.info("aborting prepared transaction %r: its handle was never returned", self.transactional_id)
                 self.state = TxnState.ABORTING
                 await self._end(commit=False)
                 self.state = TxnState.READY
@@ -714,7 +716,7 @@ class TransactionManager:
             )
         response = await self._init_producer_id(ident.producer_id, ident.producer_epoch)
         ident.set_producer_id(response.producer_id, response.producer_epoch)
-        log.info("transactional producer %r: epoch bumped to %s", self.transactional_id, response.producer_epoch)
+        self._log.info("transactional producer %r: epoch bumped to %s", self.transactional_id, response.producer_epoch)
 
     async def _end(self, *, commit: bool, nothing_open_is_fine: bool = False) -> bool:
         """End the transaction; True if the answer gave the producer a new epoch (KIP-890)."""

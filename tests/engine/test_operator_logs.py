@@ -196,3 +196,34 @@ async def test_connection_set_up_is_info(scripted: Scripted, logs: pytest.LogCap
         await p.send_and_wait("t", b"v")
     assert lines(logs, logging.INFO, "connected to broker 1 at 127.0.0.1:9091")
     assert not [r for r in logs.records if r.levelno >= logging.WARNING]
+
+
+async def test_every_line_a_producer_logs_names_it_at_every_level(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    # With two producers in one process, a DEBUG line about a retry, a closed connection or a
+    # transaction, or the configuration's note, said nothing of whose it was.
+    caplog.set_level(logging.DEBUG, logger="aioprod")
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    Producer(bootstrap_servers=cluster.bootstrap, client_id="orders-svc", acks=1)  # idempotence turned off
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        client_id="orders-svc",
+        transactional_id="orders-1",
+        linger_ms=0,
+        retry_backoff_ms=10,
+        max_block_ms=1000,
+    ) as p:
+        p.begin_transaction()
+        cluster.nodes[1].script = deque([NOT_LEADER] * 3)
+        await p.send_and_wait("t", b"v")
+        cluster.disconnect(1)
+        await p.send_and_wait("t", b"w")
+        await p.commit_transaction()
+        p.begin_transaction()  # left open: the close aborts it
+        with pytest.raises(KafkaTimeoutError):
+            await p.send("no-such-topic", b"x")
+    by_producer = [r for r in caplog.records if r.name.startswith("aioprod.")]
+    assert {"aioprod.config", "aioprod.net.pool", "aioprod.producer.transactions"} <= {r.name for r in by_producer}
+    assert [r.getMessage() for r in by_producer if not r.getMessage().startswith("[orders-svc] ")] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import struct
 from collections import deque
 from typing import Any
@@ -294,8 +295,9 @@ async def test_a_commit_that_outlasts_max_block_can_be_waited_for_again(cluster:
     assert len([r for r in requests(cluster, m.EndTxnRequest) if r.committed]) == 16  # type: ignore[attr-defined]
 
 
-async def test_close_aborts_an_open_transaction(cluster: ScriptedCluster) -> None:
-    async with producer(cluster) as p:
+async def test_close_aborts_an_open_transaction(cluster: ScriptedCluster, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "aioprod.producer.transactions")
+    async with producer(cluster, client_id="billing") as p:
         p.begin_transaction()
         await p.send("t", b"left open", partition=0)
         await p.flush()
@@ -303,6 +305,8 @@ async def test_close_aborts_an_open_transaction(cluster: ScriptedCluster) -> Non
     assert cluster.partition("t", 0).committed == []
     (end,) = requests(cluster, m.EndTxnRequest)
     assert end.committed is False  # type: ignore[attr-defined]
+    # Which of the process's producers it was, as every line the producer logs says.
+    assert "[billing] aborting transaction 'txn-1': the producer is closing" in caplog.messages
 
 
 async def test_close_finishes_an_abort_that_failed_part_way(cluster: ScriptedCluster) -> None:

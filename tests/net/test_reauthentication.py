@@ -93,7 +93,7 @@ async def test_a_reauthentication_whose_token_never_comes_ends_at_the_request_ti
 
 
 async def test_a_failed_token_refresh_does_not_fail_records_in_flight(
-    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     cluster = scripted.cluster
     accept_every_sasl_client(monkeypatch, cluster)
@@ -110,11 +110,7 @@ async def test_a_failed_token_refresh_does_not_fail_records_in_flight(
             raise RuntimeError("identity provider briefly unreachable")
         return OAuthBearerToken("token", wall[0] + 60)
 
-    async with oauth_producer(
-        cluster,
-        provider,
-        linger_ms=0,
-    ) as p:
+    async with oauth_producer(cluster, provider, linger_ms=0, client_id="billing") as p:
         await (await p.send("t", b"first"))
         node = cluster.nodes[1]
         node.holding = True  # the broker writes the next batch; its response is slow
@@ -129,6 +125,9 @@ async def test_a_failed_token_refresh_does_not_fail_records_in_flight(
         assert not isinstance(result[0], BaseException), f"in-flight record failed: {result[0]!r}"
         assert p.metrics()["connection-close-total"] == 0  # re-authenticated with the still-valid token
     assert cluster.partition("t").values.count(b"second") == 1
+    # Whose token it was, with two producers in the process: the producer's client id.
+    (warning,) = [r.getMessage() for r in caplog.records if "using the current token" in r.getMessage()]
+    assert warning.startswith("[billing] sasl_oauth_token_provider failed: RuntimeError")
 
 
 async def test_a_refused_reauthentication_retries_the_records_it_held(
