@@ -8,6 +8,7 @@ any other ``x`` are escapes, in keys and values alike.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
@@ -34,6 +35,9 @@ def parse_properties(text: str, name: str = "<properties>") -> list[tuple[str, s
         try:
             out.append((_unescape(key), _unescape(value), number))
         except ValueError as exc:
+            if re.search(r"password|secret|token|jaas", key, re.IGNORECASE):
+                # As -X: a secret's value is never echoed, not even the piece around a bad escape.
+                raise PropertiesError(f"{name}:{number}: {key}: malformed \\uXXXX escape (value hidden)") from None
             raise PropertiesError(f"{name}:{number}: {exc}") from None
     return out
 

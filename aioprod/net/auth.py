@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import logging
 import random
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -87,9 +88,18 @@ class OAuthBearerToken:
     extensions: Mapping[str, str] = field(default_factory=dict)
 
 
+#: RFC 6750's b64token: what a bearer token may hold (Kafka's broker takes less: [-_.a-zA-Z0-9]+).
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
 def _as_token(result: Any) -> OAuthBearerToken:
     if isinstance(result, OAuthBearerToken):
-        return result
+        if isinstance(result.expires_at, bool) or not isinstance(result.expires_at, int | float):
+            raise TypeError(
+                f"OAuthBearerToken.expires_at must be a number of seconds since the epoch, got a "
+                f"{type(result.expires_at).__name__}"
+            )
+        return _checked_value(result)
     if isinstance(result, tuple) and len(result) in (2, 3) and isinstance(result[0], str):
         extensions = result[2] if len(result) == 3 else {}
         try:
@@ -100,11 +110,31 @@ def _as_token(result: Any) -> OAuthBearerToken:
                 f"expires_at must be a number of seconds since the epoch, got a {type(result[1]).__name__} "
                 "(is the tuple (token, expires_at), in that order?)"
             ) from None
-        return OAuthBearerToken(result[0], expires_at, dict(extensions))
+        return _checked_value(OAuthBearerToken(result[0], expires_at, dict(extensions)))
     raise TypeError(
         "sasl_oauth_token_provider must return an OAuthBearerToken or a (token, expires_at[, extensions]) tuple, "
         f"got {type(result).__name__}"
     )
+
+
+def _checked_value(token: OAuthBearerToken) -> OAuthBearerToken:
+    """The token, if a broker can parse it: sent as it was, a newline read from a file with it
+    came back as "invalid credentials", and a ``\\x01`` in it framed an extension of its own."""
+    value = token.value
+    if not isinstance(value, str):
+        raise TypeError(f"the token must be a str, got a {type(value).__name__}")
+    if not value:
+        raise TypeError("the token is empty")
+    if not _B64TOKEN.fullmatch(value):
+        # Where it goes wrong, never the token itself.
+        bad = next((i for i, c in enumerate(value) if c != "=" and not _B64TOKEN.fullmatch(c)), None)
+        if bad is None:
+            raise TypeError("the token is not a bearer token: '=' may only end it (RFC 6750)")
+        raise TypeError(
+            f"the token has {value[bad]!r} at character {bad + 1} of {len(value)}, which a bearer token "
+            "cannot hold (RFC 6750; a trailing newline read from a file?)"
+        )
+    return token
 
 
 class _ProviderStuck(Exception):

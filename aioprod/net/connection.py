@@ -108,6 +108,8 @@ class _InFlight:
     version: int
     future: _Outcome
     timer: asyncio.TimerHandle | None
+    #: Whether its answer counts as use (connections_max_idle_ms): not a re-authentication's.
+    use: bool = True
 
 
 class BrokerConnection:
@@ -477,7 +479,11 @@ class BrokerConnection:
             self.close(error)
             future.set_exception(error)
             return
-        now = self.last_used = loop.time()
+        now = loop.time()
+        if not bypass_hold:
+            # A SASL request is not use: re-authentication runs on idle connections too, and
+            # counted, it kept them open for good (connections_max_idle_ms).
+            self.last_used = now
         if self._metrics is not None:
             self._metrics.request_sent(len(frame), now)
         if self.flushed and writer.transport.get_write_buffer_size():
@@ -493,7 +499,7 @@ class BrokerConnection:
             self._first_request_at = now
         timer = loop.call_later(self.request_timeout, self._on_timeout, correlation_id)
         self._in_flight.append(
-            _InFlight(correlation_id, None if raw else request.RESPONSE, version, future, timer)  # type: ignore[arg-type]
+            _InFlight(correlation_id, None if raw else request.RESPONSE, version, future, timer, not bypass_hold)  # type: ignore[arg-type]
         )
 
     async def _await_flush(self, writer: asyncio.StreamWriter) -> None:
@@ -630,7 +636,9 @@ class BrokerConnection:
         entry = self._in_flight.popleft()
         if entry.timer is not None:
             entry.timer.cancel()
-        now = self.last_used = asyncio.get_running_loop().time()
+        now = asyncio.get_running_loop().time()
+        if entry.use:
+            self.last_used = now
         if self._metrics is not None:
             self._metrics.response_received(4 + len(frame), now)
         if entry.future.done():  # the awaiting caller was cancelled

@@ -86,3 +86,10 @@ def test_what_the_configuration_says_is_said_once() -> None:
         "metadata", "-b", "127.0.0.1:1", "-X", "max.block.ms=200", "-X", "max.in.flight.requests.per.connection=10"
     )
     assert result.stderr.count("idempotence turned off") == 1, result.stderr
+
+
+def test_a_malformed_escape_in_a_secret_is_not_quoted() -> None:
+    # A backslash in a password ("Pa55\\user-..."): the error quoted the characters after it.
+    with pytest.raises(PropertiesError) as info:
+        parse_properties("security.protocol=SASL_SSL\nsasl.password=Pa55\\user-Kx9\n", "client.properties")
+    assert str(info.value) == "client.properties:2: sasl.password: malformed \\uXXXX escape (value hidden)"

@@ -5,6 +5,7 @@ provider that never answers). Real brokers: tests/integration/test_security.py."
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from typing import Any
 
@@ -209,6 +210,73 @@ async def test_invalid_extensions_from_the_provider_are_an_authentication_error(
     accept_every_sasl_client(monkeypatch, scripted.cluster)
     error = await _send_one(scripted, lambda: OAuthBearerToken("tok", time.time() + 3600, {"logical_cluster": "lkc-1"}))
     assert isinstance(error, AuthenticationError), f"{type(error).__name__}: {error}"
+
+
+@pytest.mark.parametrize("expires_at", ["datetime", "str"])
+async def test_a_token_expiry_that_is_not_a_number_is_an_authentication_error_at_once(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, expires_at: str
+) -> None:
+    # google-auth's credentials.expiry is a datetime: compared with the clock, a bare TypeError
+    # escaped, was retried as a lost connection, and send() ended in a timeout after max_block_ms.
+    in_an_hour = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    given = in_an_hour if expires_at == "datetime" else str(int(in_an_hour.timestamp()))
+    accept_every_sasl_client(monkeypatch, scripted.cluster)
+    started = scripted.clock.now
+    error = await _send_one(scripted, lambda: OAuthBearerToken("tok", given))  # type: ignore[arg-type]
+    assert isinstance(error, AuthenticationError), f"{type(error).__name__}: {error}"
+    assert f"expires_at must be a number of seconds since the epoch, got a {type(given).__name__}" in str(error)
+    assert scripted.clock.now - started < 1  # the first attempt's error, not max_block_ms later
+
+
+@pytest.mark.parametrize(
+    ("token", "said"),
+    [
+        ("eyJhbGciOi.eyJzdWIi.sig\n", "'\\n' at character 24 of 24"),  # read from a file with its newline
+        ("eyJ hbG", "' ' at character 4 of 7"),
+        ("abc\x01auth=forged", "'\\x01' at character 4"),  # would frame an extension of its own
+        ("", "the token is empty"),
+        (b"eyJhbGciOi", "the token must be a str, got a bytes"),  # sent as "Bearer b'eyJ...'"
+    ],
+)
+async def test_a_token_a_broker_cannot_parse_is_refused_by_name_never_quoted(token: object, said: str) -> None:
+    # Sent as it was, Kafka refused it as "invalid credentials", sending the user after the
+    # credentials instead of the provider's output.
+    cache = TokenCache(lambda: OAuthBearerToken(token, time.time() + 3600))  # type: ignore[arg-type]
+    with pytest.raises(AuthenticationError) as info:
+        await cache.get()
+    assert said in str(info.value)
+    if isinstance(token, str) and len(token) > 4:
+        assert token[:5] not in str(info.value)
+
+
+async def test_a_jwt_and_a_base64_token_pass_the_check() -> None:
+    for value in ("eyJhbGciOi.eyJzdWIi.sig-_", "dG9rZW4+/w=="):
+        assert (await TokenCache(lambda v=value: OAuthBearerToken(v, time.time() + 3600)).get()).value == value
+
+
+async def test_an_idle_connection_is_closed_even_while_its_session_is_renewed(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Re-authentication runs on a timer, idle connections included, and its SASL requests
+    # counted as use: with sessions shorter than connections_max_idle_ms, a producer gone quiet
+    # kept an authenticated connection per broker for good (Java re-authenticates only what
+    # it sends on).
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    cluster.create_topic("t", 1)
+    async with oauth_producer(
+        cluster,
+        lambda: OAuthBearerToken("token", time.time() + 10**6),
+        linger_ms=0,
+        connections_max_idle_ms=30_000,
+        metadata_max_age_ms=10**9,  # no metadata refresh to use it either
+    ) as p:
+        await (await p.send("t", b"x"))
+        await scripted.clock.advance(300)  # ten idle limits, thirty sessions
+        open_connections = len(list(p._pool.connections()))
+        closes = p.metrics()["connection-close-total"]
+    assert SESSION_MS < 30_000
+    assert closes >= 1 and open_connections == 0
 
 
 async def test_a_provider_that_never_answers_is_named(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
