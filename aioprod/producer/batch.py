@@ -190,16 +190,26 @@ class ProducerBatch:
         return self.in_flight or self.maybe_written or self.lost_attempt
 
     def expiry_error(
-        self, now: float, delivery_timeout_ms: int, possibly_persisted: bool | None = None
+        self,
+        now: float,
+        delivery_timeout_ms: int,
+        possibly_persisted: bool | None = None,
+        unsent_because: KafkaError | None = None,
     ) -> DeliveryTimeoutError:
+        """``unsent_because``: why a batch never sent could not be (its leader's connect error)."""
         age = (now - self.created) * 1000
         persisted = self.possibly_persisted if possibly_persisted is None else possibly_persisted
         where = "possibly persisted: it was sent and its outcome is unknown" if persisted else "not sent"
-        return DeliveryTimeoutError(
+        if unsent_because is not None and not persisted:
+            where += f": {type(unsent_because).__name__}: {unsent_because}"
+        error = DeliveryTimeoutError(
             f"{self.record_count} record(s) for {self.tp.topic}-{self.tp.partition} expired after "
             f"{age:.0f} ms (delivery_timeout_ms={delivery_timeout_ms}); {where}",
             possibly_persisted=persisted,
         )
+        if unsent_because is not None and not persisted:
+            error.__cause__ = unsent_because
+        return error
 
     def unstamp(self) -> None:
         """Forget the sequence: only for a batch the broker said is not in its log."""

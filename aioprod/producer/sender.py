@@ -311,6 +311,14 @@ class Sender:
         if timed and not at_once:
             await asyncio.sleep(0)
 
+    def _why_unsent(self, batch: ProducerBatch) -> KafkaError | None:
+        """Why a batch expiring unsent was not sent, if a connection says: its leader refusing
+        the credentials (revoked while the producer ran) is otherwise a bare timeout."""
+        leader = self._metadata.snapshot.leader_for(batch.tp.topic, batch.tp.partition)
+        if leader is None or self._pool.is_connected(leader):
+            return None
+        return self._pool.last_error(leader)
+
     def run_once(self, now: float) -> float:
         """One round; returns how many seconds may pass before the next is due."""
         acc = self._acc
@@ -320,7 +328,8 @@ class Sender:
             acc.fail_all(lambda batch: _fatal_as(fatal, batch.possibly_persisted))
             return _IDLE
         for batch in acc.expired(now):
-            self._finish(batch, batch.expiry_error(now, self._config.delivery_timeout_ms))
+            why = None if batch.possibly_persisted else self._why_unsent(batch)
+            self._finish(batch, batch.expiry_error(now, self._config.delivery_timeout_ms, unsent_because=why))
         txn = self.transactions
         if txn is not None and txn.state in _SWEPT and acc.has_queued:
             # The transaction cannot commit, or is aborting: what it has not sent never will

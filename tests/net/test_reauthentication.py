@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import AuthenticationError, KafkaError, KafkaTimeoutError
+from aioprod.errors import AuthenticationError, DeliveryTimeoutError, KafkaError, KafkaTimeoutError
 from aioprod.net import auth
 from aioprod.net.auth import ConnectionSecurity, OAuthBearerToken, SaslAuthenticator, TokenCache
 from aioprod.net.connection import BrokerConnection
@@ -277,6 +277,39 @@ async def test_an_idle_connection_is_closed_even_while_its_session_is_renewed(
         closes = p.metrics()["connection-close-total"]
     assert SESSION_MS < 30_000
     assert closes >= 1 and open_connections == 0
+
+
+async def test_records_expiring_as_credentials_are_refused_say_so(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Credentials revoked while the producer runs: records for a known topic wait for their
+    # leader as they would for a broker restart (Java's behaviour: an authentication failure
+    # may be passing), and expired with a bare "not sent", the log the only place saying why.
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    handle = fake_cluster.ScriptedCluster.handle
+    revoked = [False]
+
+    async def refusing_once_revoked(self: fake_cluster.ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        header, _ = decode_request_header(frame)
+        if header.api_key == m.SaslAuthenticateRequest.API_KEY and revoked[0]:
+            answer = m.SaslAuthenticateResponse(58, "Authentication failed: invalid credentials", b"", 0)
+            return encode_response(answer, header.api_version, header.correlation_id)
+        return await handle(self, conn, frame)
+
+    monkeypatch.setattr(fake_cluster.ScriptedCluster, "handle", refusing_once_revoked)
+    cluster.create_topic("t", 1)
+    async with oauth_producer(
+        cluster, lambda: OAuthBearerToken("token", time.time() + 3600), linger_ms=0, delivery_timeout_ms=60_000
+    ) as p:
+        await (await p.send("t", b"first"))
+        revoked[0] = True
+        await scripted.clock.advance(SESSION_MS / 1000)  # the re-authentication is refused
+        with pytest.raises(KafkaError) as info:
+            await (await p.send("t", b"second"))
+    assert isinstance(info.value, DeliveryTimeoutError) and not info.value.possibly_persisted
+    assert "; not sent: AuthenticationError: SASL OAUTHBEARER authentication failed at broker" in str(info.value)
+    assert isinstance(info.value.__cause__, AuthenticationError)
 
 
 async def test_a_provider_that_never_answers_is_named(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
