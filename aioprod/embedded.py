@@ -97,12 +97,16 @@ def _wait_group_gone(pgid: int, timeout: float = 1.0) -> None:
         time.sleep(0.01)
 
 
-def _kill(*procs: subprocess.Popen[bytes] | None) -> None:
+def _kill(*procs: subprocess.Popen[bytes] | None, directory: str | None = None) -> None:
+    """What a broker dropped without stop() leaves: its processes, and the gateway's
+    directory (its config holds the passwords)."""
     for proc in procs:
         if proc is not None and proc.poll() is None:
             _kill_group(proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(5)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _accepts(port: int, timeout: float = 0.5) -> bool:
@@ -313,7 +317,7 @@ class EmbeddedBroker:
         )
         if self._finalizer is not None:
             self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _kill, self._gateway, self._proc)
+        self._finalizer = weakref.finalize(self, _kill, self._gateway, self._proc, directory=self._gateway_dir)
         self._wait_ready(self._gateway, self.port, GATEWAY_READY)
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], port: int, ready: bytes) -> None:

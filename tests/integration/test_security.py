@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 import logging
 import os
@@ -401,6 +402,17 @@ async def test_mutual_tls_refuses_clients_without_a_trusted_certificate(
     with pytest.raises(KafkaConnectionError, match="check ssl_certificate_location") as info:
         await _open(mutual_tls, "SSL", **options)
     assert mutual_tls.bootstrap in str(info.value)
+
+
+def test_a_secured_broker_dropped_without_stop_leaves_no_password_behind(pki: Pki) -> None:
+    # Its finalizer killed the processes and left the gateway's config, passwords and all.
+    broker = EmbeddedBroker(security=BrokerSecurity(tls_cert=pki.server[0], tls_key=pki.server[1], sasl_users=USERS))
+    broker.start()
+    directory = Path(broker._gateway_dir or "")
+    assert (directory / "gateway.json").exists()
+    del broker
+    gc.collect()
+    assert not directory.exists()
 
 
 def test_a_wrong_key_password_is_a_config_error_without_the_password(pki: Pki) -> None:
