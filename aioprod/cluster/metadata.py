@@ -21,6 +21,7 @@ import contextlib
 import logging
 import random
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
@@ -217,6 +218,10 @@ class Metadata:
             return
         self._install(old.brokers, dict(old.topics), cluster_id, old.controller_id)
         self.request_update()
+
+    def topic_in_use(self) -> str | None:
+        """A topic the refreshes describe (None: none yet)."""
+        return next(iter(self._topics), None)
 
     def request_update(self) -> None:
         self._full_refresh_wanted = True
@@ -508,6 +513,10 @@ class Metadata:
             allow_auto_topic_creation=self._config.allow_auto_create_topics,
         )
         response: MetadataResponse = await conn.send(request)
+        if conn.retiring:
+            # Retired while it answered (the cluster behind the addresses changed): maybe the old
+            # cluster's answer. Asked again on a connection opened since.
+            raise KafkaError(f"metadata from {describe_node(node)} came on a retired connection")
         if not response.brokers:
             # A broker in its startup phase answers with an empty cache: no brokers, its topics
             # unknown. Not the cluster: a failed refresh, retried (Java's handleSuccessfulResponse).
@@ -556,6 +565,9 @@ class Metadata:
                 continue
             count = len(t.partitions)
             outside = sorted(p.partition_index for p in t.partitions if not 0 <= p.partition_index < count)
+            # An id named twice ([0, 1, 1] for a topic of 3) leaves a partition out as surely.
+            named = Counter(p.partition_index for p in t.partitions if 0 <= p.partition_index < count)
+            outside += sorted(i for i, times in named.items() if times > 1)
             #: Partitions the answer names no valid entry for, taken from what was known of the topic.
             kept: dict[int, PartitionInfo] = {}
             if outside:
@@ -574,7 +586,7 @@ class Metadata:
                     log,
                     ("partition-ids", t.name),
                     "outside",
-                    "metadata from %s: topic %r: partition ids %s outside 0-%d: %s",
+                    "metadata from %s: topic %r: partition ids %s outside 0-%d or named twice: %s",
                     "a broker" if node is None else describe_node(node),
                     t.name,
                     ", ".join(map(str, outside)),

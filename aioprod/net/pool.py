@@ -84,10 +84,9 @@ class ConnectionPool:
         #: The connection opened last, kept once closed for what it negotiated (API versions, the
         #: cluster's finalized features): an idle close can leave no connection open to ask.
         self.last_opened: BrokerConnection | None = None
-        #: Run on a connection opened after any other closed, before it is used (the producer's
-        #: check that the cluster behind the address is still the one it numbers batches for).
+        #: Run on every connection opened, before it is used (the producer's check that the
+        #: cluster behind the address is still the one it numbers batches for).
         self.confirm_cluster: Callable[[BrokerConnection], Awaitable[None]] | None = None
-        self._any_closed = False
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
         state = self._nodes.get(node_id)
@@ -116,6 +115,13 @@ class ConnectionPool:
             del self._nodes[node_id]
             gone.append(node_id)
         return gone
+
+    def retire_all(self, error: KafkaError) -> None:
+        """Every open connection takes no new request, and closes once its answers are in (the
+        next one to its node is opened at once)."""
+        for state in self._nodes.values():
+            if state.connection is not None and not state.connection.closed:
+                state.connection.retire(error)
 
     def connection(self, node_id: int) -> BrokerConnection | None:
         """The ready connection to ``node_id``, or None (then a connect is started)."""
@@ -238,8 +244,13 @@ class ConnectionPool:
         metrics, events = self._metrics, self._metrics.events
         try:
             await conn.open(setup_timeout, attempt=state.failures)
-            if self.confirm_cluster is not None and self._any_closed:
+            if self.confirm_cluster is not None:
                 try:
+                    # Not before the broker's throttle (KIP-219) carried over from the node's last
+                    # connection has ended: the check is a request like any other.
+                    throttled = state.throttled_until - loop.time()
+                    if throttled > 0:
+                        await asyncio.sleep(throttled)
                     await self.confirm_cluster(conn)
                 except BaseException as problem:  # a cancellation (close()) too: it is no one's connection yet
                     conn.close(problem if isinstance(problem, KafkaError) else None)
@@ -362,7 +373,6 @@ class ConnectionPool:
 
     def _on_connection_closed(self, node_id: int, conn: BrokerConnection, error: KafkaError) -> None:
         state = self._nodes.get(node_id)
-        self._any_closed = True
         self._metrics.record_connection(False, asyncio.get_running_loop().time())
         idled = state is not None and state.connection is conn and state.idled
         if state is not None and state.connection is conn:

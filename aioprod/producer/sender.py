@@ -23,6 +23,7 @@ from aioprod.cluster.metadata import ClusterSnapshot, Metadata
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
     CoordinatorNotAvailableError,
+    KafkaConnectionError,
     KafkaError,
     OutOfOrderSequenceNumberError,
     ProducerClosedError,
@@ -45,6 +46,7 @@ from aioprod.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
     MetadataRequest,
+    MetadataRequestTopic,
     MetadataResponse,
     ProduceRequest,
     ProduceRequestPartition,
@@ -123,6 +125,10 @@ class Sender:
         self._cluster_id: str | None = None
         #: Batches on the wire when the cluster id changed: a retry of them needs new sequences.
         self._other_cluster: set[ProducerBatch] = set()
+        #: Cluster id changes seen: an InitProducerId answer read after one is the old cluster's.
+        self._cluster_changes = 0
+        #: The cluster ids the producer moved away from.
+        self._clusters_left: set[str] = set()
         #: Identities _take_identity took: each after the first is a reset (producer-id-reset-total).
         self._identities_taken = 0
         self._last_identity = (-1, -1)
@@ -136,8 +142,20 @@ class Sender:
     async def _confirm_cluster(self, conn: BrokerConnection) -> None:
         """Asked by the pool of a connection opened after one closed, before anything is sent on
         it: the cluster behind the address may be another now, and a batch numbered under the
-        old one's producer id must not reach it (a metadata refresh may come only minutes later)."""
-        response: MetadataResponse = await conn.send(MetadataRequest(topics=[], allow_auto_topic_creation=False))
+        old one's producer id must not reach it (a metadata refresh may come only minutes later).
+        Every connection is asked once a metadata answer named the cluster: a switch behind the
+        same names (DNS, a load balancer) can leave the old cluster's connections open, and the
+        first connection to a broker not talked to before reaches the new one."""
+        if self._cluster_id is None:
+            return  # nothing numbered yet for any cluster: the metadata answer names it
+        # One topic in use, not none: Tansu answers "no topics" with every topic of the cluster.
+        in_use = self._metadata.topic_in_use()
+        response: MetadataResponse = await conn.send(
+            MetadataRequest(
+                topics=[] if in_use is None else [MetadataRequestTopic(name=in_use)],
+                allow_auto_topic_creation=False,
+            )
+        )
         self._cluster_seen(response.cluster_id)
         # The snapshot says so too: one installed without a metadata answer (a leader hint,
         # KIP-951) carried the old id, which the listener took for a change back (a new id
@@ -151,11 +169,30 @@ class Sender:
         new one may know ours as another producer's (whose recent batch at our next sequence
         would be taken for ours: acknowledged, not written). Take an id from the new cluster."""
         old = self._cluster_id
-        if not new:
+        if not new or new == old:
             return
         self._cluster_id = new
+        if old is None:
+            return
+        if new in self._clusters_left and self.idempotence is not None:
+            # Back to a cluster it left: the brokers behind these addresses answer for two clusters
+            # (a switch half done, a proxy mixing them, a misconfigured broker). A batch of ours may
+            # be in either, and a producer id of one is another producer's in the other: renumbering
+            # at each flip wrote records twice, and keeping the stamps swallowed them. Stop.
+            self._set_fatal(
+                ProducerFatalError(
+                    f"the brokers behind the bootstrap addresses name different clusters ({old!r}, {new!r}): "
+                    f"an idempotent producer cannot number its records for both"
+                )
+            )
+            return
+        self._clusters_left.add(old)
+        self._cluster_changes += 1  # an InitProducerId in flight is the old cluster's answer
+        # The connections opened before are maybe the old cluster's still (a switch by name leaves
+        # them open): closed once answered, the next ones are checked (_confirm_cluster).
+        self._pool.retire_all(KafkaConnectionError(f"the cluster id changed from {old!r} to {new!r}"))
         ident = self.idempotence
-        if old is None or new == old or ident is None or not ident.has_producer_id:
+        if ident is None or not ident.has_producer_id:
             return
         self._metrics.events.warning(
             log, "the cluster id changed from %r to %r: taking a new producer id from it", old, new
@@ -746,6 +783,7 @@ class Sender:
         while True:
             try:
                 conn = await self._pool.get(await self._metadata.node_for_request())
+                changes = self._cluster_changes
                 response: InitProducerIdResponse = await conn.send(
                     InitProducerIdRequest(
                         transactional_id=None,
@@ -778,6 +816,12 @@ class Sender:
                     return
                 self._log.debug("InitProducerId failed: %s", exc)
                 await asyncio.sleep(self._policy.backoff_after(self._init_failures))
+                continue
+            if changes != self._cluster_changes:
+                # Asked of the cluster the id changed from: its id may be another producer's in
+                # the new one (whose batch at our sequence would be taken for ours: not written).
+                self._log.debug("InitProducerId answered by the previous cluster; asking the new one")
+                bump = False
                 continue
             self._take_identity(response.producer_id, response.producer_epoch)
             self._init_failures = 0

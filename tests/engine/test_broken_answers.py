@@ -327,9 +327,12 @@ async def test_a_leader_move_is_taken_while_another_partitions_id_is_broken(
 # first) is taken as a 2-partition topic: a keyed record goes to another partition than its key's
 # (hash mod 2, not mod 3), and an explicit partition 2 is refused, until a sound answer comes. The
 # answer's own count (3 entries) says partition 2 exists; Kafka topics never shrink.
+@pytest.mark.parametrize("named", [7, 1], ids=["out-of-range", "named-twice"])
 async def test_a_broken_last_partition_id_does_not_remap_keys(
-    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, named: int
 ) -> None:
+    # [0, 1, 1] for a topic of 3 passed the range check: installed as 2 partitions, a third of
+    # the keys moved.
     cluster = scripted.cluster
     cluster.create_topic("t", [1, 1, 1])
     broken = {"on": False}
@@ -340,7 +343,7 @@ async def test_a_broken_last_partition_id_does_not_remap_keys(
         if broken["on"]:
             for t in response.topics:
                 if t.name == "t":
-                    t.partitions[2].partition_index = 7
+                    t.partitions[2].partition_index = named
         return response
 
     monkeypatch.setattr(ScriptedCluster, "_metadata", answering)

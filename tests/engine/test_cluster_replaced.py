@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import Counter, deque
 
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import KafkaError
+from aioprod.errors import KafkaError, ProducerFatalError
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import Appended, Hold, ScriptedCluster, _ProducerState
@@ -240,7 +240,7 @@ async def test_close_while_a_connection_confirms_the_cluster_closes_it(
 
     async def handling(self: ScriptedCluster, conn: object, frame: bytes) -> bytes | None:
         answer = await handle(self, conn, frame)
-        if slow["on"] and isinstance(self.requests[-1].body, m.MetadataRequest) and self.requests[-1].body.topics == []:
+        if slow["on"] and isinstance(self.requests[-1].body, m.MetadataRequest):
             await asyncio.sleep(25)  # a slow broker: the confirm's answer takes a while
         return answer
 
@@ -277,3 +277,221 @@ async def test_the_identity_warning_names_the_replaced_id(
         await p.send_and_wait("t", b"ours-1")  # id 2000 from B
     lines = [r.getMessage() for r in caplog.records if "took a new producer identity" in r.getMessage()]
     assert lines and "was 1000/0" in lines[0], lines
+
+
+async def test_an_init_producer_id_answered_by_the_old_cluster_is_not_taken(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The answer was read after a refresh named the new cluster: the producer took the old
+    # cluster's id 1001 there, where it was another producer's, and "ours" was acknowledged
+    # as that producer's duplicate, written nowhere.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2, 1])
+    cluster_id = name_cluster(monkeypatch)
+    gate = {"hold": False, "event": asyncio.Event(), "answered": []}
+    handle = ScriptedCluster.handle
+
+    async def handling(self: ScriptedCluster, conn: object, frame: bytes) -> bytes | None:
+        answer = await handle(self, conn, frame)  # computed now: by the old cluster
+        body = self.requests[-1].body
+        if isinstance(body, m.InitProducerIdRequest) and gate["hold"]:
+            gate["answered"].append(self.requests[-1].node)
+            await gate["event"].wait()  # the answer reaches the producer later
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "handle", handling)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
+        await p.send_and_wait("t", b"a0", partition=0)  # id 1000
+        await p.send_and_wait("t", b"a1", partition=1)
+        cluster.nodes[1].script.append(59)  # UNKNOWN_PRODUCER_ID: a fresh id is asked for
+        gate["hold"] = True
+        future = await p.send("t", b"ours", partition=2)
+        await asyncio.sleep(0.3)
+        assert gate["answered"]
+        # The old cluster answered 1001/0; before it is read, the new cluster, whose producer
+        # 1001 wrote sequence 0 of t-2, replaces it, and a refresh names it.
+        cluster.create_topic("t", [1, 2, 1])
+        part = cluster.partition("t", 2)
+        part.log.append(Appended(1, 1001, 0, 0, (b"theirs",), 0))
+        part.producers[1001] = _ProducerState(0, deque([(0, 0, 0)], maxlen=5))
+        cluster._producer_ids = iter(range(2000, 3000))
+        cluster_id["now"] = "cluster-B"
+        await asyncio.sleep(2)
+        assert p.cluster().cluster_id == "cluster-B"
+        gate["hold"] = False
+        gate["event"].set()
+        await future
+    assert cluster.partition("t", 2).values == [b"theirs", b"ours"]
+
+
+async def test_a_first_connection_to_a_broker_is_checked_too(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A switch by name (DNS, a load balancer) leaves the old cluster's connections open: the
+    # check ran only after some connection had closed, so the first connection to broker 2
+    # reached the new cluster unchecked, and "ours" was taken for its producer 1000's duplicate.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    cluster_id = name_cluster(monkeypatch)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"a0", partition=0)  # id 1000; only broker 1 connected
+        part = cluster.partition("t", 1)
+        part.log.append(Appended(2, 1000, 0, 0, (b"theirs",), 0))
+        part.producers[1000] = _ProducerState(0, deque([(0, 0, 0)], maxlen=5))
+        cluster._producer_ids = iter(range(2000, 3000))
+        cluster_id["now"] = "cluster-B"
+        await p.send_and_wait("t", b"ours", partition=1)
+    assert cluster.partition("t", 1).values == [b"theirs", b"ours"]
+
+
+def per_node_ids(monkeypatch: pytest.MonkeyPatch, ids: dict[int, str]) -> None:
+    """Each broker names the cluster id given for it."""
+    metadata = ScriptedCluster._metadata
+
+    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(self, node, request)  # type: ignore[arg-type]
+        response.cluster_id = ids[node.node_id]  # type: ignore[attr-defined]
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+
+
+async def test_a_broker_naming_another_cluster_id_does_not_write_a_record_twice(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Same brokers, same logs, one of them naming another id: the batch broker 1 had written
+    # (its answer lost) was renumbered under a new producer id and written again.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    ids = {1: "X", 2: "X"}
+    per_node_ids(monkeypatch, ids)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
+        await p.send_and_wait("t", b"a0", partition=0)
+        await p.send_and_wait("t", b"b0", partition=1)
+        cluster.nodes[1].holding = True  # broker 1 writes ours, its answer is held
+        future = await p.send("t", b"ours", partition=0)
+        await asyncio.sleep(0.01)
+        assert cluster.partition("t", 0).values.count(b"ours") == 1
+        ids[2] = "Y"
+        await asyncio.sleep(1.5)  # a periodic refresh goes to broker 2
+        cluster.nodes[1].holding = False
+        cluster.disconnect(1)  # ours's answer is lost: retried
+        outcome = (await asyncio.gather(future, return_exceptions=True))[0]
+    assert cluster.partition("t", 0).values.count(b"ours") == 1
+    assert not isinstance(outcome, BaseException) or getattr(outcome, "possibly_persisted", False), repr(outcome)
+
+
+async def test_brokers_naming_two_clusters_stop_an_idempotent_producer_once(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Broker 1 naming X, broker 2 Y: a new producer id at nearly every refresh (19 in 20 s),
+    # each renumbering what was on the wire. Now: the first flip back is a fatal error naming both.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    per_node_ids(monkeypatch, {1: "X", 2: "Y"})
+    futures = []
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, metadata_max_age_ms=500) as p:
+        for i in range(2000):  # 20 s of steady sends
+            try:
+                futures.append((i, await p.send("t", b"%d" % i, partition=i % 2)))
+            except ProducerFatalError as exc:
+                stopped = exc
+                break
+            await asyncio.sleep(0.01)
+        outcomes = await asyncio.gather(*(f for _, f in futures), return_exceptions=True)
+    assert "name different clusters" in str(stopped)
+    assert len(cluster.requests_of(m.InitProducerIdRequest)) <= 2
+    values = Counter(cluster.partition("t", 0).values + cluster.partition("t", 1).values)
+    assert max(values.values()) == 1
+    for (i, _), outcome in zip(futures, outcomes, strict=True):
+        assert isinstance(outcome, BaseException) or values[b"%d" % i] == 1, (i, outcome)
+
+
+async def test_brokers_naming_two_clusters_do_not_stop_a_producer_without_idempotence(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It numbers nothing: nothing to get wrong by the ids, and nothing to stop for.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    per_node_ids(monkeypatch, {1: "X", 2: "Y"})
+    async with Producer(bootstrap_servers=cluster.bootstrap, acks=1, linger_ms=0, metadata_max_age_ms=500) as p:
+        for i in range(40):  # 4 s: several refreshes from each broker
+            await p.send_and_wait("t", b"%d" % i, partition=i % 2)
+            await asyncio.sleep(0.1)
+    assert len(cluster.partition("t", 0).values + cluster.partition("t", 1).values) == 40
+
+
+async def test_the_cluster_check_waits_out_the_brokers_throttle(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check went out ~9.9 s inside a 10 s KIP-219 throttle carried over from the node's
+    # last connection, while the produce waited it out: a request against the quota.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    loop = asyncio.get_running_loop()
+    checks: list[float] = []
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        confirm = p._pool.confirm_cluster
+        assert confirm is not None
+
+        async def checking(conn):  # type: ignore[no-untyped-def]
+            sent = len(cluster.requests)
+            await confirm(conn)
+            checks.extend(r.at for r in cluster.requests[sent:] if isinstance(r.body, m.MetadataRequest))
+
+        p._pool.confirm_cluster = checking
+        cluster.nodes[1].throttle_ms = 10_000
+        await p.send_and_wait("t", b"one")
+        throttled_until = loop.time() + 10
+        checks.clear()
+        cluster.nodes[1].throttle_ms = 0
+        cluster.disconnect(1)  # lost inside the throttle
+        await asyncio.sleep(0.01)
+        await (await p.send("t", b"two"))
+        produced = [r.at for r in cluster.requests_of(m.ProduceRequest, node=1)]
+    assert produced[-1] >= throttled_until - 0.01
+    assert checks and min(checks) >= throttled_until - 0.01, (checks, throttled_until)
+
+
+async def test_a_reconnects_cluster_check_does_not_fetch_every_topic(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tansu answers Metadata for no topics with every topic: each reconnect's check fetched
+    # the cluster's whole topic list (300 here) before the connection could be used.
+    cluster = scripted.cluster
+    for i in range(300):
+        cluster.create_topic(f"topic-{i}", 1)
+    name_cluster(monkeypatch)
+    metadata = ScriptedCluster._metadata
+    answered: list[int] = []
+
+    def like_tansu(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
+        if request.topics == []:
+            request = m.MetadataRequest(topics=None)
+        response = metadata(self, node, request)  # type: ignore[arg-type]
+        answered.append(len(response.topics))
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", like_tansu)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, connections_max_idle_ms=1000) as p:
+        confirm = p._pool.confirm_cluster
+        sizes: list[int] = []
+
+        async def checking(conn):  # type: ignore[no-untyped-def]
+            before = len(answered)
+            await confirm(conn)
+            sizes.extend(answered[before:])
+
+        p._pool.confirm_cluster = checking
+        await p.send_and_wait("topic-0", b"v")
+        for _ in range(3):
+            await asyncio.sleep(3)  # idle: the connections close, the next send reconnects
+            await p.send_and_wait("topic-0", b"v")
+        installed = sorted(p.cluster().topics)
+    assert installed == ["topic-0"]  # the check's answer is never installed
+    assert sizes and max(sizes) <= 1, sizes
