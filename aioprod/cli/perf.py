@@ -50,6 +50,7 @@ from aioprod.cli.common import (
     embedded_hint,
     open_producer,
     parse_delimiter,
+    quiet_config,
     record_outcomes,
     run,
     table,
@@ -58,7 +59,6 @@ from aioprod.cli.common import (
 )
 from aioprod.cli.metrics_table import java_style_lines
 from aioprod.cli.stats import AckTracker, LatencySummary
-from aioprod.config import ProducerConfig
 from aioprod.errors import KafkaError
 from aioprod.metrics import MetricsSnapshot
 from aioprod.producer.accumulator import RecordAccumulator
@@ -393,7 +393,7 @@ def perf(
         values: Callable[[int], bytes] = lambda _i: payloads[rng.randrange(len(payloads))]  # noqa: E731
     else:
         assert record_size is not None
-        limit = ProducerConfig.from_options(options).max_request_size
+        limit = quiet_config(options).max_request_size
         longest_key = None if keys is None else b"key-%d" % (keys - 1)
         wire = RecordAccumulator.record_size(longest_key, None, []) + record_size + BATCH_HEADER_SIZE
         if wire > limit:

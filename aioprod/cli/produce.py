@@ -282,9 +282,31 @@ def _overlong(size: int, config: ProducerConfig) -> str:
     return f"a line of {size:,} bytes makes a record larger than {limit} ({getattr(config, limit):,}) allows"
 
 
+def _topic_and_input(topic: str | None, given: str | None, input_file: IO[bytes]) -> tuple[str, IO[bytes]]:
+    """TOPIC as the first argument, or -t/--topic as kcat and kafka-console-producer spell it
+    (then the one argument left, if any, is FILE)."""
+    ctx = click.get_current_context()
+    params = {p.name: p for p in ctx.command.params}
+    if given is None:
+        if topic is None:
+            raise click.UsageError("no topic: aioprod produce TOPIC [FILE], or -t TOPIC")
+        # Checked here, not by the argument's callback: with -t, the argument is a file name.
+        try:
+            return topic_names(ctx, params["topic"], topic), input_file
+        except click.BadParameter as exc:
+            exc.param = params["topic"]
+            raise
+    if topic is None:
+        return given, input_file
+    if ctx.get_parameter_source("input_file") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError(f"two topics: {topic!r} and -t {given!r}")
+    return given, click.File("rb").convert(topic, params["input_file"], ctx)  # the argument is FILE
+
+
 @click.command(short_help="Produce one record per input line, like kcat -P.")
-@click.argument("topic", callback=topic_names)
+@click.argument("topic", required=False)
 @click.argument("input_file", metavar="[FILE|-]", type=click.File("rb"), default="-")
+@click.option("-t", "--topic", "topic_option", metavar="TOPIC", callback=topic_names, help="The topic, as kcat -t.")
 @client_options
 @click.option("-K", "--key-separator", metavar="SEP", help="Split each line into KEY SEP VALUE (first SEP).")
 @click.option(
@@ -309,8 +331,9 @@ def _overlong(size: int, config: ProducerConfig) -> str:
 @click.option("--report", is_flag=True, help="Print a JSON delivery report line per record on stdout.")
 @debug_option
 def produce(
-    topic: str,
+    topic: str | None,
     input_file: IO[bytes],
+    topic_option: str | None,
     client: ClientOptions,
     key_separator: str | None,
     fixed_key: str | None,
@@ -340,11 +363,13 @@ def produce(
     \b
     Examples:
       echo hello | aioprod produce greetings -b localhost:9092
+      echo hello | aioprod produce -t greetings -b localhost:9092      # as kcat -t
       aioprod produce orders -b localhost:9092 -K : orders.txt      # lines "key:value"
       aioprod produce events -b localhost:9092 -H source=cli -p 0 -X acks=1 --report events.jsonl
       printf 'trace:abc\\tk1:v1\\n' | aioprod produce t -b localhost:9092 --parse-headers -K :
       aioprod produce t -F client.properties -D '\\0' -Z records.bin
     """
+    topic, input_file = _topic_and_input(topic, topic_option, input_file)
     servers = client.require_bootstrap()
     options = client.producer_options(servers)
     line_format = LineFormat(

@@ -32,12 +32,12 @@ from aioprod.cli.common import (
     echo,
     embedded_hint,
     open_producer,
+    quiet_config,
     record_outcomes,
     run,
     topic_names,
 )
 from aioprod.cli.stats import AckTracker, LatencySummary
-from aioprod.config import ProducerConfig
 from aioprod.producer.record_future import RecordMetadata
 
 
@@ -94,7 +94,7 @@ async def run_smoke(
     """Produce ``records`` keyed records to ``topic`` and collect what the check needs."""
     check = watch_topic(options, topic)
     try:
-        async with open_producer(options) as probe:
+        async with open_producer(options, quiet=True) as probe:
             try:
                 await check_first(check, probe, topic)
                 before = await probe.end_offsets(topic)
@@ -206,7 +206,7 @@ def smoke(client: ClientOptions, records: int, topic: str, as_json: bool) -> Non
     servers = client.resolve_bootstrap()
     # Validate the options before starting anything, with a placeholder address when none is given.
     options = client.producer_options(servers or "127.0.0.1:9092")
-    if ProducerConfig.from_options(options).acks == 0:
+    if quiet_config(options).acks == 0:
         raise CliUsageError("smoke checks every acknowledgement, and acks=0 asks for none: use acks=1 or all")
     out = console()
     tracker = AckTracker()

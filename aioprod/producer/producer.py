@@ -1024,7 +1024,9 @@ class Producer:
         await self._sender.quiet()
 
     def cluster(self) -> ClusterSnapshot:
-        """The current metadata snapshot: brokers, topics, partitions, leaders."""
+        """The producer's metadata cache: brokers, and the topics it has sent to (partitions,
+        leaders). Empty until the first metadata answer, after ``start()``; not the cluster's
+        topic list (``aioprod metadata`` gives that)."""
         if self._state == _NEW:
             self._raise_not_open()
         return self._metadata.snapshot

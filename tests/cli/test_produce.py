@@ -76,6 +76,31 @@ def test_bootstrap_from_the_environment(bootstrap: str, topic: str) -> None:
     assert [r.value for r in read_topic(bootstrap, topic)] == [b"from env"]
 
 
+def test_the_topic_may_be_given_with_t_as_kcat_and_the_console_producer_spell_it(
+    bootstrap: str, topic: str, tmp_path: Path
+) -> None:
+    # `-t TOPIC` was "No such option: -t", the only command of the four without it.
+    from_file = tmp_path / "lines.txt"
+    from_file.write_text("from the file\n")
+    assert aioprod("produce", "-t", topic, "-b", bootstrap, input="from stdin\n").exit_code == 0
+    assert aioprod("produce", "--topic", topic, str(from_file), "-b", bootstrap).exit_code == 0
+    assert sorted(r.value for r in read_topic(bootstrap, topic)) == [b"from stdin", b"from the file"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((), "no topic: aioprod produce TOPIC [FILE], or -t TOPIC"),
+        (("a", "-", "-t", "b"), "two topics: 'a' and -t 'b'"),
+        (("-t", "bad topic"), "--topic"),
+    ],
+)
+def test_a_topic_missing_or_given_twice_is_a_usage_error(args: tuple[str, ...], said: str) -> None:
+    result = aioprod("produce", *args, "-b", "127.0.0.1:9", input="x\n")
+    assert result.exit_code == 2
+    assert said in result.stderr
+
+
 def test_no_bootstrap_is_a_usage_error() -> None:
     result = aioprod("produce", "t", input="x\n")
     assert result.exit_code == 2

@@ -88,6 +88,21 @@ def test_what_the_configuration_says_is_said_once() -> None:
     assert result.stderr.count("idempotence turned off") == 1, result.stderr
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "args", [("produce", "TOPIC"), ("smoke", "-n", "5", "-t", "TOPIC"), ("perf", "-t", "TOPIC", "-n", "5", "-s", "5")]
+)
+def test_what_the_configuration_says_is_said_once_by_each_command(
+    bootstrap: str, topic: str, args: tuple[str, ...]
+) -> None:
+    # The topic check, the smoke probe and perf's size check built the config again: the
+    # warning came two to four times.
+    args = tuple(topic if a == "TOPIC" else a for a in args)
+    result = aioprod(*args, "-b", bootstrap, "-X", "max.in.flight.requests.per.connection=10", input="x\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("idempotence turned off") == 1, result.stderr
+
+
 def test_a_malformed_escape_in_a_secret_is_not_quoted() -> None:
     # A backslash in a password ("Pa55\\user-..."): the error quoted the characters after it.
     with pytest.raises(PropertiesError) as info:

@@ -164,9 +164,19 @@ def test_bad_options_fail_at_construction_naming_the_option(options: dict[str, o
     assert isinstance(info.value, ValueError) and isinstance(info.value, KafkaError)
 
 
-def test_same_option_twice_is_refused() -> None:
-    with pytest.raises(ConfigError, match="given twice"):
+def test_same_option_twice_is_refused_naming_both_spellings() -> None:
+    # It said "given twice (as 'linger_ms')", one spelling twice over.
+    with pytest.raises(ConfigError, match=r"^option 'linger_ms' given twice: as 'linger\.ms' and as 'linger_ms'$"):
         Producer({"linger.ms": 1}, bootstrap_servers="h:1", linger_ms=2)
+
+
+@pytest.mark.parametrize("value", [0, "0"])
+def test_librdkafkas_message_timeout_of_zero_is_refused_saying_what_it_meant(value: object) -> None:
+    # It said "delivery_timeout_ms must be >= 1, got 0": neither the option given nor why.
+    with pytest.raises(ConfigError, match=r"^message\.timeout\.ms=0 is librdkafka's 'no limit'.*e\.g\. 3600000"):
+        Producer({"bootstrap.servers": "h:1", "message.timeout.ms": value})
+    with pytest.raises(ConfigError, match=r"^delivery_timeout_ms must be >= 1, got 0$"):
+        Producer({"bootstrap.servers": "h:1", "delivery.timeout.ms": value})
 
 
 def test_idempotence_is_a_default_that_yields_to_explicit_acks() -> None:
