@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
@@ -24,6 +25,7 @@ from aioprod.errors import (
 )
 from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
+from aioprod.net.pool import exponential_backoff
 from aioprod.producer.producer import Producer
 from aioprod.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
 
@@ -31,46 +33,65 @@ log = logging.getLogger(__name__)
 
 
 async def ask_metadata(
-    config: ProducerConfig, topics: list[str] | None, *, allow_auto_topic_creation: bool = False
+    config: ProducerConfig,
+    topics: list[str] | None,
+    *,
+    allow_auto_topic_creation: bool = False,
+    retrying: Callable[[KafkaError], None] | None = None,
 ) -> MetadataResponse:
-    """One Metadata request (``topics=None``: all) to the first bootstrap server that answers
-    within ``max_block_ms``."""
+    """One Metadata request (``topics=None``: all) to the first bootstrap server that answers,
+    the servers tried again, backing off as the producer's connections do, until
+    ``max_block_ms``: a broker still starting is waited for, as the Kafka tools wait.
+    ``retrying`` is told, once, why the first round found none."""
+    errors: list[KafkaError] = []
     try:
         async with asyncio.timeout(config.max_block_ms / 1000):
-            return await _ask_bootstrap(config, topics, allow_auto_topic_creation)
+            return await _ask_bootstrap(config, topics, allow_auto_topic_creation, errors, retrying)
     except TimeoutError as exc:
-        raise KafkaTimeoutError(f"no metadata from the bootstrap servers within {config.max_block_ms} ms") from exc
+        why = f": {errors[-1]}" if errors else ""
+        raise KafkaTimeoutError(f"no metadata from the bootstrap servers within {config.max_block_ms} ms{why}") from exc
 
 
-async def _ask_bootstrap(config: ProducerConfig, topics: list[str] | None, auto_create: bool) -> MetadataResponse:
+async def _ask_bootstrap(
+    config: ProducerConfig,
+    topics: list[str] | None,
+    auto_create: bool,
+    errors: list[KafkaError],
+    retrying: Callable[[KafkaError], None] | None,
+) -> MetadataResponse:
     request = MetadataRequest(
         topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
         allow_auto_topic_creation=auto_create,
     )
-    errors: list[KafkaError] = []
     security = ConnectionSecurity.from_config(config)  # TLS and SASL, as the producer's connections
-    for index, (host, port) in enumerate(config.bootstrap_servers):
-        conn = BrokerConnection(
-            -1 - index,
-            host,
-            port,
-            client_id=config.client_id,
-            request_timeout=config.request_timeout_ms / 1000,
-            max_in_flight=1,
-            security=security,
-        )
-        try:
-            await conn.open(config.request_timeout_ms / 1000)
-            response: MetadataResponse = await conn.send(request)
-        except KafkaError as exc:
-            if not exc.retriable and not isinstance(exc, KafkaConnectionError):
-                raise  # wrong credentials, a TLS failure: another bootstrap server will say the same
-            errors.append(exc)
-            continue
-        finally:
-            conn.close()
-        return response
-    raise KafkaConnectionError(f"no bootstrap server answered: {'; '.join(str(e) for e in errors)}")
+    rounds = 0
+    while True:
+        rounds += 1
+        for index, (host, port) in enumerate(config.bootstrap_servers):
+            conn = BrokerConnection(
+                -1 - index,
+                host,
+                port,
+                client_id=config.client_id,
+                request_timeout=config.request_timeout_ms / 1000,
+                max_in_flight=1,
+                security=security,
+            )
+            try:
+                await conn.open(config.request_timeout_ms / 1000)
+                response: MetadataResponse = await conn.send(request)
+            except KafkaError as exc:
+                if not exc.retriable and not isinstance(exc, KafkaConnectionError):
+                    raise  # wrong credentials, a TLS failure: another bootstrap server will say the same
+                errors.append(exc)
+                continue
+            finally:
+                conn.close()
+            return response
+        if rounds == 1 and retrying is not None:
+            retrying(errors[-1])
+        base, cap = config.reconnect_backoff_ms / 1000, config.reconnect_backoff_max_ms / 1000
+        await asyncio.sleep(exponential_backoff(base, cap, rounds))
 
 
 def to_snapshot(response: MetadataResponse) -> tuple[ClusterSnapshot, dict[str, KafkaError]]:

@@ -25,6 +25,7 @@ from aioprod.cli.common import (
     run,
     table,
     topic_names,
+    warn,
 )
 from aioprod.cluster.metadata import ClusterSnapshot
 from aioprod.config import ProducerConfig
@@ -125,7 +126,7 @@ def metadata(client: ClientOptions, topics: tuple[str, ...], as_json: bool) -> N
     """Show brokers, topics, partitions and leaders.
 
     One Metadata request to the first bootstrap server that answers within
-    max.block.ms, with auto-creation off: nothing is ever created, not even a
+    max.block.ms (a broker still starting is waited for), with auto-creation off: nothing is ever created, not even a
     mistyped --topic. A named topic the cluster does not have is reported and the
     exit code is 1. Tables are plain columns when the output is not a terminal (or
     NO_COLOR is set); --json gives one JSON object.
@@ -139,7 +140,12 @@ def metadata(client: ClientOptions, topics: tuple[str, ...], as_json: bool) -> N
     """
     options = client.producer_options(client.require_bootstrap())
     config = ProducerConfig.from_options(options)
-    response = run(ask_metadata(config, list(topics) or None))
+
+    def retrying(exc: KafkaError) -> None:
+        wait = f"max.block.ms ({config.max_block_ms:,} ms)"
+        warn(f"no bootstrap server answered ({describe(exc)}); trying again for up to {wait}")
+
+    response = run(ask_metadata(config, list(topics) or None, retrying=retrying))
     snapshot, errors = to_snapshot(response)
     if as_json:
         echo(json.dumps(as_dict(snapshot, errors)))

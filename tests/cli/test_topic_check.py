@@ -6,14 +6,18 @@ first); it must not make the command's error later than ``max.block.ms``.
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import pytest
 
+from aioprod.cli.cluster import ask_metadata
 from aioprod.cli.common import CliError
 from aioprod.cli.produce import LineFormat, produce_lines
 from aioprod.cli.smoke import run_smoke
 from aioprod.cli.stats import AckTracker
+from aioprod.config import ProducerConfig
+from aioprod.errors import KafkaTimeoutError
 from tests.conftest import Scripted
 from tests.fakes.network import ServerSide
 
@@ -53,4 +57,31 @@ async def test_smoke_fails_when_max_block_ms_runs_out_not_a_head_start_later(scr
     start = scripted.clock.now
     with pytest.raises(CliError, match=f"smoke test failed on silent.example:9092: .*after {MAX_BLOCK_MS} ms"):
         await run_smoke(options, "t", 10, AckTracker(), embedded=False, batch_size_given=False)
+    assert scripted.clock.now - start == pytest.approx(MAX_BLOCK_MS / 1000)
+
+
+async def test_metadata_waits_for_a_broker_still_starting_and_says_so_once(scripted: Scripted) -> None:
+    # One pass over the bootstrap servers: a broker not listening yet failed the command in
+    # 0.4 s, though it promises to wait max.block.ms as the Kafka tools do.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 2)
+    cluster.stop(1)
+    said: list[str] = []
+    config = ProducerConfig.from_options(bootstrap_servers=cluster.bootstrap, max_block_ms=MAX_BLOCK_MS)
+    asking = asyncio.ensure_future(ask_metadata(config, ["t"], retrying=lambda exc: said.append(str(exc))))
+    await scripted.clock.advance(2)
+    assert not asking.done()
+    cluster.start(1)
+    response = await asking
+    assert [t.name for t in response.topics] == ["t"]
+    assert len(said) == 1 and "Connect call failed" in said[0]
+
+
+async def test_metadata_from_a_cluster_that_never_answers_ends_at_max_block_ms_saying_why(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.stop(1)
+    config = ProducerConfig.from_options(bootstrap_servers=cluster.bootstrap, max_block_ms=MAX_BLOCK_MS)
+    start = scripted.clock.now
+    with pytest.raises(KafkaTimeoutError, match=f"within {MAX_BLOCK_MS} ms: connecting to broker -1 at .* failed"):
+        await ask_metadata(config, None)
     assert scripted.clock.now - start == pytest.approx(MAX_BLOCK_MS / 1000)
