@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import warnings
 from collections import deque
 from collections.abc import Callable
 
@@ -300,6 +301,13 @@ class Sender:
                 fatal = ProducerFatalError(
                     "the producer's sender task was cancelled: its event loop shut down without close() "
                     "(a Producer belongs to the loop it was started on; use SyncProducer across asyncio.run() calls)"
+                )
+                # As an unclosed file or socket says so (aiokafka's producer too): its connections
+                # stayed open for the loop's life, which a producer made per request leaks.
+                warnings.warn(
+                    f"unclosed aioprod Producer {self._config.client_id!r}: its event loop shut down without close()",
+                    ResourceWarning,
+                    stacklevel=1,
                 )
                 unfinished = sum(batch.record_count for batch in self._acc.incomplete)
                 if unfinished:

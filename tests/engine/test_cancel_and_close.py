@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 
 import pytest
 
@@ -307,6 +308,35 @@ def test_a_close_nobody_awaits_cut_off_by_the_loops_end_fails_what_is_left(monke
     asyncio.run(service())
     assert [f for f in futures if not f.done()] == []
     assert all(isinstance(f.exception(), KafkaError) for f in futures)
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_producer_never_closed_is_a_resource_warning_at_the_loops_end(
+    monkeypatch: pytest.MonkeyPatch, closed: bool
+) -> None:
+    # Nothing said so when no record was left: a producer made per request and never closed
+    # kept its connections for the loop's life, silently.
+    async def service() -> None:
+        clock = VirtualClock(asyncio.get_running_loop()).install()
+        network = MemoryNetwork()
+        monkeypatch.setattr(asyncio, "open_connection", network.open_connection)
+        try:
+            cluster = ScriptedCluster(network)
+            cluster.create_topic("t", 1)
+            producer = Producer(bootstrap_servers=cluster.bootstrap, client_id="per-request")
+            await producer.start()
+            await producer.send_and_wait("t", b"acknowledged")
+            if closed:
+                await producer.close()
+        finally:
+            clock.uninstall()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(service())
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    expected = [] if closed else ["unclosed aioprod Producer 'per-request': its event loop shut down without close()"]
+    assert unclosed == expected
 
 
 @pytest.mark.parametrize("path", ["keyed", "bulk"])
