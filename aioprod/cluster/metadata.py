@@ -89,6 +89,17 @@ class Broker:
     rack: str | None = None
 
 
+#: What brokers name before their cluster has an id: none yet. Redpanda answers this until the
+#: cluster id (a cluster config property) reaches it, each broker at its own moment; taken for
+#: an id, it looked like a cluster replaced, then one already left.
+PLACEHOLDER_CLUSTER_IDS = frozenset({"redpanda.initializing"})
+
+
+def is_cluster_id(cluster_id: str | None) -> bool:
+    """A cluster's own id, not "none" (Kafka's null, an empty string, a placeholder)."""
+    return bool(cluster_id) and cluster_id not in PLACEHOLDER_CLUSTER_IDS
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """An immutable view of the cluster; replaced whole on every refresh."""
@@ -214,7 +225,7 @@ class Metadata:
         """A broker just named ``cluster_id`` (the producer's check of a new connection): another
         than the snapshot's, it is the snapshot's from now on, and the metadata is looked up again."""
         old = self.snapshot
-        if not cluster_id or old.cluster_id is None or cluster_id == old.cluster_id:
+        if not is_cluster_id(cluster_id) or old.cluster_id is None or cluster_id == old.cluster_id:
             return
         self._install(old.brokers, dict(old.topics), cluster_id, old.controller_id)
         self.request_update()

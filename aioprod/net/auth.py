@@ -94,27 +94,31 @@ _B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 def _as_token(result: Any) -> OAuthBearerToken:
     if isinstance(result, OAuthBearerToken):
-        if isinstance(result.expires_at, bool) or not isinstance(result.expires_at, int | float):
-            raise TypeError(
-                f"OAuthBearerToken.expires_at must be a number of seconds since the epoch, got a "
-                f"{type(result.expires_at).__name__}"
-            )
-        return _checked_value(result)
+        expires_at = _seconds(result.expires_at, "OAuthBearerToken.expires_at")
+        return _checked_value(OAuthBearerToken(result.value, expires_at, result.extensions))
     if isinstance(result, tuple) and len(result) in (2, 3) and isinstance(result[0], str):
         extensions = result[2] if len(result) == 3 else {}
-        try:
-            expires_at = float(result[1])
-        except (TypeError, ValueError):
-            # Not float()'s own message: it quotes the value, which may be the token itself.
-            raise TypeError(
-                f"expires_at must be a number of seconds since the epoch, got a {type(result[1]).__name__} "
-                "(is the tuple (token, expires_at), in that order?)"
-            ) from None
-        return _checked_value(OAuthBearerToken(result[0], expires_at, dict(extensions)))
+        hint = " (is the tuple (token, expires_at), in that order?)"
+        return _checked_value(OAuthBearerToken(result[0], _seconds(result[1], "expires_at", hint), dict(extensions)))
     raise TypeError(
         "sasl_oauth_token_provider must return an OAuthBearerToken or a (token, expires_at[, extensions]) tuple, "
         f"got {type(result).__name__}"
     )
+
+
+def _seconds(value: Any, name: str, hint: str = "") -> float:
+    """An expiry as float seconds: any number (a Decimal, numpy's integers), never a bool, a
+    string or a datetime (google-auth's ``credentials.expiry``), which compared with the clock
+    raised a bare TypeError that was retried as a lost connection."""
+    try:
+        if isinstance(value, str | bytes | bool):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        # Not float()'s own message: it quotes the value, which may be the token itself.
+        raise TypeError(
+            f"{name} must be a number of seconds since the epoch, got a {type(value).__name__}{hint}"
+        ) from None
 
 
 def _checked_value(token: OAuthBearerToken) -> OAuthBearerToken:

@@ -20,7 +20,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable
 
-from aioprod.cluster.metadata import ClusterSnapshot, Metadata
+from aioprod.cluster.metadata import ClusterSnapshot, Metadata, is_cluster_id
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
     CoordinatorNotAvailableError,
@@ -170,7 +170,7 @@ class Sender:
         new one may know ours as another producer's (whose recent batch at our next sequence
         would be taken for ours: acknowledged, not written). Take an id from the new cluster."""
         old = self._cluster_id
-        if not new or new == old:
+        if not is_cluster_id(new) or new == old:
             return
         self._cluster_id = new
         if old is None:

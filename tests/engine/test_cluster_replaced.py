@@ -495,3 +495,28 @@ async def test_a_reconnects_cluster_check_does_not_fetch_every_topic(
         installed = sorted(p.cluster().topics)
     assert installed == ["topic-0"]  # the check's answer is never installed
     assert sizes and max(sizes) <= 1, sizes
+
+
+async def test_a_redpanda_cluster_getting_its_id_is_no_cluster_change(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh Redpanda cluster names itself "redpanda.initializing" until its id reaches each
+    # broker, at its own moment: taken for an id, it was a cluster replaced (a new producer id),
+    # then, from the broker still lagging, one already left: the producer stopped for good.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    ids = {1: "redpanda.initializing", 2: "redpanda.initializing"}
+    per_node_ids(monkeypatch, ids)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
+        for i in range(4):
+            await p.send_and_wait("t", b"warm-%d" % i, partition=i % 2)
+        ids[1] = "redpanda.0f1e2d3c"  # broker 1 has the id, broker 2 in 200 ms
+        cluster.disconnect(1)  # a reconnect is checked
+        for i in range(40):
+            await p.send_and_wait("t", b"%d" % i, partition=i % 2)
+            if i == 20:
+                ids[2] = "redpanda.0f1e2d3c"
+            await asyncio.sleep(0.01)
+        assert p.metrics()["producer-id-reset-total"] == 0
+    assert len(cluster.partition("t", 0).values + cluster.partition("t", 1).values) == 44

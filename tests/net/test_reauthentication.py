@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -247,6 +248,16 @@ async def test_a_token_a_broker_cannot_parse_is_refused_by_name_never_quoted(tok
     assert said in str(info.value)
     if isinstance(token, str) and len(token) > 4:
         assert token[:5] not in str(info.value)
+
+
+@pytest.mark.parametrize("expires_at", [Decimal(4_000_000_000), 4_000_000_000, 4_000_000_000.5])
+@pytest.mark.parametrize("form", ["dataclass", "tuple"])
+async def test_any_number_is_an_expiry_in_either_form(expires_at: object, form: str) -> None:
+    # The type check first added refused a Decimal (or numpy's integers) in an OAuthBearerToken
+    # that the tuple form took, and had worked before.
+    made = OAuthBearerToken("tok", expires_at) if form == "dataclass" else ("tok", expires_at)  # type: ignore[arg-type]
+    token = await TokenCache(lambda: made).get()
+    assert token.expires_at == float(expires_at)  # type: ignore[arg-type]
 
 
 async def test_a_jwt_and_a_base64_token_pass_the_check() -> None:
