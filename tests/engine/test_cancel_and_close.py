@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import warnings
+from collections.abc import Iterator
 
 import pytest
 
@@ -278,6 +280,21 @@ async def test_close_returns_when_the_last_record_expires(scripted: Scripted) ->
     assert loop.time() - started <= 3.1  # virtual time: the delivery timeout, and a round
 
 
+@contextlib.contextmanager
+def loop_own_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedCluster]:
+    """A one-node ScriptedCluster with topic t, in virtual time, on the running loop: the
+    ``scripted`` fixture's, for a test that runs its own ``asyncio.run()`` (to end the loop)."""
+    clock = VirtualClock(asyncio.get_running_loop()).install()
+    network = MemoryNetwork()
+    monkeypatch.setattr(asyncio, "open_connection", network.open_connection)
+    try:
+        cluster = ScriptedCluster(network)
+        cluster.create_topic("t", 1)
+        yield cluster
+    finally:
+        clock.uninstall()
+
+
 def test_a_close_nobody_awaits_cut_off_by_the_loops_end_fails_what_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
     # A close() begun where nobody can await it (a done-callback) and still running when
     # asyncio.run() ends is cancelled with the loop's other tasks: the records' futures stayed
@@ -285,12 +302,7 @@ def test_a_close_nobody_awaits_cut_off_by_the_loops_end_fails_what_is_left(monke
     futures: list[asyncio.Future[object]] = []
 
     async def service() -> None:
-        clock = VirtualClock(asyncio.get_running_loop()).install()
-        network = MemoryNetwork()
-        monkeypatch.setattr(asyncio, "open_connection", network.open_connection)
-        try:
-            cluster = ScriptedCluster(network)
-            cluster.create_topic("t", 1)
+        with loop_own_cluster(monkeypatch) as cluster:
             producer = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0)
             await producer.start()
             await producer.send_and_wait("t", b"warm-up")
@@ -302,8 +314,6 @@ def test_a_close_nobody_awaits_cut_off_by_the_loops_end_fails_what_is_left(monke
             for _ in range(3):  # the close task is under way
                 await asyncio.sleep(0)
             assert not producer._closing.done()
-        finally:
-            clock.uninstall()
 
     asyncio.run(service())
     assert [f for f in futures if not f.done()] == []
@@ -317,19 +327,12 @@ def test_a_producer_never_closed_is_a_resource_warning_at_the_loops_end(
     # Nothing said so when no record was left: a producer made per request and never closed
     # kept its connections for the loop's life, silently.
     async def service() -> None:
-        clock = VirtualClock(asyncio.get_running_loop()).install()
-        network = MemoryNetwork()
-        monkeypatch.setattr(asyncio, "open_connection", network.open_connection)
-        try:
-            cluster = ScriptedCluster(network)
-            cluster.create_topic("t", 1)
+        with loop_own_cluster(monkeypatch) as cluster:
             producer = Producer(bootstrap_servers=cluster.bootstrap, client_id="per-request")
             await producer.start()
             await producer.send_and_wait("t", b"acknowledged")
             if closed:
                 await producer.close()
-        finally:
-            clock.uninstall()
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -20,14 +20,15 @@ from tests.conftest import Scripted
 from tests.fakes.cluster import Appended, Hold, ScriptedCluster, _ProducerState
 
 
-def name_cluster(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """Metadata answers name the cluster ``cluster_id["now"]`` (cluster-A until a test changes it)."""
+def name_cluster(monkeypatch: pytest.MonkeyPatch, per_node: dict[int, str] | None = None) -> dict[str, str]:
+    """Metadata answers name the cluster ``cluster_id["now"]`` (cluster-A until a test changes it),
+    or, with ``per_node``, the id given there for the broker answering."""
     cluster_id = {"now": "cluster-A"}
     metadata = ScriptedCluster._metadata
 
     def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
         response = metadata(self, node, request)  # type: ignore[arg-type]
-        response.cluster_id = cluster_id["now"]
+        response.cluster_id = cluster_id["now"] if per_node is None else per_node[node.node_id]  # type: ignore[attr-defined]
         return response
 
     monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
@@ -346,16 +347,13 @@ async def test_a_first_connection_to_a_broker_is_checked_too(
     assert cluster.partition("t", 1).values == [b"theirs", b"ours"]
 
 
-def per_node_ids(monkeypatch: pytest.MonkeyPatch, ids: dict[int, str]) -> None:
-    """Each broker names the cluster id given for it."""
-    metadata = ScriptedCluster._metadata
-
-    def answering(self: ScriptedCluster, node: object, request: m.MetadataRequest) -> m.MetadataResponse:
-        response = metadata(self, node, request)  # type: ignore[arg-type]
-        response.cluster_id = ids[node.node_id]  # type: ignore[attr-defined]
-        return response
-
-    monkeypatch.setattr(ScriptedCluster, "_metadata", answering)
+def two_brokers_naming(scripted: Scripted, monkeypatch: pytest.MonkeyPatch, ids: dict[int, str]) -> ScriptedCluster:
+    """Brokers 1 and 2, leading t-0 and t-1, each naming the cluster id ``ids`` gives it."""
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    name_cluster(monkeypatch, ids)
+    return cluster
 
 
 async def test_a_broker_naming_another_cluster_id_does_not_write_a_record_twice(
@@ -363,11 +361,8 @@ async def test_a_broker_naming_another_cluster_id_does_not_write_a_record_twice(
 ) -> None:
     # Same brokers, same logs, one of them naming another id: the batch broker 1 had written
     # (its answer lost) was renumbered under a new producer id and written again.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
     ids = {1: "X", 2: "X"}
-    per_node_ids(monkeypatch, ids)
+    cluster = two_brokers_naming(scripted, monkeypatch, ids)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
         await p.send_and_wait("t", b"a0", partition=0)
         await p.send_and_wait("t", b"b0", partition=1)
@@ -389,10 +384,7 @@ async def test_brokers_naming_two_clusters_stop_an_idempotent_producer_once(
 ) -> None:
     # Broker 1 naming X, broker 2 Y: a new producer id at nearly every refresh (19 in 20 s),
     # each renumbering what was on the wire. Now: the first flip back is a fatal error naming both.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    per_node_ids(monkeypatch, {1: "X", 2: "Y"})
+    cluster = two_brokers_naming(scripted, monkeypatch, {1: "X", 2: "Y"})
     futures = []
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, metadata_max_age_ms=500) as p:
         for i in range(2000):  # 20 s of steady sends
@@ -415,10 +407,7 @@ async def test_brokers_naming_two_clusters_do_not_stop_a_producer_without_idempo
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # It numbers nothing: nothing to get wrong by the ids, and nothing to stop for.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    per_node_ids(monkeypatch, {1: "X", 2: "Y"})
+    cluster = two_brokers_naming(scripted, monkeypatch, {1: "X", 2: "Y"})
     async with Producer(bootstrap_servers=cluster.bootstrap, acks=1, linger_ms=0, metadata_max_age_ms=500) as p:
         for i in range(40):  # 4 s: several refreshes from each broker
             await p.send_and_wait("t", b"%d" % i, partition=i % 2)
@@ -503,11 +492,8 @@ async def test_a_redpanda_cluster_getting_its_id_is_no_cluster_change(
     # A fresh Redpanda cluster names itself "redpanda.initializing" until its id reaches each
     # broker, at its own moment: taken for an id, it was a cluster replaced (a new producer id),
     # then, from the broker still lagging, one already left: the producer stopped for good.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
     ids = {1: "redpanda.initializing", 2: "redpanda.initializing"}
-    per_node_ids(monkeypatch, ids)
+    cluster = two_brokers_naming(scripted, monkeypatch, ids)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
         for i in range(4):
             await p.send_and_wait("t", b"warm-%d" % i, partition=i % 2)
