@@ -9,6 +9,7 @@ batch is re-sent byte-identical and a re-sequenced one costs a header and a CRC 
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
@@ -342,6 +343,7 @@ class RecordBatchBuilder(_RecordsCore):
         compression_level: int | None = None,
     ) -> None:
         codec = resolve_codec(compression_type)
+        batch_size = operator.index(batch_size)  # as the compiled base: a float is a TypeError
         if not 0 < batch_size <= INT32_MAX:
             raise ValueError(f"batch_size must be in [1, {INT32_MAX}], got {batch_size}")
         self._codec = codec

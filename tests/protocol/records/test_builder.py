@@ -527,3 +527,10 @@ def test_random_batches_agree_with_both_libraries(records: list[Rec], codec: Cod
     assert as_tuples(aiokafka_default.DefaultRecordBatch(data)) == want
     for builder_cls in (KafkaPythonBuilder, aiokafka_default.DefaultRecordBatchBuilder):
         assert as_tuples(read_batch(theirs(builder_cls, records, codec)).records) == want
+
+
+def test_a_batch_size_that_is_not_an_integer_is_refused_with_or_without_the_compiled_path() -> None:
+    # The pure-Python builder took 1000.0 (the compiled one raised TypeError).
+    with pytest.raises(TypeError):
+        RecordBatchBuilder("none", 1000.0)  # type: ignore[arg-type]
+    assert RecordBatchBuilder("none", 1000).record_count == 0
