@@ -350,7 +350,11 @@ def test_a_loop_that_ends_without_close_says_what_it_dropped(
         asyncio.run(service())
         gc.collect()
     assert any("without producer.close(): 10 record(s) not acknowledged" in r.getMessage() for r in caplog.records)
-    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    # The producer's own "unclosed" warning, and no unclosed socket or transport: its connections
+    # were closed.
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == [
+        "unclosed aioprod Producer 'aioprod': its event loop shut down without close()"
+    ]
 
 
 @pytest.mark.parametrize("offsets", [[("in", 0)], None, 5])
