@@ -78,7 +78,13 @@ async def _ask_bootstrap(
                 security=security,
             )
             try:
-                await conn.open(config.request_timeout_ms / 1000)
+                # As the producer's pool: the setup timeout grows with the failed rounds.
+                setup_timeout = exponential_backoff(
+                    config.socket_connection_setup_timeout_ms / 1000,
+                    config.socket_connection_setup_timeout_max_ms / 1000,
+                    rounds,
+                )
+                await conn.open(setup_timeout, attempt=rounds - 1)
                 response: MetadataResponse = await conn.send(request)
             except KafkaError as exc:
                 if not exc.retriable and not isinstance(exc, KafkaConnectionError):

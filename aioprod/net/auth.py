@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import random
 import re
 import ssl
@@ -111,10 +112,13 @@ def _seconds(value: Any, name: str, hint: str = "") -> float:
     string or a datetime (google-auth's ``credentials.expiry``), which compared with the clock
     raised a bare TypeError that was retried as a lost connection."""
     try:
-        if isinstance(value, str | bytes | bool):
+        if isinstance(value, str | bytes | bytearray | bool):
             raise TypeError
-        return float(value)
-    except (TypeError, ValueError):
+        seconds = float(value)
+        if math.isnan(seconds):
+            raise ValueError
+        return seconds
+    except (TypeError, ValueError, OverflowError):
         # Not float()'s own message: it quotes the value, which may be the token itself.
         raise TypeError(
             f"{name} must be a number of seconds since the epoch, got a {type(value).__name__}{hint}"

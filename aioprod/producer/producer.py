@@ -296,6 +296,7 @@ class Producer:
         closing = self._closing
         if closing is None:
             self._state = _CLOSING
+            self._sender.close_begun = True
             # A send() waiting for metadata or buffer memory could only be refused later: refuse it now.
             self._metadata.refuse_waits()
             self._accumulator.pool.close(

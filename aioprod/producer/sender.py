@@ -114,6 +114,8 @@ class Sender:
         #: The sleeping sender's: True when the clock ends the sleep, False when a wake-up does.
         self._waiter: asyncio.Future[bool] | None = None
         self._stopping = False
+        #: close() was called (its shutdown may not have reached stop() yet when the loop ends).
+        self.close_begun = False
         #: This is a forked child's copy (see Producer): the parent sends what is queued.
         self.forked = False
         self._init_task: asyncio.Task[None] | None = None
@@ -302,13 +304,6 @@ class Sender:
                     "the producer's sender task was cancelled: its event loop shut down without close() "
                     "(a Producer belongs to the loop it was started on; use SyncProducer across asyncio.run() calls)"
                 )
-                # As an unclosed file or socket says so (aiokafka's producer too): its connections
-                # stayed open for the loop's life, which a producer made per request leaks.
-                warnings.warn(
-                    f"unclosed aioprod Producer {self._config.client_id!r}: its event loop shut down without close()",
-                    ResourceWarning,
-                    stacklevel=1,
-                )
                 unfinished = sum(batch.record_count for batch in self._acc.incomplete)
                 if unfinished:
                     self._metrics.events.warning(
@@ -319,12 +314,26 @@ class Sender:
                     )
                 self._ended_by(fatal)
                 self._pool.close_now()  # its connections, left open otherwise
+                # Asked a step later: the loop's end cancels every task at once, and an `async with`
+                # in one of them calls close() in that same step, maybe after this one.
+                loop.call_soon(self._warn_unclosed)
             raise
         except BaseException as exc:
             self._log.exception("aioprod sender task died")
             fatal = ProducerFatalError(f"the sender task died: {exc!r}")
             fatal.__cause__ = exc
             self._ended_by(fatal)
+
+    def _warn_unclosed(self) -> None:
+        """As an unclosed file or socket says so (aiokafka's producer too): its connections stayed
+        open for the loop's life, which a producer made per request leaks. After the cleanup
+        (under -W error it raises), and not for a close() the loop's end cut short."""
+        if not self.close_begun:
+            warnings.warn(
+                f"unclosed aioprod Producer {self._config.client_id!r}: its event loop shut down without close()",
+                ResourceWarning,
+                stacklevel=1,
+            )
 
     def _ended_by(self, fatal: ProducerFatalError) -> None:
         """The task ends without close(): the producer fails, and every unfinished record with it."""

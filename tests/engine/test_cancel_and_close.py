@@ -342,6 +342,47 @@ def test_a_producer_never_closed_is_a_resource_warning_at_the_loops_end(
     assert unclosed == expected
 
 
+def test_an_unclosed_producer_made_an_error_by_w_error_is_still_cleaned_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under -W error::ResourceWarning (a test suite's filterwarnings = error), the warning raised
+    # before the queued records were failed and the connections closed: pending for good.
+    futures: list[asyncio.Future[object]] = []
+    producers: list[Producer] = []
+
+    async def service() -> None:
+        with loop_own_cluster(monkeypatch) as cluster:
+            producer = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=60_000)
+            producers.append(producer)
+            await producer.start()
+            await producer.send_and_wait("t", b"warm")
+            futures.extend([await producer.send("t", b"queued %d" % i) for i in range(3)])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        asyncio.run(service())
+    assert [f for f in futures if not f.done()] == []
+    assert producers[0]._pool.connections() == []
+
+
+def test_async_with_in_a_task_the_loops_end_cancels_is_not_called_unclosed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its close() ran (the `async with`), cut short by the loop's end before the sender was told.
+    async def service() -> None:
+        with loop_own_cluster(monkeypatch) as cluster:
+
+            async def worker() -> None:
+                async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=100) as p:
+                    while True:
+                        await p.send("t", b"x")
+                        await asyncio.sleep(0.01)
+
+            asyncio.create_task(worker())  # noqa: RUF006 (cancelled by asyncio.run()'s end)
+            await asyncio.sleep(1)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(service())
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
 @pytest.mark.parametrize("path", ["keyed", "bulk"])
 async def test_a_close_while_send_many_yields_after_its_last_record_fails_none(scripted: Scripted, path: str) -> None:
     # The check after the yield failed "the rest", none: the call raised SendManyError("0 of

@@ -260,6 +260,24 @@ async def test_any_number_is_an_expiry_in_either_form(expires_at: object, form: 
     assert token.expires_at == float(expires_at)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    "expires_at",
+    [float("nan"), Decimal("NaN"), bytearray(b"4000000000"), 10**400],
+    ids=["nan", "decimal-nan", "bytearray", "beyond-a-float"],
+)
+@pytest.mark.parametrize("form", ["dataclass", "tuple"])
+async def test_an_expiry_that_is_no_time_is_refused_in_either_form(expires_at: object, form: str) -> None:
+    # NaN compares false with every time: taken, never reused, the provider asked at each
+    # connection. A bytearray was taken where bytes were refused; 10**400 was a bare OverflowError.
+    def provider() -> object:
+        return OAuthBearerToken("tok", expires_at) if form == "dataclass" else ("tok", expires_at)  # type: ignore[arg-type]
+
+    cache = TokenCache(provider)
+    for _ in range(2):
+        with pytest.raises(AuthenticationError, match="expires_at must be a number of seconds since the epoch"):
+            await cache.get()
+
+
 async def test_a_jwt_and_a_base64_token_pass_the_check() -> None:
     for value in ("eyJhbGciOi.eyJzdWIi.sig-_", "dG9rZW4+/w=="):
         assert (await TokenCache(lambda v=value: OAuthBearerToken(v, time.time() + 3600)).get()).value == value
