@@ -314,15 +314,32 @@ class Sender:
                     )
                 self._ended_by(fatal)
                 self._pool.close_now()  # its connections, left open otherwise
-                # Asked a step later: the loop's end cancels every task at once, and an `async with`
-                # in one of them calls close() in that same step, maybe after this one.
-                loop.call_soon(self._warn_unclosed)
+                self._warn_unclosed_later(loop)
             raise
         except BaseException as exc:
             self._log.exception("aioprod sender task died")
             fatal = ProducerFatalError(f"the sender task died: {exc!r}")
             fatal.__cause__ = exc
             self._ended_by(fatal)
+
+    def _warn_unclosed_later(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Once the tasks cancelled with the sender have ended: the loop's end cancels them all
+        at once, and an `async with` in one of them reaches its close() later, a step later or
+        several (a TaskGroup waits for its children first)."""
+        me = asyncio.current_task()
+        ending = [t for t in asyncio.all_tasks(loop) if t is not me and not t.done() and t.cancelling()]
+        if not ending:
+            loop.call_soon(self._warn_unclosed)
+            return
+        left = [len(ending)]
+
+        def one_ended(_task: asyncio.Task[object]) -> None:
+            left[0] -= 1
+            if not left[0]:
+                self._warn_unclosed()
+
+        for task in ending:
+            task.add_done_callback(one_ended)
 
     def _warn_unclosed(self) -> None:
         """As an unclosed file or socket says so (aiokafka's producer too): its connections stayed

@@ -363,16 +363,34 @@ def test_an_unclosed_producer_made_an_error_by_w_error_is_still_cleaned_up(monke
     assert producers[0]._pool.connections() == []
 
 
-def test_async_with_in_a_task_the_loops_end_cancels_is_not_called_unclosed(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Its close() ran (the `async with`), cut short by the loop's end before the sender was told.
+@pytest.mark.parametrize("waits_in", ["sleep", "wait_for", "child_task", "taskgroup"])
+def test_async_with_in_a_task_the_loops_end_cancels_is_not_called_unclosed(
+    monkeypatch: pytest.MonkeyPatch, waits_in: str
+) -> None:
+    # Its close() ran (the `async with`), cut short by the loop's end before the sender was told;
+    # a step later or several (a TaskGroup cancels and waits for its children first).
+    closed: list[bool] = []
+
     async def service() -> None:
         with loop_own_cluster(monkeypatch) as cluster:
 
             async def worker() -> None:
-                async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=100) as p:
-                    while True:
-                        await p.send("t", b"x")
-                        await asyncio.sleep(0.01)
+                p = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=100)
+                try:
+                    async with p:
+                        await p.send_and_wait("t", b"x")
+                        queue: asyncio.Queue[int] = asyncio.Queue()
+                        if waits_in == "sleep":
+                            await asyncio.sleep(3600)
+                        elif waits_in == "wait_for":
+                            await asyncio.wait_for(queue.get(), 3600)
+                        elif waits_in == "child_task":
+                            await asyncio.create_task(queue.get())
+                        else:
+                            async with asyncio.TaskGroup() as group:
+                                group.create_task(queue.get())
+                finally:
+                    closed.append(p._state == "closed")
 
             asyncio.create_task(worker())  # noqa: RUF006 (cancelled by asyncio.run()'s end)
             await asyncio.sleep(1)
@@ -380,6 +398,7 @@ def test_async_with_in_a_task_the_loops_end_cancels_is_not_called_unclosed(monke
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         asyncio.run(service())
+    assert closed == [True]  # close() did run, from __aexit__
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
