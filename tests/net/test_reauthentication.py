@@ -341,6 +341,32 @@ async def test_records_expiring_as_credentials_are_refused_say_so(
     assert isinstance(info.value.__cause__, AuthenticationError)
 
 
+async def test_a_sasl_answer_that_is_no_refusal_is_a_lost_connection_tried_again(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every SaslAuthenticate error was an AuthenticationError, failing the records at once: a
+    # broker's UNKNOWN_SERVER_ERROR too. Java takes only the authentication codes for a refusal.
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    handle = fake_cluster.ScriptedCluster.handle
+    broken = [2]
+
+    async def failing_twice(self: fake_cluster.ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        header, _ = decode_request_header(frame)
+        if header.api_key == m.SaslAuthenticateRequest.API_KEY and broken[0]:
+            broken[0] -= 1
+            answer = m.SaslAuthenticateResponse(-1, "internal error", b"", 0)
+            return encode_response(answer, header.api_version, header.correlation_id)
+        return await handle(self, conn, frame)
+
+    monkeypatch.setattr(fake_cluster.ScriptedCluster, "handle", failing_twice)
+    cluster.create_topic("t", 1)
+    async with oauth_producer(cluster, lambda: OAuthBearerToken("token", time.time() + 3600)) as p:
+        metadata = await p.send_and_wait("t", b"v")
+    assert metadata.offset == 0 and broken == [0]
+    assert cluster.partition("t").values == [b"v"]
+
+
 async def test_a_provider_that_never_answers_is_named(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
     accept_every_sasl_client(monkeypatch, scripted.cluster)
 
