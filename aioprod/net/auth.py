@@ -116,14 +116,15 @@ def _seconds(value: Any, name: str, hint: str = "") -> float:
         if isinstance(value, str | bytes | bytearray | bool):
             raise TypeError
         seconds = float(value)
-        if math.isnan(seconds):
-            raise ValueError
-        return seconds
     except (TypeError, ValueError, OverflowError):
         # Not float()'s own message: it quotes the value, which may be the token itself.
         raise TypeError(
             f"{name} must be a number of seconds since the epoch, got a {type(value).__name__}{hint}"
         ) from None
+    if not math.isfinite(seconds):
+        # NaN compares false with every time (taken, then never reused); no token lasts forever.
+        raise TypeError(f"{name} must be a finite number of seconds since the epoch, got {seconds}")
+    return seconds
 
 
 def _checked_value(token: OAuthBearerToken) -> OAuthBearerToken:
