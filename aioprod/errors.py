@@ -1752,8 +1752,10 @@ def has_cause(error: BaseException | None, matches: Callable[[BaseException], bo
     An error keeps what it wraps as its cause (a fatal error its broker answer, a timeout the
     fencing that led to it): what a caller decides on may be any link of the chain.
     """
-    while error is not None:
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:  # a chain may loop (an error its own cause)
         if matches(error):
             return True
+        seen.add(id(error))
         error = error.__cause__
     return False

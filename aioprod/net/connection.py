@@ -370,8 +370,11 @@ class BrokerConnection:
                 )
                 error = KafkaConnectionError(f"{error} {hint}")
             self.close(error)
-            if not isinstance(exc, Exception):
-                raise  # a cancellation, KeyboardInterrupt or SystemExit is not a connection failure
+            if not isinstance(exc, Exception) or error is exc:
+                # A cancellation, KeyboardInterrupt or SystemExit is not a connection failure; a
+                # KafkaError raised as it is (`from` itself made it its own cause: a cycle that
+                # froze whatever walked the chain).
+                raise
             raise error from exc
 
     async def _address(self, loop: asyncio.AbstractEventLoop, attempt: int) -> str:

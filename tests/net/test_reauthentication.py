@@ -369,6 +369,69 @@ async def test_a_sasl_answer_that_is_no_refusal_is_a_lost_connection_tried_again
     assert cluster.partition("t").values == [b"v"]
 
 
+def answer_sasl_with(monkeypatch: pytest.MonkeyPatch, code: int, failing: list[bool]) -> None:
+    """While ``failing[0]``, every SaslAuthenticate is answered ``code``."""
+    handle = fake_cluster.ScriptedCluster.handle
+
+    async def answering(self: fake_cluster.ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        header, _ = decode_request_header(frame)
+        if header.api_key == m.SaslAuthenticateRequest.API_KEY and failing[0]:
+            answer = m.SaslAuthenticateResponse(code, "broker says no", b"", 0)
+            return encode_response(answer, header.api_version, header.correlation_id)
+        return await handle(self, conn, frame)
+
+    monkeypatch.setattr(fake_cluster.ScriptedCluster, "handle", answering)
+
+
+@pytest.mark.parametrize("code", [58, -1])
+async def test_a_connection_error_from_authentication_is_not_its_own_cause(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # `raise error from exc` with error the very exception: its own __cause__, a cycle.
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    answer_sasl_with(monkeypatch, code, [True])
+    tokens = TokenCache(lambda: OAuthBearerToken("token", time.time() + 3600))
+    security = ConnectionSecurity(tls_context=None, authenticator=SaslAuthenticator("OAUTHBEARER", tokens=tokens))
+    node = cluster.nodes[1]
+    conn = BrokerConnection(
+        1, node.host, node.port, client_id="t", request_timeout=5.0, max_in_flight=5, security=security
+    )
+    with pytest.raises(KafkaError) as info:
+        await conn.open(setup_timeout=5.0)
+    assert info.value.__cause__ is not info.value
+
+
+@pytest.mark.parametrize("code", [58, -1])
+async def test_a_transactional_record_expiring_on_a_refused_reconnection_fails_and_the_loop_runs(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # The expiry error named the leader's last connection error, which was its own cause: the
+    # transaction manager walked that chain for ever, the event loop frozen at 100 % CPU.
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    failing = [False]
+    answer_sasl_with(monkeypatch, code, failing)
+    cluster.create_topic("t", 1)
+    async with oauth_producer(
+        cluster,
+        lambda: OAuthBearerToken("token", time.time() + 3600),
+        transactional_id="tx",
+        linger_ms=0,
+        delivery_timeout_ms=6000,
+        request_timeout_ms=5000,
+    ) as p:
+        p.begin_transaction()
+        await (await p.send("t", b"first"))
+        failing[0] = True
+        cluster.disconnect(1)  # the leader's reconnections are answered `code`
+        await scripted.clock.advance(0.5)
+        with pytest.raises(DeliveryTimeoutError):
+            await (await p.send("t", b"second"))  # never sent: expires naming the refusal
+        failing[0] = False
+        await p.abort_transaction()
+
+
 async def test_a_provider_that_never_answers_is_named(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
     accept_every_sasl_client(monkeypatch, scripted.cluster)
 
