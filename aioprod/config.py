@@ -562,12 +562,6 @@ class ProducerConfig:
                 raise ConfigError(f"{name}: no such file {path!r}")
         if self.ssl_key_location is not None and self.ssl_certificate_location is None:
             raise ConfigError("ssl_key_location is set without ssl_certificate_location (the client certificate)")
-        if self.ssl_key_password is not None and self.ssl_certificate_location is None:
-            # It unlocks a client key: without one, a mistake (a certificate option misspelt or
-            # left out of the file) that went unnoticed until the broker wanted a certificate.
-            raise ConfigError(
-                "ssl_key_password is set without ssl_certificate_location (the client certificate and key it unlocks)"
-            )
         if self.ssl_context is not None:
             ignored = sorted(name for name in explicit if name.startswith("ssl_") and name != "ssl_context")
             if ignored:

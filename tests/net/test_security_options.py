@@ -86,8 +86,6 @@ def test_secrets_never_appear_in_repr_or_str() -> None:
         ),
         ({"security_protocol": "SASL_SSL", "sasl_jaas_config": f"nonsense {SECRET}"}, "sasl_jaas_config"),
         ({"sasl.pasword": SECRET}, "did you mean 'sasl.password'"),
-        # A key password with no client certificate: a certificate option misspelt or left out.
-        ({"security_protocol": "SSL", "ssl_key_password": SECRET}, "ssl_key_password is set without ssl_certificate"),
         # Bytes that are not UTF-8 (a Latin-1 password read from a file or the environment):
         # retried until max_block_ms, with the whole password in every warning and the error.
         (
