@@ -377,14 +377,13 @@ class SaslAuthenticator:
     def _failure(self, response: SaslAuthenticateResponse, exchange: SaslExchange, broker: str) -> KafkaError:
         if response.error_code not in (_AUTHENTICATION_FAILED, _UNSUPPORTED_MECHANISM, _ILLEGAL_SASL_STATE):
             # No refusal of the credentials (a broker's internal error, a timeout behind it): as
-            # the Java client, a lost connection, tried again, not a failure of every record.
-            cause = error_for_code(response.error_code, response.error_message or "SaslAuthenticate")
-            lost = KafkaConnectionError(
-                f"SASL {self.mechanism} authentication with broker {broker} was answered {type(cause).__name__}: "
-                f"{cause}; trying again"
+            # the Java client, a lost connection, tried again, not a failure of every record. The
+            # answer is named, not chained: its code (31, 35) decides nothing about the records.
+            answer = error_for_code(response.error_code, response.error_message or "SaslAuthenticate")
+            return KafkaConnectionError(
+                f"SASL {self.mechanism} authentication with broker {broker} was answered "
+                f"{type(answer).__name__}: {answer}; trying again"
             )
-            lost.__cause__ = cause
-            return lost
         detail = response.error_message or "invalid credentials"
         if isinstance(exchange, OAuthBearerExchange) and exchange.server_error:
             detail += f" (broker says: {exchange.server_error})"
