@@ -143,12 +143,11 @@ class Sender:
         self._cluster_seen(snapshot.cluster_id)
 
     async def _confirm_cluster(self, conn: BrokerConnection) -> None:
-        """Asked by the pool of a connection opened after one closed, before anything is sent on
-        it: the cluster behind the address may be another now, and a batch numbered under the
-        old one's producer id must not reach it (a metadata refresh may come only minutes later).
-        Every connection is asked once a metadata answer named the cluster: a switch behind the
-        same names (DNS, a load balancer) can leave the old cluster's connections open, and the
-        first connection to a broker not talked to before reaches the new one."""
+        """Asked by the pool of every new connection, before anything is sent on it, once a
+        metadata answer named the cluster: the cluster behind the address may be another now, and
+        a batch numbered under the old one's producer id must not reach it (a metadata refresh may
+        come only minutes later). A switch behind the same names (DNS, a load balancer) can leave
+        the old cluster's connections open, and a first connection to a broker reach the new one."""
         if self._cluster_id is None:
             return  # nothing numbered yet for any cluster: the metadata answer names it
         # One topic in use, not none: Tansu answers "no topics" with every topic of the cluster.
@@ -170,14 +169,17 @@ class Sender:
         """Another cluster behind the bootstrap addresses: the producer id (and the sequences
         under it) was the old cluster's, and producer ids start from 0 in every cluster, so the
         new one may know ours as another producer's (whose recent batch at our next sequence
-        would be taken for ours: acknowledged, not written). Take an id from the new cluster."""
+        would be taken for ours: acknowledged, not written). Take an id from the new cluster.
+        Only an idempotent producer listens (__init__): the others number nothing."""
+        ident = self.idempotence
+        assert ident is not None
         old = self._cluster_id
         if not is_cluster_id(new) or new == old:
             return
         self._cluster_id = new
         if old is None:
             return
-        if new in self._clusters_left and self.idempotence is not None:
+        if new in self._clusters_left:
             # Back to a cluster it left: the brokers behind these addresses answer for two clusters
             # (a switch half done, a proxy mixing them, a misconfigured broker). A batch of ours may
             # be in either, and a producer id of one is another producer's in the other: renumbering
@@ -194,8 +196,7 @@ class Sender:
         # The connections opened before are maybe the old cluster's still (a switch by name leaves
         # them open): closed once answered, the next ones are checked (_confirm_cluster).
         self._pool.retire_all(KafkaConnectionError(f"the cluster id changed from {old!r} to {new!r}"))
-        ident = self.idempotence
-        if ident is None or not ident.has_producer_id:
+        if not ident.has_producer_id:
             return
         self._metrics.events.warning(
             log, "the cluster id changed from %r to %r: taking a new producer id from it", old, new
