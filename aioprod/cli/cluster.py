@@ -67,6 +67,12 @@ async def _ask_bootstrap(
     rounds = 0
     while True:
         rounds += 1
+        # As the producer's pool: the set-up timeout grows with the failed rounds.
+        setup_timeout = exponential_backoff(
+            config.socket_connection_setup_timeout_ms / 1000,
+            config.socket_connection_setup_timeout_max_ms / 1000,
+            rounds,
+        )
         for index, (host, port) in enumerate(config.bootstrap_servers):
             conn = BrokerConnection(
                 -1 - index,
@@ -78,12 +84,6 @@ async def _ask_bootstrap(
                 security=security,
             )
             try:
-                # As the producer's pool: the setup timeout grows with the failed rounds.
-                setup_timeout = exponential_backoff(
-                    config.socket_connection_setup_timeout_ms / 1000,
-                    config.socket_connection_setup_timeout_max_ms / 1000,
-                    rounds,
-                )
                 await conn.open(setup_timeout, attempt=rounds - 1)
                 response: MetadataResponse = await conn.send(request)
             except KafkaError as exc:

@@ -35,7 +35,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from aioprod.cli.properties import PropertiesError, load_properties
+from aioprod.cli.properties import PropertiesError, load_properties, names_secret
 from aioprod.cli.stats import AckTracker
 from aioprod.config import ProducerConfig, check_option, snake_name
 from aioprod.embedded import EmbeddedBroker, EmbeddedBrokerError
@@ -278,8 +278,7 @@ def quiet_config(options: Mapping[str, Any]) -> ProducerConfig:
 
 def _shown(key: str, value: Any) -> str:
     """A value fit for a log line: secrets are never printed."""
-    secret = any(word in snake_name(key) for word in ("password", "secret", "token", "jaas"))
-    return "<hidden>" if secret and value else str(value)
+    return "<hidden>" if names_secret(key) and value else str(value)
 
 
 #: Options settable as ``AIOPROD_<NAME>``: every configuration field a string can express
@@ -337,7 +336,7 @@ def parse_pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
     pairs = []
     for item in values:
         key, sep, value = item.partition("=")
-        secret = re.search(r"password|secret|token|jaas", item, re.IGNORECASE)
+        secret = names_secret(item)
         # 'sasl.password:abc==' or 'sasl.password abc==': the first '=' is the secret's own.
         if not sep or not key.strip() or (secret and re.search(r"[\s:]", key.strip())):
             shown = repr(item)

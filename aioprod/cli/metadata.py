@@ -126,9 +126,9 @@ def metadata(client: ClientOptions, topics: tuple[str, ...], as_json: bool) -> N
     """Show brokers, topics, partitions and leaders.
 
     One Metadata request to the first bootstrap server that answers within
-    max.block.ms (a broker still starting is waited for), with auto-creation off: nothing is ever created, not even a
-    mistyped --topic. A named topic the cluster does not have is reported and the
-    exit code is 1. Tables are plain columns when the output is not a terminal (or
+    max.block.ms (a broker still starting is waited for), with auto-creation off:
+    nothing is ever created, not even a mistyped --topic. A named topic the cluster
+    does not have is reported and the exit code is 1. Tables are plain columns when the output is not a terminal (or
     NO_COLOR is set); --json gives one JSON object.
 
     \b

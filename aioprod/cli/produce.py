@@ -241,12 +241,16 @@ async def produce_lines(
                 await check_first(check, producer, topic)
             except KafkaError as exc:
                 raise CliError(f"{describe(exc)}{topic_problem(check)}") from exc
-            record_limit = min(producer.config.max_request_size, producer.config.buffer_memory)
+            limit_name, record_limit = _record_limit(producer.config)
             longest = line_format.longest_line(record_limit)
             async for line in read_records(stream, delimiter, drop_cr=drop_cr, longest=longest):
                 line_number += 1
                 if isinstance(line, OverlongRecord):
-                    tracker.fail(RecordTooLargeError(_overlong(line.size, producer.config)), line_number)
+                    too_large = (
+                        f"a line of {line.size:,} bytes makes a record larger than {limit_name} "
+                        f"({record_limit:,}) allows"
+                    )
+                    tracker.fail(RecordTooLargeError(too_large), line_number)
                     continue
                 try:
                     key, value, headers = line_format.split(line)
@@ -277,9 +281,11 @@ async def produce_lines(
         ) from stopped
 
 
-def _overlong(size: int, config: ProducerConfig) -> str:
-    limit = "max_request_size" if config.max_request_size <= config.buffer_memory else "buffer_memory"
-    return f"a line of {size:,} bytes makes a record larger than {limit} ({getattr(config, limit):,}) allows"
+def _record_limit(config: ProducerConfig) -> tuple[str, int]:
+    """The option that bounds a record's size, and its value: the smaller of the two."""
+    return min(
+        ("max_request_size", config.max_request_size), ("buffer_memory", config.buffer_memory), key=lambda o: o[1]
+    )
 
 
 def _topic_and_input(topic: str | None, given: str | None, input_file: IO[bytes]) -> tuple[str, IO[bytes]]:

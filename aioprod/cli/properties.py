@@ -28,6 +28,14 @@ def load_properties(path: Path) -> list[tuple[str, str, int]]:
     return parse_properties(text, str(path))
 
 
+_SECRET = re.compile(r"password|secret|token|jaas", re.IGNORECASE)
+
+
+def names_secret(text: str) -> bool:
+    """Whether an option's name (or a ``key=value`` item) is a secret's: its value is never echoed."""
+    return _SECRET.search(text) is not None
+
+
 def parse_properties(text: str, name: str = "<properties>") -> list[tuple[str, str, int]]:
     out = []
     for line, number in _logical_lines(text):
@@ -35,7 +43,7 @@ def parse_properties(text: str, name: str = "<properties>") -> list[tuple[str, s
         try:
             out.append((_unescape(key), _unescape(value), number))
         except ValueError as exc:
-            if re.search(r"password|secret|token|jaas", key, re.IGNORECASE):
+            if names_secret(key):
                 # As -X: a secret's value is never echoed, not even the piece around a bad escape.
                 raise PropertiesError(f"{name}:{number}: {key}: malformed \\uXXXX escape (value hidden)") from None
             raise PropertiesError(f"{name}:{number}: {exc}") from None

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aioprod
 from aioprod.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProtocolError
+from aioprod.event_log import log_prefix
 from aioprod.net.tls import connection_error
 from aioprod.protocol import versions
 from aioprod.protocol.framing import FrameDecoder, decode_response, encode_request, peek_correlation_id
@@ -628,8 +629,7 @@ class BrokerConnection:
             bound = self._in_flight[0].correlation_id if self._in_flight else self._last_id + 1
             if self._wrote_unanswered and 0 < (bound - correlation_id) & 0x7FFFFFFF < 2**30:
                 log.debug(
-                    "[%s] broker %s answered acks=0 request %d: answer skipped",
-                    self.client_id,
+                    log_prefix(self.client_id) + "broker %s answered acks=0 request %d: answer skipped",
                     self.node_id,
                     correlation_id,
                 )
