@@ -54,8 +54,11 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 1
     raise RuntimeError(f"topic {topic} did not get {partitions} partitions with leaders")
 
 
-def topic_record_count(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> int:
-    """How many records the broker holds for ``topic``, by reading them all back.
+def read_topic(
+    bootstrap: str, topic: str, partitions: int, timeout: float = 60.0
+) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    """Every record the broker holds for ``topic``: each partition's ``(key, value)`` pairs in
+    offset order, read back with an independent client.
 
     (Tansu 0.6.0's ListOffsets answers a high watermark below the real one after compressed
     produces, so the watermarks cannot be trusted; offsets read back are contiguous from 0.)
@@ -74,22 +77,23 @@ def topic_record_count(bootstrap: str, topic: str, partitions: int, timeout: flo
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         ends: dict[int, int] = {}
-        count = 0
+        stored: dict[int, list[tuple[bytes | None, bytes | None]]] = {p: [] for p in range(partitions)}
         deadline = time.monotonic() + timeout
         while len(ends) < partitions and time.monotonic() < deadline:
             for message in consumer.consume(100_000, timeout=1.0):
                 error = message.error()
                 if error is None:
-                    count += 1
+                    stored[message.partition() or 0].append((message.key(), message.value()))
                 elif error.code() == KafkaError._PARTITION_EOF:
                     ends[message.partition() or 0] = message.offset() or 0
                 else:
                     raise RuntimeError(f"reading back {topic}: {error}")
         if len(ends) < partitions:
             raise RuntimeError(f"reading back {topic} took longer than {timeout}s")
-        if sum(ends.values()) != count:
-            raise RuntimeError(f"{topic}: read {count} records but the partitions end at {ends}")
-        return count
+        if any(len(stored[p]) != end for p, end in ends.items()):
+            read = {p: len(records) for p, records in stored.items()}
+            raise RuntimeError(f"{topic}: read {read} records per partition but the partitions end at {ends}")
+        return stored
     finally:
         consumer.close()
 

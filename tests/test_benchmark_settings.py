@@ -62,3 +62,33 @@ def test_librdkafka_puts_the_benchmarks_keys_where_aioprod_does(tansu_broker: Ta
         producer.produce(topic, b"v", key)
     assert producer.flush(30) == 0
     assert placed == {key: partition_for_key(key, 3) for key in keys}
+
+
+def _stored_as_sent(spec: dict[str, Any]) -> dict[int, list[Any]]:
+    """What a correct run leaves: the warm-up, then the records, keys spread by their hash."""
+    stored: dict[int, list[Any]] = {p: [] for p in range(spec["partitions"])}
+    stored[0].append((None, b"warm-up"))
+    keys = bench.make_keys(spec["records"], spec["keys"])
+    for key, value in zip(keys, bench.make_values(spec["records"], spec["value_size"]), strict=True):
+        stored[partition_for_key(key, spec["partitions"])].append((key, value))
+    return stored
+
+
+BENCH_SPEC = {"records": 3000, "keys": 7, "value_size": 100, "partitions": 3}
+
+
+def test_the_benchmark_takes_a_run_that_stored_every_record_once_in_order() -> None:
+    assert bench.stored_problem(BENCH_SPEC, _stored_as_sent(BENCH_SPEC)) is None
+
+
+def test_the_benchmark_fails_a_run_that_lost_one_record_and_wrote_another_twice() -> None:
+    stored = _stored_as_sent(BENCH_SPEC)
+    stored[1][5] = stored[1][6]  # the count is right
+    problem = bench.stored_problem(BENCH_SPEC, stored)
+    assert problem is not None and "1 missing, 1 extra or written twice" in problem
+
+
+def test_the_benchmark_fails_a_run_that_stored_a_partition_out_of_order() -> None:
+    stored = _stored_as_sent(BENCH_SPEC)
+    stored[2][10], stored[2][11] = stored[2][11], stored[2][10]
+    assert bench.stored_problem(BENCH_SPEC, stored) == "partition 2 holds offset 11 out of the order it was sent in"
