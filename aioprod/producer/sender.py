@@ -91,7 +91,13 @@ class Sender:
         if config.transactional_id is not None:
             assert self.idempotence is not None
             self.transactions = TransactionManager(
-                config, metadata, pool, self.idempotence, wakeup=self.wakeup, on_fatal=self._set_fatal
+                config,
+                metadata,
+                pool,
+                self.idempotence,
+                wakeup=self.wakeup,
+                on_fatal=self._set_fatal,
+                identify_cluster=self._identify_cluster,
             )
         self._acks = config.acks
         self._request_timeout_ms = config.request_timeout_ms
@@ -150,6 +156,16 @@ class Sender:
         the old cluster's connections open, and a first connection to a broker reach the new one."""
         if self._cluster_id is None:
             return  # nothing numbered yet for any cluster: the metadata answer names it
+        await self._ask_cluster(conn)
+
+    async def _identify_cluster(self, conn: BrokerConnection) -> None:
+        """The transactional producer's, before it asks for its identity on ``conn``: its start
+        fetches no metadata, and an identity taken before any answer named the cluster could not
+        be told to be another cluster's (a cluster replaced before the first send)."""
+        if self._cluster_id is None:
+            await self._ask_cluster(conn)
+
+    async def _ask_cluster(self, conn: BrokerConnection) -> None:
         # One topic in use, not none: Tansu answers "no topics" with every topic of the cluster.
         in_use = self._metadata.topic_in_use()
         response: MetadataResponse = await conn.send(
@@ -179,6 +195,12 @@ class Sender:
         self._cluster_id = new
         if old is None:
             return
+        if self.transactions is not None:
+            self.transactions.cluster_changed(
+                ProducerFatalError(
+                    f"the cluster changed (cluster id {old!r}, now {new!r}) under a transactional producer"
+                )
+            )
         if new in self._clusters_left:
             # Back to a cluster it left: the brokers behind these addresses answer for two clusters
             # (a switch half done, a proxy mixing them, a misconfigured broker). A batch of ours may

@@ -56,11 +56,12 @@ from aioprod.errors import (
     TransactionStateError,
     UnknownMemberIdError,
     UnknownProducerIdError,
+    copy_error,
     has_cause,
 )
 from aioprod.event_log import ClientLogger
 from aioprod.net.connection import BrokerConnection
-from aioprod.net.pool import ConnectionPool
+from aioprod.net.pool import ConnectionPool, exponential_backoff
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.coordinators import GROUP, TRANSACTION, Coordinators
 from aioprod.producer.idempotence import IdempotenceState
@@ -81,6 +82,7 @@ from aioprod.protocol.messages import (
     TxnOffsetCommitRequestTopic,
     TxnOffsetCommitResponse,
 )
+from aioprod.protocol.schema import Request
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +186,7 @@ class TransactionManager:
         *,
         wakeup: Callable[[], None],
         on_fatal: Callable[[KafkaError], None],
+        identify_cluster: Callable[[BrokerConnection], Awaitable[None]] | None = None,
     ) -> None:
         assert config.transactional_id is not None
         self.transactional_id = config.transactional_id
@@ -194,6 +197,7 @@ class TransactionManager:
         self._ident = idempotence
         self._wakeup = wakeup
         self._on_fatal = on_fatal
+        self._identify_cluster = identify_cluster
         self.state = TxnState.UNINITIALIZED
         #: Why the transaction must be aborted, or why the producer failed.
         self.error: KafkaError | None = None
@@ -236,6 +240,12 @@ class TransactionManager:
         self.queuing = 0
         self._none_queuing = asyncio.Event()
         self._none_queuing.set()
+        #: Cluster id changes seen (see :meth:`cluster_changed`): an InitProducerId answer read
+        #: after one is the old cluster's.
+        self._cluster_changes = 0
+        #: The cluster changed under this producer's identity (why, as raised): nothing more is
+        #: asked of a coordinator under it (see :meth:`cluster_changed`).
+        self._cluster_left: ProducerFatalError | None = None
 
     # -- state -------------------------------------------------------------------------------
 
@@ -361,6 +371,28 @@ class TransactionManager:
         else:
             self.abortable(error)
 
+    def cluster_changed(self, error: ProducerFatalError) -> None:
+        """Another cluster is behind the bootstrap addresses (the sender saw its id). The producer
+        id and epoch are the old cluster's, and the new one, whose ids start from the same place,
+        may have given them to another producer of this transactional id (a newer instance, which
+        ours must not fence, nor be taken for): an EndTxn, AddPartitionsToTxn or TxnOffsetCommit
+        under them would end, join or commit offsets into that producer's transaction. None goes
+        out from now on; an identity still being asked for is asked of the new cluster."""
+        self._cluster_changes += 1
+        if self._ident.has_producer_id and self._cluster_left is None:
+            self._cluster_left = error
+
+    def _under_identity(self, build: Callable[[], Request]) -> Callable[[], Request]:
+        """``build`` for a request that carries the producer id and epoch: it refuses to build
+        once the cluster changed (each retry builds anew, and a retry reaches the new cluster)."""
+
+        def checked() -> Request:
+            if self._cluster_left is not None:
+                raise copy_error(self._cluster_left)
+            return build()
+
+        return checked
+
     def sequence_in_doubt(self) -> None:
         """A partition's sequence cannot continue; a transactional producer cannot renumber
         silently: the transaction is aborted, and the epoch bumped before the next one."""
@@ -477,7 +509,35 @@ class TransactionManager:
 
     async def initialize(self) -> None:
         self.state = TxnState.INITIALIZING
-        response = await self._init_producer_id(-1, -1)
+        failures = 0
+        while True:
+            if self._identify_cluster is not None:
+                # Which cluster the identity comes from must be known: one replaced before the
+                # first send would otherwise go unnoticed, and its id and epoch be used there.
+                try:
+                    await self._identify_cluster(
+                        await self._coordinators.connection(TRANSACTION, self.transactional_id)
+                    )
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    failures += 1
+                    await asyncio.sleep(
+                        exponential_backoff(
+                            self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, failures
+                        )
+                    )
+                    continue
+            changes = self._cluster_changes
+            response = await self._init_producer_id(-1, -1)
+            if changes == self._cluster_changes:
+                break
+            # Answered by the cluster the producer moved away from: its id and epoch may be those
+            # of another producer of this transactional id in the new one, which ours would then
+            # neither fence nor be told apart from.
+            self._log.debug(
+                "InitProducerId for %r answered by the previous cluster; asking the new one", self.transactional_id
+            )
         self._ident.set_producer_id(response.producer_id, response.producer_epoch)
         self.state = TxnState.READY
         self._log.info(
@@ -535,7 +595,7 @@ class TransactionManager:
 
     def _cannot_end(self, error: KafkaError) -> NoReturn:
         """What commit or prepare raises when a request of its own failed."""
-        if self.failed or isinstance(error, TransactionAbortableError):
+        if self.failed or isinstance(error, TransactionAbortableError | ProducerFatalError):
             raise error
         self.abortable(error)
         raise TransactionAbortableError(
@@ -607,11 +667,13 @@ class TransactionManager:
             await self._coordinators.request(
                 TRANSACTION,
                 self.transactional_id,
-                lambda: AddOffsetsToTxnRequest(
-                    transactional_id=self.transactional_id,
-                    producer_id=ident.producer_id,
-                    producer_epoch=ident.producer_epoch,
-                    group_id=group.group_id,
+                self._under_identity(
+                    lambda: AddOffsetsToTxnRequest(
+                        transactional_id=self.transactional_id,
+                        producer_id=ident.producer_id,
+                        producer_epoch=ident.producer_epoch,
+                        group_id=group.group_id,
+                    )
                 ),
                 AddOffsetsToTxnResponse,
                 lambda r: [r.error_code],
@@ -631,15 +693,17 @@ class TransactionManager:
         await self._coordinators.request(
             GROUP,
             group.group_id,
-            lambda: TxnOffsetCommitRequest(
-                transactional_id=self.transactional_id,
-                group_id=group.group_id,
-                producer_id=ident.producer_id,
-                producer_epoch=ident.producer_epoch,
-                generation_id=group.generation_id,
-                member_id=group.member_id,
-                group_instance_id=group.group_instance_id,
-                topics=topics,
+            self._under_identity(
+                lambda: TxnOffsetCommitRequest(
+                    transactional_id=self.transactional_id,
+                    group_id=group.group_id,
+                    producer_id=ident.producer_id,
+                    producer_epoch=ident.producer_epoch,
+                    generation_id=group.generation_id,
+                    member_id=group.member_id,
+                    group_instance_id=group.group_instance_id,
+                    topics=topics,
+                )
             ),
             TxnOffsetCommitResponse,
             lambda r: [p.error_code for t in r.topics for p in t.partitions],
@@ -688,15 +752,19 @@ class TransactionManager:
     # -- the requests ----------------------------------------------------------------------------
 
     async def _init_producer_id(self, producer_id: int, epoch: int) -> InitProducerIdResponse:
-        return await self._coordinators.request(
-            TRANSACTION,
-            self.transactional_id,
-            lambda: InitProducerIdRequest(
+        def build() -> Request:
+            return InitProducerIdRequest(
                 transactional_id=self.transactional_id,
                 transaction_timeout_ms=self._config.transaction_timeout_ms,
                 producer_id=producer_id,
                 producer_epoch=epoch,
-            ),
+            )
+
+        return await self._coordinators.request(
+            TRANSACTION,
+            self.transactional_id,
+            # A bump (KIP-360) names the current identity: in another cluster, another producer's.
+            build if producer_id < 0 else self._under_identity(build),
             InitProducerIdResponse,
             # No identity though no error said so (as the idempotent producer's): asked again.
             lambda r: [
@@ -724,7 +792,24 @@ class TransactionManager:
         tolerate = frozenset({InvalidTxnStateError.code}) if nothing_open_is_fine else frozenset()
         if not commit:
             tolerate |= _IDENTITY_GONE  # no transaction of ours to abort: renew the identity
-        response = await _end_txn(self._coordinators, self._handle(), commit=commit, tolerate=tolerate)
+        try:
+            if self._cluster_left is not None:
+                raise copy_error(self._cluster_left)
+            response = await _end_txn(
+                self._coordinators, self._handle(), commit=commit, tolerate=tolerate, under=self._under_identity
+            )
+        except ProducerFatalError:
+            if commit or self._cluster_left is None:
+                raise
+            # The transaction is in the cluster the producer left, which it cannot reach: that
+            # cluster's coordinator aborts it once transaction_timeout_ms passes.
+            self._log.info(
+                "transaction %r is left to the coordinator of the cluster the producer left (%s): it aborts it "
+                "after transaction_timeout_ms",
+                self.transactional_id,
+                self._cluster_left,
+            )
+            return False
         if response.error_code:
             if response.error_code in _IDENTITY_GONE:
                 self._bump_epoch = True
@@ -744,11 +829,13 @@ class TransactionManager:
             await self._coordinators.request(
                 TRANSACTION,
                 self.transactional_id,
-                lambda: AddPartitionsToTxnRequest(
-                    v3_and_below_transactional_id=self.transactional_id,
-                    v3_and_below_producer_id=ident.producer_id,
-                    v3_and_below_producer_epoch=ident.producer_epoch,
-                    v3_and_below_topics=[AddPartitionsToTxnRequestTopic(t, p) for t, p in by_topic.items()],
+                self._under_identity(
+                    lambda: AddPartitionsToTxnRequest(
+                        v3_and_below_transactional_id=self.transactional_id,
+                        v3_and_below_producer_id=ident.producer_id,
+                        v3_and_below_producer_epoch=ident.producer_epoch,
+                        v3_and_below_topics=[AddPartitionsToTxnRequestTopic(t, p) for t, p in by_topic.items()],
+                    )
                 ),
                 AddPartitionsToTxnResponse,
                 _add_partitions_codes,
@@ -862,16 +949,20 @@ async def _end_txn(
     *,
     commit: bool,
     tolerate: frozenset[int] = frozenset(),
+    under: Callable[[Callable[[], Request]], Callable[[], Request]] = lambda build: build,
 ) -> EndTxnResponse:
-    """EndTxn for ``transaction`` (a producer's own, or a handle), retried as its answers allow."""
+    """EndTxn for ``transaction`` (a producer's own, or a handle), retried as its answers allow;
+    ``under`` wraps the request's builder (the producer's check of its identity)."""
     return await coordinators.request(
         TRANSACTION,
         transaction.transactional_id,
-        lambda: EndTxnRequest(
-            transactional_id=transaction.transactional_id,
-            producer_id=transaction.producer_id,
-            producer_epoch=transaction.producer_epoch,
-            committed=commit,
+        under(
+            lambda: EndTxnRequest(
+                transactional_id=transaction.transactional_id,
+                producer_id=transaction.producer_id,
+                producer_epoch=transaction.producer_epoch,
+                committed=commit,
+            )
         ),
         EndTxnResponse,
         lambda r: [r.error_code],

@@ -13,11 +13,12 @@ from collections import Counter, deque
 
 import pytest
 
-from aioprod import Producer
+from aioprod import Producer, TopicPartition
 from aioprod.errors import KafkaError, ProducerFatalError
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import Appended, Hold, ScriptedCluster, _ProducerState
+from tests.fakes.coordinator import FakeCoordinator
 
 
 def name_cluster(monkeypatch: pytest.MonkeyPatch, per_node: dict[int, str] | None = None) -> dict[str, str]:
@@ -506,3 +507,152 @@ async def test_a_redpanda_cluster_getting_its_id_is_no_cluster_change(
             await asyncio.sleep(0.01)
         assert p.metrics()["producer-id-reset-total"] == 0
     assert len(cluster.partition("t", 0).values + cluster.partition("t", 1).values) == 44
+
+
+# A transactional producer across a cluster change. Its producer id and epoch are the old
+# cluster's, and the new cluster hands out ids from the same start (both FAKE coordinators from
+# 5000, as two fresh Kafka clusters from 0): another producer of the transactional id there may
+# hold the very same id and epoch, and a request under ours is taken for that producer's.
+
+
+def replace_coordinator(cluster: ScriptedCluster, cluster_id: dict[str, str]) -> None:
+    """Cluster B behind the same addresses: "t" anew (led by 1 and 2), and a fresh coordinator."""
+    cluster.topics = {}
+    cluster.create_topic("t", [1, 2])
+    cluster.coordinator = FakeCoordinator(cluster)
+    cluster_id["now"] = "cluster-B"
+
+
+def transactional(cluster: ScriptedCluster, **options: object) -> Producer:
+    settings: dict[str, object] = {"transactional_id": "txn-1", "linger_ms": 0, "retry_backoff_ms": 10}
+    settings.update(options)
+    return Producer(bootstrap_servers=cluster.bootstrap, **settings)
+
+
+async def test_a_transactional_producer_that_left_a_cluster_ends_no_transaction_in_the_new_one(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its abort (by close()) went to B as EndTxn(5000/0): B aborted the open transaction of the
+    # producer that replaced it, whose commit then failed (INVALID_TXN_STATE).
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    cluster_id = name_cluster(monkeypatch)
+    left = transactional(cluster, metadata_max_age_ms=1000)
+    await left.start()
+    left.begin_transaction()
+    await (await left.send("t", b"in-A", partition=0))  # A: 5000/0
+    replace_coordinator(cluster, cluster_id)
+    await asyncio.sleep(2)  # a refresh names B
+    with pytest.raises(ProducerFatalError, match="cluster changed"):
+        await left.commit_transaction()
+    async with transactional(cluster) as replacement:  # B: 5000/0
+        replacement.begin_transaction()
+        await (await replacement.send("t", b"in-B", partition=0))
+        await left.abort_transaction()  # the transaction of A is left to A's coordinator
+        await left.close()
+        await replacement.commit_transaction()
+    assert cluster.partition("t", 0).committed == [b"in-B"]
+    assert [r.body.producer_epoch for r in cluster.requests_of(m.EndTxnRequest)] == [0]  # type: ignore[attr-defined]
+
+
+async def test_offsets_retried_after_a_cluster_change_do_not_reach_the_new_cluster(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A TxnOffsetCommit whose answer never came was retried on B under A's 5000/0: it joined the
+    # open transaction of B's producer 5000/0, whose commit committed A's offset for the group.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    cluster_id = name_cluster(monkeypatch)
+    silent = {"on": False}
+    handle = ScriptedCluster.handle
+
+    async def handling(self: ScriptedCluster, conn: object, frame: bytes) -> bytes | None:
+        answer = await handle(self, conn, frame)  # type: ignore[arg-type]
+        if silent["on"] and isinstance(self.requests[-1].body, m.TxnOffsetCommitRequest):
+            silent["on"] = False
+            return None  # acted on; the answer never comes
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "handle", handling)
+    left = transactional(cluster, metadata_max_age_ms=1000, request_timeout_ms=3000)
+    await left.start()
+    left.begin_transaction()
+    await (await left.send("t", b"in-A", partition=0))
+    silent["on"] = True
+    offsets = asyncio.ensure_future(left.send_offsets_to_transaction({TopicPartition("in", 0): 777}, "g"))
+    await asyncio.sleep(0.2)
+    replace_coordinator(cluster, cluster_id)
+    async with transactional(cluster) as other:  # B: 5000/0
+        other.begin_transaction()
+        await (await other.send("t", b"other", partition=1))
+        await other.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g")
+        with pytest.raises(ProducerFatalError, match="cluster changed"):
+            await offsets  # timed out on A, not retried on B
+        await other.commit_transaction()
+    await left.close()
+    assert cluster.coordinator.committed == {"g": {("in", 0): 5}}
+
+
+async def test_a_cluster_replaced_between_a_transactional_start_and_the_first_send_is_noticed(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # start() asks no metadata: the producer never saw A's id, took B's first answer for the
+    # cluster its identity came from, and used A's 5000/0 in B, where it is an older instance's,
+    # which it then neither fenced nor was told apart from: its commit committed that one's
+    # open transaction.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    cluster_id = name_cluster(monkeypatch)
+    async with transactional(cluster) as p:  # A: 5000/0
+        replace_coordinator(cluster, cluster_id)
+        cluster.disconnect(1)
+        async with transactional(cluster) as zombie:  # B: 5000/0
+            zombie.begin_transaction()
+            await (await zombie.send("t", b"zombie's", partition=1))
+            with pytest.raises(ProducerFatalError, match="cluster changed"):
+                async with p.transaction():
+                    await p.send("t", b"ours", partition=0)
+    assert cluster.partition("t", 1).committed == []
+
+
+async def test_a_transactional_identity_answered_by_the_old_cluster_is_not_taken(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # InitProducerId answered by A, read once a refresh had named B: the producer took A's
+    # 5000/0, B's other producer's identity (which it then did not fence).
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    cluster_id = name_cluster(monkeypatch)
+    gate = {"hold": True, "held": asyncio.Event(), "event": asyncio.Event()}
+    handle = ScriptedCluster.handle
+
+    async def handling(self: ScriptedCluster, conn: object, frame: bytes) -> bytes | None:
+        answer = await handle(self, conn, frame)  # type: ignore[arg-type]  # computed now: A's
+        body = self.requests[-1].body
+        if isinstance(body, m.InitProducerIdRequest) and body.transactional_id and gate["hold"]:
+            gate["hold"] = False
+            gate["held"].set()
+            await gate["event"].wait()
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "handle", handling)
+    p = transactional(cluster, metadata_max_age_ms=1000)
+    starting = asyncio.ensure_future(p.start())
+    await gate["held"].wait()
+    replace_coordinator(cluster, cluster_id)
+    async with transactional(cluster) as other:  # B: 5000/0
+        other.begin_transaction()
+        await (await other.send("t", b"other's", partition=1))
+        await asyncio.sleep(2)  # a refresh names B
+        gate["event"].set()
+        await starting  # asks B again: 5000/1, which fences the other
+        async with p.transaction():
+            await p.send("t", b"ours", partition=0)
+        with pytest.raises(ProducerFatalError):
+            await other.commit_transaction()
+    await p.close()
+    assert (cluster.partition("t", 0).committed, cluster.partition("t", 1).committed) == ([b"ours"], [])
