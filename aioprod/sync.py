@@ -66,6 +66,13 @@ class _Settling(Protocol[T_co]):
 #: producer's precise error wins and the facade's fallback timeout only fires if the loop
 #: itself is stuck.
 _GRACE = 5.0
+
+
+class _Unset:
+    """The type of a keyword argument's "not given" (None means something else there)."""
+
+
+_UNSET = _Unset()
 #: How long interpreter exit waits for a SyncProducer the program never closed.
 _ATEXIT_CLOSE_TIMEOUT = 5.0
 _JOIN_TIMEOUT = 10.0
@@ -103,14 +110,20 @@ class SyncProducer:
         config: Mapping[str, Any] | None = None,
         *,
         use_uvloop: bool | None = None,
-        start_timeout: float = 30.0,
+        start_timeout: float | _Unset | None = _UNSET,
         **options: Any,
     ) -> None:
         producer = Producer(config, **options)  # validates the configuration in this thread
-        start_wait = check_timeout("SyncProducer", start_timeout, "start_timeout")
         self._producer = producer
         self.config = producer.config
         self._max_block = producer.config.max_block_ms / 1000
+        # A start bounds itself by max_block_ms (a transactional one's InitProducerId): a shorter
+        # wait here cut off its error, which names the coordinator's last answer, with its own.
+        start_wait = (
+            self._max_block + _GRACE
+            if isinstance(start_timeout, _Unset)
+            else check_timeout("SyncProducer", start_timeout, "start_timeout")
+        )
         self._delivery_timeout = producer.config.delivery_timeout_ms / 1000
         self._lock = threading.Lock()
         self._closing: concurrent.futures.Future[None] | None = None
@@ -391,10 +404,15 @@ class SyncProducer:
         except TimeoutError:
             if not closing.done():
                 raise KafkaTimeoutError(f"the producer did not close within {limit + _GRACE:.1f}s") from None
-            raise
+            if not closing.cancelled():
+                closing.result(0)  # it ended as the wait ran out: its own outcome, not a bare TimeoutError
+        except concurrent.futures.CancelledError:
+            pass  # the loop ended before it ran the close (a callback's SystemExit stopped it): closed
         finally:
             if closing.done():
                 self._thread.join(_JOIN_TIMEOUT)
+            else:  # interrupted, or the loop stopped answering: the close goes on, and exit waits for it
+                _wait_at_exit(closing, self._thread, self._pid)
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -444,8 +462,10 @@ class SyncProducer:
         except concurrent.futures.CancelledError:  # the portal cancelled it: the producer closed meanwhile
             raise ProducerClosedError("the producer closed before the call completed") from None
         except TimeoutError:
-            if future.done():  # the work itself raised a TimeoutError (e.g. KafkaTimeoutError)
-                raise
+            if future.cancelled():
+                raise ProducerClosedError("the producer closed before the call completed") from None
+            if future.done():  # the work ended as the wait ran out, or itself raised a TimeoutError
+                return future.result(0)
             future.cancel()
             raise KafkaTimeoutError(f"gave up waiting for {what} after {timeout:.1f}s") from None
         except BaseException:
@@ -674,7 +694,12 @@ def _abandoned(
     if os.getpid() != pid:
         return  # a forked child's copy: the producer and its thread live in the parent
     warnings.warn(f"SyncProducer ({thread.name}) was never closed; closing it now", ResourceWarning, stacklevel=2)
-    closing = _start_close(portal, loop, gate, producer, _ATEXIT_CLOSE_TIMEOUT)
+    _wait_at_exit(_start_close(portal, loop, gate, producer, _ATEXIT_CLOSE_TIMEOUT), thread, pid)
+
+
+def _wait_at_exit(closing: concurrent.futures.Future[None], thread: threading.Thread, pid: int) -> None:
+    """A close nobody waits for (a dropped producer's, an interrupted close()'s): interpreter exit
+    waits for it, within its one bound, instead of killing the daemon loop thread mid-delivery."""
     entry = (closing, thread, pid)
     _abandoned_closes.add(entry)
     closing.add_done_callback(lambda _: _abandoned_closes.discard(entry))

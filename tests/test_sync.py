@@ -20,7 +20,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterator
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -34,10 +34,13 @@ from aioprod.errors import (
     SendManyError,
 )
 from aioprod.sync import _Delivery
-from tests.brokers import TansuBroker, refused_port, tansu
+from tests.brokers import TansuBroker, free_port, refused_port, tansu
+from tests.chaos.proxy import FaultProxy
 from tests.readback import read_committed_from_markers, read_topic
 
 pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
 
 
 def producer_threads() -> list[threading.Thread]:
@@ -484,6 +487,25 @@ def test_a_call_gives_up_when_the_producers_loop_does_not_answer(call: str, monk
         producer.close(2)
 
 
+def test_the_start_is_waited_for_as_long_as_max_block_ms_bounds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transactional start takes up to max_block_ms (60 s by default) and then names its
+    coordinator's last answer; the constructor gave up at 30 s with "gave up waiting" instead."""
+    waits: list[float | None] = []
+    call = SyncProducer._call
+
+    def recording(self: SyncProducer, timeout: float | None, fn: Any, *args: Any) -> Any:
+        if fn == self._producer.start:
+            waits.append(timeout)
+        return call(self, timeout, fn, *args)
+
+    monkeypatch.setattr(SyncProducer, "_call", recording)
+    with SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", max_block_ms=120_000):
+        pass
+    with SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", start_timeout=None):
+        pass
+    assert waits == [120 + sync._GRACE, None]
+
+
 def test_sync_timeouts_of_the_wrong_type_are_refused_by_name_before_anything_happens() -> None:
     with pytest.raises(TypeError, match=r"SyncProducer\(\) start_timeout must be a number"):
         SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", start_timeout="5")  # type: ignore[arg-type]
@@ -756,3 +778,109 @@ def test_work_a_closed_loop_never_ran_is_cancelled_whatever_its_coroutine() -> N
     gate.end()
     assert first.cancelled() and second.cancelled()
     assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED  # closed, not left to warn
+
+
+def test_an_interrupted_close_still_delivers_before_exit(topic: str) -> None:
+    # docs/sync.md: a close() interrupted by Ctrl-C "goes on in the background". Interpreter exit
+    # did not wait for it (the producer was no longer open, nor dropped unclosed): the daemon loop
+    # thread died mid-delivery and the queued record was lost without a word. The broker is cut
+    # off (tests/chaos/proxy.py's FaultProxy refuses connections) while close() waits.
+    proxy_port = free_port()
+    broker = TansuBroker(advertised_port=proxy_port).start()
+    proxy_loop = asyncio.new_event_loop()
+    proxy_thread = threading.Thread(target=proxy_loop.run_forever, daemon=True)
+    proxy_thread.start()
+
+    def on_proxy_loop(coroutine: collections.abc.Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, proxy_loop).result(30)
+
+    async def cut_off(refuse: bool) -> None:
+        proxy.refuse = refuse
+        proxy.cut_all()
+
+    proxy = on_proxy_loop(FaultProxy(broker.port, proxy_port).start())
+    code = f"""
+import os, signal, sys, threading
+from aioprod import SyncProducer
+producer = SyncProducer(bootstrap_servers="127.0.0.1:{proxy_port}", linger_ms=0)
+producer.send_and_wait("{topic}", b"warm-up", partition=0)
+print("cut the broker off", flush=True)
+sys.stdin.readline()
+producer.send("{topic}", b"queued", partition=0)  # the broker is out of reach: close() waits to deliver it
+
+def interrupt_once_closing():
+    while not producer.closed:
+        pass
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=interrupt_once_closing).start()
+try:
+    producer.close()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+sys.stdin.readline()  # the broker is back: exit now
+"""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline() == "cut the broker off\n"
+        on_proxy_loop(cut_off(True))
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "interrupted\n"
+        on_proxy_loop(cut_off(False))
+        child.stdin.write("\n")
+        child.stdin.flush()
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err[-2000:]
+        assert [r.value for r in read_topic(broker.bootstrap, topic)] == [b"warm-up", b"queued"]
+    finally:
+        child.kill()
+        on_proxy_loop(proxy.close())
+        proxy_loop.call_soon_threadsafe(proxy_loop.stop)
+        proxy_thread.join(30)
+        proxy_loop.close()
+        broker.stop()
+
+
+def test_close_says_closed_when_the_loop_ended_before_running_it(
+    tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # When the loop thread ends under a close() (a delivery callback's SystemExit stops the loop),
+    # the close's work is cancelled unrun (_Gate.end): close() raised a bare
+    # concurrent.futures.CancelledError. Fault injected: the close handed to the loop comes back
+    # cancelled, as _Gate.end leaves it.
+    producer = SyncProducer(bootstrap_servers=tansu_broker.bootstrap)
+    start_close = sync._start_close
+    closes: list[concurrent.futures.Future[None]] = []
+
+    def cancelled_unrun_close(*args: Any) -> concurrent.futures.Future[None]:
+        closes.append(start_close(*args))  # the real close still runs, so the thread ends
+        unrun: concurrent.futures.Future[None] = concurrent.futures.Future()
+        unrun.cancel()
+        return unrun
+
+    monkeypatch.setattr(sync, "_start_close", cancelled_unrun_close)
+    producer.close()  # no CancelledError
+    assert producer.closed
+    closes[0].result(30)
+
+
+class _EndsAsTheWaitRunsOut(concurrent.futures.Future[str]):
+    """Fault injection: the work completes just after the caller's wait ran out."""
+
+    def result(self, timeout: float | None = None) -> str:
+        if timeout is not None and timeout > 0 and not self.done():
+            self.set_result("queued")
+            raise TimeoutError  # what Future.result raises when the wait runs out first
+        return super().result(timeout)
+
+
+def test_work_that_ends_as_the_wait_runs_out_gives_its_outcome() -> None:
+    # The work completed between the wait running out and the check of the future: the caller got
+    # a bare TimeoutError() for a record that was queued (and a retry wrote it twice).
+    future = _EndsAsTheWaitRunsOut()
+    future.set_running_or_notify_cancel()
+    assert SyncProducer._wait(future, 1.0, "the producer") == "queued"
