@@ -19,7 +19,8 @@ collector is made, never by ``aioprod`` itself. A scrape may come from any threa
 producer's snapshot is taken on its own event loop. A producer whose loop does not take it in
 time (a blocked loop: every producer is asked at once, within one 5 s budget), or that cannot
 be used in this process (a forked child), is left out of that scrape with a warning, so the
-others are still exported.
+others are still exported. A scrape on an event loop (a ``/metrics`` handler) takes that loop's
+producers' snapshots there, and waits for the others' within the same budget.
 """
 
 from __future__ import annotations
@@ -110,28 +111,39 @@ class ProducerCollector:
     def _snapshots(self) -> list[tuple[str, Callable[[], MetricsSnapshot]]]:
         """How to take each producer's snapshot for this scrape.
 
-        From a thread without an event loop (an exporter's), every producer is asked at once, on
-        threads of its own, within one ``SCRAPE_BUDGET`` under Prometheus' default scrape_timeout
-        (10 s): one after the other, each blocked loop would hold the scrape ``SNAPSHOT_TIMEOUT``
-        (10 s). On an event loop (a ``/metrics`` handler), each is taken in turn, here: a thread
-        would wait for the very loop this scrape holds.
+        Every producer is asked at once, on threads of its own, within one ``SCRAPE_BUDGET`` under
+        Prometheus' default scrape_timeout (10 s): one after the other, each blocked loop would
+        hold the scrape ``SNAPSHOT_TIMEOUT`` (10 s). A producer of the event loop this scrape runs
+        on (a ``/metrics`` handler) is taken here: a thread would wait for the very loop this
+        scrape holds. (The others go to threads then too: waited for here, a blocked loop of
+        another producer held this loop, the application's, ``SNAPSHOT_TIMEOUT`` per producer.)
         """
-        producers = list(self._producers.items())
         try:
-            asyncio.get_running_loop()
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
-            pass
-        else:
-            return [(client_id, producer.metrics_snapshot) for client_id, producer in producers]
-        if not producers:
-            return []
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(producers), thread_name_prefix="aioprod-scrape")
-        try:
-            futures = [(client_id, pool.submit(producer.metrics_snapshot)) for client_id, producer in producers]
-        finally:
-            pool.shutdown(wait=False)
+            running = None
+        here = {
+            client_id
+            for client_id, producer in self._producers.items()
+            if running is not None and _loop_of(producer) is running
+        }
+        elsewhere = [(client_id, producer) for client_id, producer in self._producers.items() if client_id not in here]
+        futures: dict[str, concurrent.futures.Future[MetricsSnapshot]] = {}
+        if elsewhere:
+            pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=len(elsewhere), thread_name_prefix="aioprod-scrape"
+            )
+            try:
+                futures = {client_id: pool.submit(producer.metrics_snapshot) for client_id, producer in elsewhere}
+            finally:
+                pool.shutdown(wait=False)
         deadline = time.monotonic() + SCRAPE_BUDGET
-        return [(client_id, functools.partial(_result_by, future, deadline)) for client_id, future in futures]
+        return [
+            (client_id, producer.metrics_snapshot)
+            if client_id in here
+            else (client_id, functools.partial(_result_by, futures[client_id], deadline))
+            for client_id, producer in self._producers.items()
+        ]
 
     def _families(self, snapshots: list[MetricsSnapshot]) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -160,6 +172,12 @@ def _rows(snapshot: MetricsSnapshot, labels: tuple[str, ...]) -> Iterator[tuple[
     else:
         for node, values in snapshot.brokers.items():
             yield [client_id, str(node)], values
+
+
+def _loop_of(producer: _HasMetrics) -> asyncio.AbstractEventLoop | None:
+    """The event loop a producer takes its snapshots on, once started (a SyncProducer's is its own
+    thread's: never a scrape's)."""
+    return getattr(getattr(producer, "_producer", producer), "_loop", None)
 
 
 def _result_by(future: concurrent.futures.Future[MetricsSnapshot], deadline: float) -> MetricsSnapshot:

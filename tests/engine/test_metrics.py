@@ -497,3 +497,36 @@ async def test_a_scrape_on_the_producers_own_loop_takes_its_snapshot_there(
         await producer.close(0)
     assert 'kafka_producer_record_send_total{client_id="web"} 0.0' in exported
     assert "left out" not in caplog.text
+
+
+async def test_a_scrape_on_an_event_loop_asks_producers_of_other_loops_on_threads_within_the_budget(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A /metrics handler on the application's loop waited there for each producer of another
+    # loop (a SyncProducer's, another thread's) in turn: a blocked one held the application's
+    # loop SNAPSHOT_TIMEOUT (10 s) each, past Prometheus' scrape_timeout, ignoring SCRAPE_BUDGET.
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    import aioprod.prometheus as prometheus_module
+    from aioprod.prometheus import ProducerCollector
+
+    monkeypatch.setattr(prometheus_module, "SCRAPE_BUDGET", 0.2)
+    scrape_thread, release = threading.get_ident(), threading.Event()
+    async with Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}", client_id="web") as web:
+
+        def blocked_elsewhere() -> MetricsSnapshot:  # a producer whose own loop is blocked
+            if threading.get_ident() == scrape_thread:
+                raise AssertionError("asked on the scrape's own event loop: its blocked loop holds this one")
+            release.wait(30)
+            return web.metrics_snapshot()
+
+        registry = CollectorRegistry()
+        registry.register(ProducerCollector(web, _FakeProducerForScrapes("stuck", blocked_elsewhere)))
+        try:
+            exported = generate_latest(registry).decode()
+        finally:
+            release.set()
+        await web.close(0)
+    assert 'kafka_producer_record_send_total{client_id="web"} 0.0' in exported
+    assert 'client_id="stuck"' not in exported
+    assert "producer 'stuck' left out of this scrape: no snapshot within the scrape's 0.2 s" in caplog.text
