@@ -7,11 +7,12 @@ import dataclasses
 import functools
 import json
 import logging
+import socket
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from aioprod.errors import KafkaError
+from aioprod.errors import ConfigError, KafkaError
 from aioprod.spark import _pyspark
 from aioprod.spark.chunks import Chunk, arrow_chunks, row_chunks
 from aioprod.spark.environment import check_executors, executor_python, explain_job_failure, spark_context
@@ -166,17 +167,26 @@ def _run_partition(plan: Plan, chunks: Iterator[Chunk], prepared: Accumulator[li
     partition = context.partitionId() if context is not None else -1
     attempt = context.attemptNumber() if context is not None else 0
     started = time.monotonic()
-    unit = (
-        TransactionalPartitionWrite(plan, str(partition), commit=False, spark_partition=partition)
-        if plan.exactly_once
-        else PartitionWrite(plan, spark_partition=partition)
-    )
-    tally = write_partition(unit, chunks)
-    if plan.retry_fenced and isinstance(unit, TransactionalPartitionWrite) and unit.fenced:
+    try:
+        unit = (
+            TransactionalPartitionWrite(plan, str(partition), commit=False, spark_partition=partition)
+            if plan.exactly_once
+            else PartitionWrite(plan, spark_partition=partition)
+        )
+    except ConfigError as exc:
+        # The driver accepted these options: what differs is this executor (a PEM file the
+        # driver has and it does not). Raised, it failed every attempt of every task, the
+        # error buried in Spark's traces; it would fail again, so the partition stops here.
+        tally = Tally(aborted=f"the producer options fail on executor {socket.gethostname()}: ConfigError: {exc}")
+        fenced = False
+    else:
+        tally = write_partition(unit, chunks)
+        fenced = isinstance(unit, TransactionalPartitionWrite) and unit.fenced
+    if plan.retry_fenced and fenced:
         raise FencedAttemptError(
             f"Spark partition {partition}, attempt {attempt}: another producer took transactional id "
-            f"{unit.transactional_id!r} while this attempt wrote (an earlier attempt still running?); its rows "
-            "are aborted, and the attempt fails so that Spark runs it again"
+            f"{plan.transactional_id(str(partition))!r} while this attempt wrote (an earlier attempt still "
+            "running?); its rows are aborted, and the attempt fails so that Spark runs it again"
         )
     handle = None if tally.prepared is None else encode(tally.prepared)
     if handle is not None and prepared is not None:

@@ -72,6 +72,9 @@ class _LoopState:
         self.progress = 0
         #: Topics of the topic column the cluster says do not exist, with the error their first row got.
         self.missing_topics: dict[str, KafkaTimeoutError] = {}
+        #: Partitions of the partition column the cluster says their topic does not have, likewise:
+        #: the producer proves each one missing over a few metadata refreshes (about 2 s a row).
+        self.missing_partitions: dict[tuple[str, int], BaseException] = {}
 
 
 async def _send_chunk(
@@ -106,6 +109,7 @@ async def _send_chunk(
         send = producer.send
         add = futures.append
         missing = state.missing_topics
+        missing_partitions = state.missing_partitions
 
         def fail_row(i: int, topic: str | None, key: bytes | None, exc: BaseException) -> bool:
             """The row failed (a settled row is a sign of life too); whether to stop here."""
@@ -123,6 +127,10 @@ async def _send_chunk(
                 if fail_row(i, topic, key, missing[topic]):
                     break
                 continue
+            if missing_partitions and (topic, partition) in missing_partitions:
+                if fail_row(i, topic, key, missing_partitions[topic, partition]):
+                    break
+                continue
             try:
                 add(await send(topic, value, key, partition=partition, headers=headers))
                 state.progress += 1
@@ -131,6 +139,13 @@ async def _send_chunk(
                 if topics is not None and has_cause(exc, lambda e: isinstance(e, UnknownTopicOrPartitionError)):
                     # The topic column names a topic the cluster says does not exist: this row's fault.
                     missing[topic] = exc
+                    if fail_row(i, topic, key, exc):
+                        break
+                    continue
+                if partition is not None and _lacks(producer, topic, partition):
+                    # The topic is known without this partition; max_block_ms ran out before the
+                    # producer's refreshes proved it missing (they span retry_backoff_max_ms).
+                    missing_partitions[topic, partition] = exc
                     if fail_row(i, topic, key, exc):
                         break
                     continue
@@ -145,6 +160,9 @@ async def _send_chunk(
                 break
             except Exception as exc:
                 exc.__traceback__ = None  # kept in the report: not with this chunk's frame
+                if partition is not None and isinstance(exc, ValueError) and _lacks(producer, topic, partition):
+                    # The topic is known and this partition is not in it: its later rows fail at once.
+                    missing_partitions[topic, partition] = exc
                 if fail_row(i, topic, key, exc):
                     break
     # Records are acknowledged a whole batch at a time, so awaiting them in order suspends
@@ -176,6 +194,12 @@ async def _send_chunk(
         state.stopped = True
     failures.sort(key=lambda f: f[0])
     return _ChunkResult(written, counts, failures)
+
+
+def _lacks(producer: Producer, topic: Any, partition: int) -> bool:
+    """Does the producer's metadata know ``topic`` without ``partition``?"""
+    info = producer.cluster().topics.get(topic)
+    return info is not None and bool(info.partitions) and partition not in info.partitions
 
 
 class PartitionWrite:
@@ -336,8 +360,8 @@ class PartitionWrite:
             try:
                 return future.result(self._chunk_timeout)
             except TimeoutError:
-                if future.done():
-                    raise
+                if future.done():  # the chunk's own TimeoutError, or it ended as the wait did
+                    return future.result()
             if self._state.progress == seen:
                 raise _Stalled
             seen = self._state.progress

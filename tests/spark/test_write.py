@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import pickle
 import socket
@@ -10,6 +11,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -235,6 +237,44 @@ def test_a_partition_beyond_int32_is_a_row_error_not_another_partition(spark: An
     assert [(r.value, r.partition) for r in read_topic(tansu_broker.bootstrap, topic)] == [(b"ok", 1)]
 
 
+def test_rows_for_missing_partitions_fail_at_once_after_the_first(tansu_broker: TansuBroker) -> None:
+    # The producer proves a partition missing over metadata refreshes, and each refresh forgets
+    # the partitions proven before: rows alternating between several missing partitions waited
+    # about 2 s each. With errors="report", 3,000 rows of which 1,286 named partitions the topic
+    # lacked had not finished after 15 minutes (each refusal is progress: no watchdog trips).
+    topic = new_topic("nopart")
+    create_topic(tansu_broker.bootstrap, topic, 1)
+    options = producer_options(tansu_broker.bootstrap, {"retry_backoff_max_ms": 200})  # proofs take 0.2 s, not 1 s
+    plan = Plan(options, topic, False, False, True, False, "report", 100, 1000, None)
+    chunk = Chunk(0, [b"%d" % i for i in range(24)], partitions=[i % 4 for i in range(24)])
+    tally = writer.write_partition(PartitionWrite(plan), [chunk])
+    assert (tally.written, tally.failed, tally.aborted) == (6, 18, None)
+    assert [e.row for e in tally.errors] == [i for i in range(24) if i % 4]
+    # Only each partition's first row waited for the cluster's answer; the others got its error at once.
+    first = {1: tally.errors[0], 2: tally.errors[1], 3: tally.errors[2]}
+    for p, error in first.items():
+        assert f"partition {p} does not exist" in error.error
+    assert all(e.exception is first[e.row % 4].exception for e in tally.errors)
+    assert Counter(r.partition for r in read_topic(tansu_broker.bootstrap, topic)) == {0: 6}
+
+
+def test_a_missing_partition_is_a_row_error_when_max_block_ms_is_short(tansu_broker: TansuBroker) -> None:
+    # Within max_block_ms = retry_backoff_max_ms (1 s) the producer cannot prove the partition
+    # missing and times out: that was taken for an unreachable broker, and errors="report"
+    # stopped the whole write at this row, the good rows after it unsent.
+    topic = new_topic("nopart")
+    create_topic(tansu_broker.bootstrap, topic, 1)
+    options = producer_options(tansu_broker.bootstrap, {"max_block_ms": 1000})
+    plan = Plan(options, topic, False, False, True, False, "report", 20, 1000, None)
+    chunk = Chunk(0, [b"a", b"b", b"c", b"d", b"e"], partitions=[0, 5, 0, 5, 0])
+    tally = writer.write_partition(PartitionWrite(plan), [chunk])
+    assert (tally.written, tally.failed, tally.aborted) == (3, 2, None)
+    assert [e.row for e in tally.errors] == [1, 3]
+    assert "partition 5" in tally.errors[0].error
+    assert tally.errors[1].exception is tally.errors[0].exception  # no second wait
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"a", b"c", b"e"]
+
+
 def test_string_header_values_are_encoded(spark: Any, tansu_broker: TansuBroker) -> None:
     from pyspark.sql import functions as F
 
@@ -436,6 +476,34 @@ def test_an_option_that_cannot_reach_the_executors_is_a_config_error(spark: Any)
         assert sc.statusTracker().getJobIdsForGroup(group) == []  # refused before any job
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+def test_a_pem_file_the_executors_lack_stops_the_write_naming_it(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A path only the driver has (a laptop's, a file not shipped with --files): the driver's check
+    # passed, then every attempt of every task raised ConfigError, and the write failed with
+    # pyspark's PythonException, the option named only inside pages of Spark traces.
+    from aioprod.certs import CertificateAuthority
+
+    CertificateAuthority().write(tmp_path)  # ca.pem
+    # The executors' Python workers run in the JVM's directory, where no ca.pem is; the driver
+    # now finds "ca.pem" in its own.
+    spark.range(1).rdd.map(lambda x: x).collect()  # the workers' daemon has started there
+    monkeypatch.chdir(tmp_path)
+    df = spark.createDataFrame([("a",), ("b",)], "value string").coalesce(1)
+    with pytest.raises(WriteError, match=r"the producer options fail on executor .*no such file 'ca.pem'") as info:
+        write_dataframe(
+            df,
+            bootstrap_servers=UNREACHABLE,
+            topic="t",
+            mode="executors",
+            security_protocol="SSL",
+            ssl_ca_location="ca.pem",
+        )
+    report = info.value.report
+    assert report.rows_written == 0
+    assert [p.attempt for p in report.partitions] == [0]  # not retried: it would fail again
 
 
 # -- rows that cannot be sent ---------------------------------------------------------------------
@@ -662,6 +730,23 @@ def hanging_chunks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(writer, "_GRACE", 0.0)
     monkeypatch.setattr(writer, "_send_chunk", hangs_after_sending)
     return {**QUICK_WATCHDOG, "max_block_ms": 250, "request_timeout_ms": 250, "delivery_timeout_ms": 250}
+
+
+class _EndsAsTheWaitTimesOut(concurrent.futures.Future):  # type: ignore[type-arg]
+    """Fake: a chunk's future that completes just as the writer's wait for it times out."""
+
+    def result(self, timeout: float | None = None) -> Any:
+        if timeout is not None and not self.done():
+            self.set_result(writer._ChunkResult(7, Counter({"t": 7}), []))
+            raise TimeoutError
+        return super().result(timeout)
+
+
+def test_a_chunk_that_ends_as_the_watchdog_wait_times_out_is_counted() -> None:
+    # The wait's own TimeoutError was re-raised: the write failed with a bare TimeoutError (in
+    # executors mode the task failed, and Spark's retry wrote the partition's rows again).
+    unit = PartitionWrite(Plan(producer_options("h:9092", {}), "t", False, False, False, False, "raise", 20, 100, None))
+    assert unit._result(_EndsAsTheWaitTimesOut()).written == 7
 
 
 def test_a_stalled_chunk_stops_the_write_counting_what_it_delivered(
