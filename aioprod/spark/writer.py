@@ -21,6 +21,7 @@ from typing import Any
 
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
+    AuthenticationError,
     InvalidProducerEpochError,
     InvalidTransactionTimeoutError,
     KafkaError,
@@ -154,7 +155,9 @@ async def _send_chunk(
                 state.fatal = exc
                 state.stopped = True
                 break
-            except (ProducerClosedError, ProducerFatalError) as exc:
+            except (ProducerClosedError, ProducerFatalError, AuthenticationError) as exc:
+                # Not this row's fault either: refused credentials fail every row the same way (a
+                # report of a million rows each naming the password is no report).
                 state.fatal = exc
                 state.stopped = True
                 break

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from aioprod.config import ProducerConfig
+from aioprod.embedded import BrokerSecurity, EmbeddedBroker
 from aioprod.errors import ConfigError
 from aioprod.spark import (
     DataFrameSchemaError,
@@ -256,6 +257,25 @@ def test_rows_for_missing_partitions_fail_at_once_after_the_first(tansu_broker: 
         assert f"partition {p} does not exist" in error.error
     assert all(e.exception is first[e.row % 4].exception for e in tally.errors)
     assert Counter(r.partition for r in read_topic(tansu_broker.bootstrap, topic)) == {0: 6}
+
+
+def test_refused_credentials_stop_a_reporting_write_instead_of_failing_every_row() -> None:
+    # errors="report" with a wrong password: each row failed on its own, naming the refusal, and
+    # the write returned a report of a million failed rows instead of saying it could not go on.
+    with EmbeddedBroker(security=BrokerSecurity(sasl_users={"alice": "right"})) as broker:
+        options = producer_options(
+            broker.bootstrap,
+            {
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "SCRAM-SHA-256",
+                "sasl_username": "alice",
+                "sasl_password": "wrong",
+            },
+        )
+        plan = Plan(options, new_topic("auth"), False, False, True, False, "report", 20, 1000, None)
+        tally = writer.write_partition(PartitionWrite(plan), [Chunk(0, [b"%d" % i for i in range(50)])])
+    assert (tally.written, tally.failed) == (0, 0)
+    assert tally.aborted is not None and tally.aborted.startswith("AuthenticationError: SASL SCRAM-SHA-256")
 
 
 def test_a_missing_partition_is_a_row_error_when_max_block_ms_is_short(tansu_broker: TansuBroker) -> None:
