@@ -118,16 +118,14 @@ class ProducerCollector:
         scrape holds. (The others go to threads then too: waited for here, a blocked loop of
         another producer held this loop, the application's, ``SNAPSHOT_TIMEOUT`` per producer.)
         """
+        # Read once: another thread may add or remove a producer while this scrape runs.
+        producers = list(self._producers.items())
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        here = {
-            client_id
-            for client_id, producer in self._producers.items()
-            if running is not None and _loop_of(producer) is running
-        }
-        elsewhere = [(client_id, producer) for client_id, producer in self._producers.items() if client_id not in here]
+        here = {client_id for client_id, producer in producers if running is not None and _loop_of(producer) is running}
+        elsewhere = [(client_id, producer) for client_id, producer in producers if client_id not in here]
         futures: dict[str, concurrent.futures.Future[MetricsSnapshot]] = {}
         if elsewhere:
             pool = concurrent.futures.ThreadPoolExecutor(
@@ -142,7 +140,7 @@ class ProducerCollector:
             (client_id, producer.metrics_snapshot)
             if client_id in here
             else (client_id, functools.partial(_result_by, futures[client_id], deadline))
-            for client_id, producer in self._producers.items()
+            for client_id, producer in producers
         ]
 
     def _families(self, snapshots: list[MetricsSnapshot]) -> Iterator[Any]:

@@ -76,6 +76,8 @@ _UNSET = _Unset()
 #: How long interpreter exit waits for a SyncProducer the program never closed.
 _ATEXIT_CLOSE_TIMEOUT = 5.0
 _JOIN_TIMEOUT = 10.0
+#: The longest a wait of the main thread blocks at a time (see ``_settled``).
+_SLICE = 0.1
 
 _counter = itertools.count(1)
 _live: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
@@ -254,7 +256,7 @@ class SyncProducer:
         self._check_thread()
         queuing = self._submit(_enqueue, send_many, delivery)
         try:
-            while not concurrent.futures.wait([queuing], _thread_timeout(self._max_block + _GRACE)).done:
+            while not _settled(queuing, self._max_block + _GRACE):
                 self._call(_GRACE, _nothing)  # the loop answers: the call is still on its way
         except BaseException:
             queuing.cancel()  # a stuck loop, or KeyboardInterrupt: what is queued stays queued
@@ -275,14 +277,8 @@ class SyncProducer:
         if closing is not None:
             # Another thread's close() is delivering: flushed means that close has settled every
             # record (whether it failed is close()'s to report).
-            try:
-                closing.exception(_thread_timeout(limit + _GRACE))
-            except concurrent.futures.CancelledError:
-                pass
-            except TimeoutError:
-                raise KafkaTimeoutError(
-                    f"gave up waiting for flush (a close under way) after {limit + _GRACE:.1f}s"
-                ) from None
+            if not _settled(closing, limit + _GRACE):
+                raise KafkaTimeoutError(f"gave up waiting for flush (a close under way) after {limit + _GRACE:.1f}s")
             return
         self._call(limit + _GRACE, self._producer.flush, limit)
 
@@ -400,19 +396,14 @@ class SyncProducer:
         limit = self._delivery_timeout if timeout is None else timeout
         closing = self._begin_close(limit)
         try:
-            closing.result(_thread_timeout(limit + _GRACE))
-        except TimeoutError:
-            if not closing.done():
-                raise KafkaTimeoutError(f"the producer did not close within {limit + _GRACE:.1f}s") from None
-            if not closing.cancelled():
-                closing.result(0)  # it ended as the wait ran out: its own outcome, not a bare TimeoutError
+            if not _settled(closing, limit + _GRACE):
+                raise KafkaTimeoutError(f"the producer did not close within {limit + _GRACE:.1f}s")
+            closing.result(0)
         except concurrent.futures.CancelledError:
             pass  # the loop ended before it ran the close (a callback's SystemExit stopped it): closed
         finally:
-            if closing.done():
+            if closing.done():  # (else interrupted, or the loop stopped answering: it goes on, and exit waits for it)
                 self._thread.join(_JOIN_TIMEOUT)
-            else:  # interrupted, or the loop stopped answering: the close goes on, and exit waits for it
-                _wait_at_exit(closing, self._thread, self._pid)
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -423,6 +414,9 @@ class SyncProducer:
                 self._finalizer.detach()
                 _live.discard(self)
                 self._closing = _start_close(self._portal, self._loop, self._gate, self._producer, timeout)
+                # Exit waits for it, within its one bound, whoever waits for it now: a close()
+                # interrupted (even before its wait began), or one in a daemon thread exit ends.
+                _wait_at_exit(self._closing, self._thread, self._pid)
             return self._closing
 
     def _check_thread(self) -> None:
@@ -458,21 +452,19 @@ class SyncProducer:
     @staticmethod
     def _wait(future: concurrent.futures.Future[T], timeout: float | None, what: str) -> T:
         try:
-            return future.result(_thread_timeout(timeout))
-        except concurrent.futures.CancelledError:  # the portal cancelled it: the producer closed meanwhile
-            raise ProducerClosedError("the producer closed before the call completed") from None
-        except TimeoutError:
-            if future.cancelled():
-                raise ProducerClosedError("the producer closed before the call completed") from None
-            if future.done():  # the work ended as the wait ran out, or itself raised a TimeoutError
-                return future.result(0)
-            future.cancel()
-            raise KafkaTimeoutError(f"gave up waiting for {what} after {timeout:.1f}s") from None
+            settled = _settled(future, timeout)
         except BaseException:
             # KeyboardInterrupt or SystemExit in the waiting thread: withdraw the work if it
             # has not started (a record already queued stays queued).
             future.cancel()
             raise
+        if not settled and not future.done():  # (done since: the work ended as the wait ran out)
+            future.cancel()
+            raise KafkaTimeoutError(f"gave up waiting for {what} after {timeout:.1f}s")
+        try:
+            return future.result(0)
+        except concurrent.futures.CancelledError:  # the portal cancelled it: the producer closed meanwhile
+            raise ProducerClosedError("the producer closed before the call completed") from None
 
 
 async def _begin_transaction(producer: Producer) -> None:
@@ -586,6 +578,30 @@ def _start_portal(
 def _refused_at_exit(exc: BaseException) -> bool:
     """Python 3.12+'s refusal to start a thread while the interpreter exits."""
     return isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc)
+
+
+def _settled(future: concurrent.futures.Future[Any], timeout: float | None) -> bool:
+    """Wait up to ``timeout`` seconds (None: no limit) for ``future``; whether it is done.
+
+    On the main thread the wait is cut into slices of ``_SLICE``: the kernel may hand a Ctrl-C to
+    another thread (the producer's loop thread), which wakes no wait, and its KeyboardInterrupt
+    was raised only once the whole wait ended (``delivery_timeout_ms`` for a close)."""
+    if future.done():
+        return True
+    main = threading.current_thread() is threading.main_thread()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return future.done()
+        step = left if not main else _SLICE if left is None else min(_SLICE, left)
+        try:
+            future.exception(_thread_timeout(step))
+        except concurrent.futures.CancelledError:
+            pass
+        except TimeoutError:
+            continue
+        return True
 
 
 def _thread_timeout(seconds: float | None) -> float | None:

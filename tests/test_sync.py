@@ -845,6 +845,63 @@ sys.stdin.readline()  # the broker is back: exit now
         broker.stop()
 
 
+def test_a_close_under_way_in_a_daemon_thread_delivers_before_exit(topic: str) -> None:
+    # A worker (daemon) thread's close() was under way when the program ended: it had left the
+    # open producers, and registered with the exit wait only once interrupted (as a KeyboardInterrupt
+    # landing before close()'s wait began did not either): the loop thread died mid-delivery.
+    proxy_port = free_port()
+    broker = TansuBroker(advertised_port=proxy_port).start()
+    proxy_loop = asyncio.new_event_loop()
+    proxy_thread = threading.Thread(target=proxy_loop.run_forever, daemon=True)
+    proxy_thread.start()
+
+    def on_proxy_loop(coroutine: collections.abc.Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, proxy_loop).result(30)
+
+    async def cut_off(refuse: bool) -> None:
+        proxy.refuse = refuse
+        proxy.cut_all()
+
+    proxy = on_proxy_loop(FaultProxy(broker.port, proxy_port).start())
+    code = f"""
+import sys, threading
+from aioprod import SyncProducer
+producer = SyncProducer(bootstrap_servers="127.0.0.1:{proxy_port}", linger_ms=0)
+producer.send_and_wait("{topic}", b"warm-up", partition=0)
+print("cut the broker off", flush=True)
+sys.stdin.readline()
+producer.send("{topic}", b"queued", partition=0)  # the broker is out of reach: close() waits to deliver it
+threading.Thread(target=producer.close, daemon=True).start()  # a worker's close, under way at exit
+while not producer.closed:
+    pass
+print("closing", flush=True)
+sys.stdin.readline()  # the broker is back: exit now
+"""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline() == "cut the broker off\n"
+        on_proxy_loop(cut_off(True))
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "closing\n"
+        on_proxy_loop(cut_off(False))
+        child.stdin.write("\n")
+        child.stdin.flush()
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err[-2000:]
+        assert [r.value for r in read_topic(broker.bootstrap, topic)] == [b"warm-up", b"queued"]
+    finally:
+        child.kill()
+        on_proxy_loop(proxy.close())
+        proxy_loop.call_soon_threadsafe(proxy_loop.stop)
+        proxy_thread.join(30)
+        proxy_loop.close()
+        broker.stop()
+
+
 def test_close_says_closed_when_the_loop_ended_before_running_it(
     tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -872,10 +929,17 @@ class _EndsAsTheWaitRunsOut(concurrent.futures.Future[str]):
     """Fault injection: the work completes just after the caller's wait ran out."""
 
     def result(self, timeout: float | None = None) -> str:
+        self._ends_as_this_wait_runs_out(timeout)
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._ends_as_this_wait_runs_out(timeout)
+        return super().exception(timeout)
+
+    def _ends_as_this_wait_runs_out(self, timeout: float | None) -> None:
         if timeout is not None and timeout > 0 and not self.done():
             self.set_result("queued")
-            raise TimeoutError  # what Future.result raises when the wait runs out first
-        return super().result(timeout)
+            raise TimeoutError  # what a Future's wait raises when it runs out first
 
 
 def test_work_that_ends_as_the_wait_runs_out_gives_its_outcome() -> None:
@@ -884,3 +948,55 @@ def test_work_that_ends_as_the_wait_runs_out_gives_its_outcome() -> None:
     future = _EndsAsTheWaitRunsOut()
     future.set_running_or_notify_cancel()
     assert SyncProducer._wait(future, 1.0, "the producer") == "queued"
+
+
+class _Interrupted(BaseException):
+    """What the test's SIGINT handler raises (a KeyboardInterrupt of its own)."""
+
+
+class _Waited(concurrent.futures.Future[str]):
+    """A call that never ends; it says when the caller's wait has begun."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self.waiting.set()
+        return super().exception(timeout)
+
+    def result(self, timeout: float | None = None) -> str:
+        self.waiting.set()
+        return super().result(timeout)
+
+
+def test_ctrl_c_taken_by_another_thread_interrupts_a_wait_of_the_main_thread() -> None:
+    # The kernel hands a process's SIGINT to any thread that does not block it, the producer's
+    # loop thread included. Python runs the handler on the main thread, but only once that thread
+    # runs again: a close() waiting out delivery_timeout_ms (120 s) ignored Ctrl-C until then.
+    future = _Waited()
+    future.set_running_or_notify_cancel()
+    unanswered: list[bool] = []
+    interrupted = threading.Event()
+
+    def ctrl_c_in_this_thread() -> None:
+        future.waiting.wait(60)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # the main thread is not woken
+        if not interrupted.wait(60):  # a hung main thread: end its wait, so that the test fails
+            unanswered.append(True)
+            future.set_result("the wait ended without the interrupt")
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGINT, handler)
+    other = threading.Thread(target=ctrl_c_in_this_thread)
+    try:
+        other.start()
+        with pytest.raises(_Interrupted):
+            SyncProducer._wait(future, None, "the producer")
+        interrupted.set()
+        other.join(60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert unanswered == []

@@ -956,6 +956,8 @@ class Producer:
     async def _end_prepared(self, name: str, prepared: PreparedTransaction, *, commit: bool) -> None:
         if not isinstance(prepared, PreparedTransaction):
             raise TypeError(f"{name}() takes a PreparedTransaction, got {type(prepared).__name__}")
+        if self._txn is not None:
+            self._txn.check_handle(prepared)
         await self._coordinator_call(
             f"{name}({prepared.transactional_id!r})", lambda: end_prepared(self._coordinators, prepared, commit=commit)
         )

@@ -393,6 +393,13 @@ class TransactionManager:
 
         return checked
 
+    def check_handle(self, prepared: PreparedTransaction) -> None:
+        """Before a handle of this transactional id is ended through this producer: once the
+        cluster changed, a handle prepared in the old one names an id and epoch that may be
+        another producer's in the new one, whose open transaction its EndTxn would end."""
+        if self._cluster_left is not None and prepared.transactional_id == self.transactional_id:
+            raise copy_error(self._cluster_left)
+
     def sequence_in_doubt(self) -> None:
         """A partition's sequence cannot continue; a transactional producer cannot renumber
         silently: the transaction is aborted, and the epoch bumped before the next one."""
@@ -530,6 +537,10 @@ class TransactionManager:
                     continue
             changes = self._cluster_changes
             response = await self._init_producer_id(-1, -1)
+            if self._producer_error is not None:
+                # The producer failed meanwhile (the brokers named a cluster it had left: two
+                # clusters behind the addresses): it is not ready, and start() says why.
+                raise copy_error(self._producer_error)
             if changes == self._cluster_changes:
                 break
             # Answered by the cluster the producer moved away from: its id and epoch may be those

@@ -656,3 +656,67 @@ async def test_a_transactional_identity_answered_by_the_old_cluster_is_not_taken
             await other.commit_transaction()
     await p.close()
     assert (cluster.partition("t", 0).committed, cluster.partition("t", 1).committed) == ([b"ours"], [])
+
+
+async def test_a_transactional_start_that_saw_two_clusters_fails(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The refreshes named B, then A again, while InitProducerId was answered: the producer failed
+    # (two clusters behind the addresses), yet start() asked again, took the answer and returned,
+    # its state READY; only its sends failed.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    cluster_id = name_cluster(monkeypatch)
+    gate = {"hold": True, "held": asyncio.Event(), "event": asyncio.Event()}
+    handle = ScriptedCluster.handle
+
+    async def handling(self: ScriptedCluster, conn: object, frame: bytes) -> bytes | None:
+        answer = await handle(self, conn, frame)  # type: ignore[arg-type]
+        body = self.requests[-1].body
+        if isinstance(body, m.InitProducerIdRequest) and body.transactional_id and gate["hold"]:
+            gate["hold"] = False
+            gate["held"].set()
+            await gate["event"].wait()
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "handle", handling)
+    p = transactional(cluster, metadata_max_age_ms=1000)
+    starting = asyncio.ensure_future(p.start())
+    await gate["held"].wait()
+    cluster_id["now"] = "cluster-B"
+    await asyncio.sleep(2)  # a refresh names B
+    cluster_id["now"] = "cluster-A"
+    await asyncio.sleep(2)  # and one names A again
+    gate["event"].set()
+    with pytest.raises(ProducerFatalError, match="different clusters"):
+        await starting
+    await p.close()
+
+
+async def test_a_handle_prepared_in_the_cluster_left_ends_nothing_in_the_new_one(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The producer prepared a transaction in A (5000/0), then saw B: committing its handle sent
+    # EndTxn(5000/0, commit) to B, which committed the open transaction of B's producer 5000/0
+    # (and commit_prepared_transaction() returned, the transaction of A left open).
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    cluster_id = name_cluster(monkeypatch)
+    left = transactional(cluster, metadata_max_age_ms=1000)
+    await left.start()
+    left.begin_transaction()
+    await (await left.send("t", b"in-A", partition=0))
+    prepared = await left.prepare_transaction()  # A: 5000/0
+    replace_coordinator(cluster, cluster_id)
+    await asyncio.sleep(2)  # a refresh names B
+    async with transactional(cluster) as other:  # B: 5000/0
+        other.begin_transaction()
+        await (await other.send("t", b"other's", partition=1))
+        with pytest.raises(ProducerFatalError, match="cluster changed"):
+            await left.commit_prepared_transaction(prepared)
+        assert cluster.requests_of(m.EndTxnRequest) == []
+        await other.abort_transaction()
+    await left.close()
+    assert cluster.partition("t", 1).committed == []

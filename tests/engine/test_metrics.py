@@ -530,3 +530,32 @@ async def test_a_scrape_on_an_event_loop_asks_producers_of_other_loops_on_thread
     assert 'kafka_producer_record_send_total{client_id="web"} 0.0' in exported
     assert 'client_id="stuck"' not in exported
     assert "producer 'stuck' left out of this scrape: no snapshot within the scrape's 0.2 s" in caplog.text
+
+
+def test_a_producer_added_while_a_scrape_runs_does_not_fail_the_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another thread added a producer while a scrape started its threads: the scrape read the
+    # collector's producers again, found one it had started no thread for, and failed (KeyError),
+    # exporting nothing of any producer. (FAKE: the add is made to land in that window.)
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    import aioprod.prometheus as prometheus_module
+    from aioprod.prometheus import ProducerCollector
+
+    def unstarted(client_id: str) -> Producer:
+        return Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}", client_id=client_id)
+
+    collector, adder, added = ProducerCollector(unstarted("base")), unstarted("adder"), threading.Event()
+
+    def adding() -> MetricsSnapshot:  # on the scrape's thread for "adder": meanwhile, a producer comes
+        collector.add(unstarted("late"))
+        added.set()
+        return adder.metrics_snapshot()
+
+    collector.add(_FakeProducerForScrapes("adder", adding))
+    # The scrape's next step (its deadline) waits for the add.
+    monkeypatch.setattr(prometheus_module, "time", SimpleNamespace(monotonic=lambda: added.wait(30) and 0.0))
+    registry = CollectorRegistry()
+    registry.register(collector)
+    exported = generate_latest(registry).decode()
+    assert 'kafka_producer_record_send_total{client_id="base"} 0.0' in exported
+    assert 'kafka_producer_record_send_total{client_id="adder"} 0.0' in exported
