@@ -129,9 +129,13 @@ async def _send_chunk(
                     break
                 continue
             if missing_partitions and (topic, partition) in missing_partitions:
-                if fail_row(i, topic, key, missing_partitions[topic, partition]):
-                    break
-                continue
+                if _lacks(producer, topic, partition):
+                    if fail_row(i, topic, key, missing_partitions[topic, partition]):
+                        break
+                    continue
+                # A partition added during the write: once the producer's metadata has it (at its
+                # next refresh, metadata_max_age_ms at most), its rows are sent again.
+                del missing_partitions[topic, partition]
             try:
                 add(await send(topic, value, key, partition=partition, headers=headers))
                 state.progress += 1
@@ -163,8 +167,16 @@ async def _send_chunk(
                 break
             except Exception as exc:
                 exc.__traceback__ = None  # kept in the report: not with this chunk's frame
-                if partition is not None and isinstance(exc, ValueError) and _lacks(producer, topic, partition):
+                if (
+                    partition is not None
+                    and isinstance(exc, ValueError)
+                    and str(exc).startswith(f"partition {partition} does not exist")
+                    and _lacks(producer, topic, partition)
+                ):
                     # The topic is known and this partition is not in it: its later rows fail at once.
+                    # Only send()'s own verdict on the partition (its message): a row's other ValueError
+                    # (a header's name, a negative partition, refused at once) is no proof, and cached it
+                    # failed the partition's later rows with that row's error (one entry per negative value).
                     missing_partitions[topic, partition] = exc
                 if fail_row(i, topic, key, exc):
                     break

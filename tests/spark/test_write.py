@@ -8,6 +8,7 @@ import functools
 import pickle
 import socket
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -293,6 +294,81 @@ def test_a_missing_partition_is_a_row_error_when_max_block_ms_is_short(tansu_bro
     assert "partition 5" in tally.errors[0].error
     assert tally.errors[1].exception is tally.errors[0].exception  # no second wait
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"a", b"c", b"e"]
+
+
+def test_a_missing_partition_caches_only_its_own_error(tansu_broker: TansuBroker) -> None:
+    # A row's other ValueError (a header's name) was cached for its partition when the topic lacked
+    # it: the partition's later rows were reported with "header name ... is not valid Unicode". And
+    # each distinct negative partition (refused at once: nothing to save) added a cache entry.
+    topic = new_topic("nopart")
+    create_topic(tansu_broker.bootstrap, topic, 1)
+    options = producer_options(tansu_broker.bootstrap, {"retry_backoff_max_ms": 200})
+    plan = Plan(options, topic, False, False, True, True, "report", 100, 1000, None)
+    chunk = Chunk(
+        0, [b"ok", b"bad", b"c", b"d"], partitions=[0, 3, 3, 3], headers=[None, [("\ud800", b"x")], None, None]
+    )
+    negatives = Chunk(4, [b"n"] * 50, partitions=[-(i + 1) for i in range(50)])
+    unit = PartitionWrite(plan)
+    tally = writer.write_partition(unit, [chunk, negatives])
+    assert (tally.written, tally.failed) == (1, 53)
+    assert "not valid Unicode" in tally.errors[0].error
+    assert all("partition 3 does not exist" in e.error for e in tally.errors[1:3])
+    assert "partition must be >= 0, got -1" in tally.errors[3].error
+    assert list(unit._state.missing_partitions) == [(topic, 3)]
+
+
+def test_a_partition_added_during_the_write_takes_its_rows_once_the_producer_knows_it() -> None:
+    # FAKE cluster (scripted, over real TCP): Tansu refuses CreatePartitions; the fake adds a
+    # partition at a precise moment. Once a partition was proven missing, every later row for it
+    # failed with that first error ("topic 't' has 1 partition") for the rest of the write, even
+    # after the partition was added and the producer's metadata had it.
+    from tests.fakes.cluster import Partition, ScriptedCluster
+    from tests.fakes.tcp import TcpNetwork
+
+    loop = asyncio.new_event_loop()
+    serving = threading.Thread(target=loop.run_forever, daemon=True)
+    serving.start()
+
+    async def start() -> tuple[ScriptedCluster, TcpNetwork]:
+        network = TcpNetwork()
+        cluster = ScriptedCluster(network, nodes=1, ports=lambda _node: free_port())
+        cluster.accepts_unknown_producers = True
+        cluster.create_topic("t", 1)
+        await network.ready()
+        return cluster, network
+
+    cluster, network = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    try:
+        options = producer_options(cluster.bootstrap, {"max_block_ms": 1000, "metadata_max_age_ms": 200})
+        # At most 2 rows in flight: handing the second chunk over collects the first one's results.
+        plan = Plan(options, "t", False, False, True, False, "report", 100, 2, None)
+        unit = PartitionWrite(plan)
+
+        def chunks() -> Iterator[Chunk]:
+            yield Chunk(0, [b"a", b"b"], partitions=[0, 1])  # partition 1 does not exist yet
+            yield Chunk(2, [b"c"], partitions=[0])
+            partitions = cluster.topics["t"]
+            loop.call_soon_threadsafe(partitions.append, Partition(1, partitions[0].topic_id))
+            assert unit._producer is not None
+            # Until the producer's next metadata refresh (metadata_max_age_ms) has the partition.
+            deadline = time.monotonic() + 30
+            while 1 not in unit._producer.cluster().topics["t"].partitions:
+                assert time.monotonic() < deadline, "the producer's metadata never had the new partition"
+                threading.Event().wait(0.05)
+            yield Chunk(3, [b"d", b"e"], partitions=[1, 1])
+
+        tally = writer.write_partition(unit, chunks())
+        assert (tally.written, tally.failed) == (4, 1)
+        assert [e.row for e in tally.errors] == [1]
+        assert asyncio.run_coroutine_threadsafe(_values(cluster, "t", 1), loop).result(10) == [b"d", b"e"]
+    finally:
+        asyncio.run_coroutine_threadsafe(network.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        serving.join(10)
+
+
+async def _values(cluster: Any, topic: str, partition: int) -> list[bytes | None]:
+    return list(cluster.topics[topic][partition].values)
 
 
 def test_string_header_values_are_encoded(spark: Any, tansu_broker: TansuBroker) -> None:
