@@ -201,6 +201,7 @@ class Producer:
         if self._state != _NEW:
             raise ProducerClosedError(f"start() called on a producer that is {self._state}")
         self._loop = asyncio.get_running_loop()
+        self._started_in = os.getpid()
         # send() checks, per record, that it runs on this loop: _current() against
         # _runs_on._thread_id. From 3.12 on, the running loop itself (~30 ns). On 3.11, where asking
         # for it costs ~180 ns (a getpid() each call): compiled, the loop's current run (_RunOf);
@@ -1076,7 +1077,7 @@ class Producer:
         on another one a call waited out its timeout and failed for a reason it did not give.
         (Checked where a call may wait, not per record.)"""
         if self._forked_copy():
-            raise RuntimeError(_OTHER_LOOP)
+            self._refuse_in_forked_child()
         running: asyncio.AbstractEventLoop | None
         try:
             running = asyncio.get_running_loop()
@@ -1110,7 +1111,7 @@ class Producer:
             # Even where the child runs its copy of the loop: the connections, producer id and
             # sequence numbers are the parent's (a parent's next record, acknowledged as a
             # duplicate of the child's, was never written).
-            raise RuntimeError(_OTHER_LOOP)
+            self._refuse_in_forked_child()
         if self._state is _STARTED and self._fatal is None and running is self._loop:
             if type(self._runs_on) is _RunOf:
                 self._runs_on = _RunOf()
@@ -1121,6 +1122,14 @@ class Producer:
 
     def _forked_copy(self) -> bool:
         return type(getattr(self, "_runs_on", None)) is _Nobody
+
+    def _refuse_in_forked_child(self) -> NoReturn:
+        # Not _OTHER_LOOP: its advice (SyncProducer) fails in a forked child too.
+        raise RuntimeError(
+            f"this producer was started in process {self._runs_on.parent}, and this is a forked child "
+            f"(process {os.getpid()}): a producer's connections, producer id and sequence numbers are "
+            "its parent's; create a new Producer in the child after fork"
+        )
 
     def _raise_not_open(self) -> NoReturn:
         if self._state is _STARTED:
@@ -1193,10 +1202,14 @@ class _RunningHere:
 
 class _Nobody:
     """A forked child's copy of a started producer: its loop runs in no thread of this process
-    (on 3.11 the copied loop still named the forking thread, and a child's send was taken)."""
+    (on 3.11 the copied loop still named the forking thread, and a child's send was taken).
+    ``parent``: the process that started it."""
 
-    __slots__ = ()
+    __slots__ = ("parent",)
     _thread_id = _NO_RUN
+
+    def __init__(self, parent: int) -> None:
+        self.parent = parent
 
 
 _started: weakref.WeakSet[Producer] = weakref.WeakSet()
@@ -1204,7 +1217,8 @@ _started: weakref.WeakSet[Producer] = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     for producer in list(_started):
-        producer._runs_on = _Nobody()
+        if not producer._forked_copy():  # (a grandchild: the producer is still its grandparent's)
+            producer._runs_on = _Nobody(producer._started_in)
         sender = getattr(producer, "_sender", None)  # None: its start() failed early
         if sender is not None:
             sender.forked = True

@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"),  # 3.12+
 ]
 
-REFUSED = "refused: this producer was started on another event loop"
+REFUSED = "refused: this producer was started in process "
 
 
 def in_a_forked_child(work: Callable[[], str]) -> str:
@@ -103,6 +103,26 @@ def test_a_forked_child_cannot_send_on_its_parents_producer(
     assert len(said) == 2, said
     assert all(s.startswith(REFUSED) for s in said), said
     assert [c.value for c in read_topic(tansu_broker.bootstrap, topic)] == [b"known"]
+
+
+def test_a_forked_childs_refusal_names_the_fork_not_another_loop(tansu_broker: TansuBroker, topic: str) -> None:
+    # It said "started on another event loop ... use SyncProducer": a SyncProducer made in the
+    # parent is refused in the child too. The way out is a new producer in the child.
+    async def child(producer: Producer) -> str:
+        try:
+            await producer.send(topic, b"from the forked child")
+        except RuntimeError as exc:
+            return str(exc)
+        return "taken"
+
+    async def parent() -> tuple[int, str]:
+        async with Producer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+            await producer.send_and_wait(topic, b"known")
+            return os.getpid(), in_a_forked_child(lambda: asyncio.run(child(producer)))
+
+    pid, said = asyncio.run(parent())
+    assert f"started in process {pid}, and this is a forked child" in said, said
+    assert "create a new Producer in the child" in said and "SyncProducer" not in said, said
 
 
 @pytest.mark.parametrize("how", ["send", "send_many", "send_and_wait"])
