@@ -780,11 +780,10 @@ def test_work_a_closed_loop_never_ran_is_cancelled_whatever_its_coroutine() -> N
     assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED  # closed, not left to warn
 
 
-def test_an_interrupted_close_still_delivers_before_exit(topic: str) -> None:
-    # docs/sync.md: a close() interrupted by Ctrl-C "goes on in the background". Interpreter exit
-    # did not wait for it (the producer was no longer open, nor dropped unclosed): the daemon loop
-    # thread died mid-delivery and the queued record was lost without a word. The broker is cut
-    # off (tests/chaos/proxy.py's FaultProxy refuses connections) while close() waits.
+def _a_close_left_under_way_delivers_before_exit(topic: str, close: str, said: str) -> None:
+    """A child process queues a record while the broker is cut off (tests/chaos/proxy.py's
+    FaultProxy refuses connections), runs ``close`` (code that leaves a close under way, then
+    prints ``said``), and exits once the broker is back: the record must have been delivered."""
     proxy_port = free_port()
     broker = TansuBroker(advertised_port=proxy_port).start()
     proxy_loop = asyncio.new_event_loop()
@@ -807,7 +806,40 @@ producer.send_and_wait("{topic}", b"warm-up", partition=0)
 print("cut the broker off", flush=True)
 sys.stdin.readline()
 producer.send("{topic}", b"queued", partition=0)  # the broker is out of reach: close() waits to deliver it
+{close}
+print("{said}", flush=True)
+sys.stdin.readline()  # the broker is back: exit now
+"""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline() == "cut the broker off\n"
+        on_proxy_loop(cut_off(True))
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == f"{said}\n"
+        on_proxy_loop(cut_off(False))
+        child.stdin.write("\n")
+        child.stdin.flush()
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err[-2000:]
+        assert [r.value for r in read_topic(broker.bootstrap, topic)] == [b"warm-up", b"queued"]
+    finally:
+        child.kill()
+        on_proxy_loop(proxy.close())
+        proxy_loop.call_soon_threadsafe(proxy_loop.stop)
+        proxy_thread.join(30)
+        proxy_loop.close()
+        broker.stop()
 
+
+def test_an_interrupted_close_still_delivers_before_exit(topic: str) -> None:
+    # docs/sync.md: a close() interrupted by Ctrl-C "goes on in the background". Interpreter exit
+    # did not wait for it (the producer was no longer open, nor dropped unclosed): the daemon loop
+    # thread died mid-delivery and the queued record was lost without a word.
+    interrupted_close = """
 def interrupt_once_closing():
     while not producer.closed:
         pass
@@ -817,89 +849,23 @@ threading.Thread(target=interrupt_once_closing).start()
 try:
     producer.close()
 except KeyboardInterrupt:
-    print("interrupted", flush=True)
-sys.stdin.readline()  # the broker is back: exit now
+    pass
+else:
+    sys.exit("close() was not interrupted")
 """
-    child = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    assert child.stdin is not None and child.stdout is not None
-    try:
-        assert child.stdout.readline() == "cut the broker off\n"
-        on_proxy_loop(cut_off(True))
-        child.stdin.write("\n")
-        child.stdin.flush()
-        assert child.stdout.readline() == "interrupted\n"
-        on_proxy_loop(cut_off(False))
-        child.stdin.write("\n")
-        child.stdin.flush()
-        _, err = child.communicate(timeout=60)
-        assert child.returncode == 0, err[-2000:]
-        assert [r.value for r in read_topic(broker.bootstrap, topic)] == [b"warm-up", b"queued"]
-    finally:
-        child.kill()
-        on_proxy_loop(proxy.close())
-        proxy_loop.call_soon_threadsafe(proxy_loop.stop)
-        proxy_thread.join(30)
-        proxy_loop.close()
-        broker.stop()
+    _a_close_left_under_way_delivers_before_exit(topic, interrupted_close, "interrupted")
 
 
 def test_a_close_under_way_in_a_daemon_thread_delivers_before_exit(topic: str) -> None:
     # A worker (daemon) thread's close() was under way when the program ended: it had left the
     # open producers, and registered with the exit wait only once interrupted (as a KeyboardInterrupt
     # landing before close()'s wait began did not either): the loop thread died mid-delivery.
-    proxy_port = free_port()
-    broker = TansuBroker(advertised_port=proxy_port).start()
-    proxy_loop = asyncio.new_event_loop()
-    proxy_thread = threading.Thread(target=proxy_loop.run_forever, daemon=True)
-    proxy_thread.start()
-
-    def on_proxy_loop(coroutine: collections.abc.Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, proxy_loop).result(30)
-
-    async def cut_off(refuse: bool) -> None:
-        proxy.refuse = refuse
-        proxy.cut_all()
-
-    proxy = on_proxy_loop(FaultProxy(broker.port, proxy_port).start())
-    code = f"""
-import sys, threading
-from aioprod import SyncProducer
-producer = SyncProducer(bootstrap_servers="127.0.0.1:{proxy_port}", linger_ms=0)
-producer.send_and_wait("{topic}", b"warm-up", partition=0)
-print("cut the broker off", flush=True)
-sys.stdin.readline()
-producer.send("{topic}", b"queued", partition=0)  # the broker is out of reach: close() waits to deliver it
+    worker_close = """
 threading.Thread(target=producer.close, daemon=True).start()  # a worker's close, under way at exit
 while not producer.closed:
     pass
-print("closing", flush=True)
-sys.stdin.readline()  # the broker is back: exit now
 """
-    child = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    assert child.stdin is not None and child.stdout is not None
-    try:
-        assert child.stdout.readline() == "cut the broker off\n"
-        on_proxy_loop(cut_off(True))
-        child.stdin.write("\n")
-        child.stdin.flush()
-        assert child.stdout.readline() == "closing\n"
-        on_proxy_loop(cut_off(False))
-        child.stdin.write("\n")
-        child.stdin.flush()
-        _, err = child.communicate(timeout=60)
-        assert child.returncode == 0, err[-2000:]
-        assert [r.value for r in read_topic(broker.bootstrap, topic)] == [b"warm-up", b"queued"]
-    finally:
-        child.kill()
-        on_proxy_loop(proxy.close())
-        proxy_loop.call_soon_threadsafe(proxy_loop.stop)
-        proxy_thread.join(30)
-        proxy_loop.close()
-        broker.stop()
+    _a_close_left_under_way_delivers_before_exit(topic, worker_close, "closing")
 
 
 def test_close_says_closed_when_the_loop_ended_before_running_it(
