@@ -281,6 +281,30 @@ async def test_the_identity_warning_names_the_replaced_id(
     assert lines and "was 1000/0" in lines[0], lines
 
 
+class HeldInitProducerId:
+    """Fault injection: the first InitProducerId answer once ``holding`` is computed by the cluster
+    as it is then (the old one) and reaches the producer only at :meth:`release`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, holding: bool = True) -> None:
+        self.holding = holding
+        self.held = asyncio.Event()
+        self._released = asyncio.Event()
+        handle = ScriptedCluster.handle
+
+        async def handling(cluster: ScriptedCluster, conn: object, frame: bytes) -> bytes | None:
+            answer = await handle(cluster, conn, frame)  # type: ignore[arg-type]  # computed now
+            if isinstance(cluster.requests[-1].body, m.InitProducerIdRequest) and self.holding:
+                self.holding = False
+                self.held.set()
+                await self._released.wait()
+            return answer
+
+        monkeypatch.setattr(ScriptedCluster, "handle", handling)
+
+    def release(self) -> None:
+        self._released.set()
+
+
 async def test_an_init_producer_id_answered_by_the_old_cluster_is_not_taken(
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -291,26 +315,15 @@ async def test_an_init_producer_id_answered_by_the_old_cluster_is_not_taken(
     cluster.add_node(2)
     cluster.create_topic("t", [1, 2, 1])
     cluster_id = name_cluster(monkeypatch)
-    gate = {"hold": False, "event": asyncio.Event(), "answered": []}
-    handle = ScriptedCluster.handle
-
-    async def handling(self: ScriptedCluster, conn: object, frame: bytes) -> bytes | None:
-        answer = await handle(self, conn, frame)  # computed now: by the old cluster
-        body = self.requests[-1].body
-        if isinstance(body, m.InitProducerIdRequest) and gate["hold"]:
-            gate["answered"].append(self.requests[-1].node)
-            await gate["event"].wait()  # the answer reaches the producer later
-        return answer
-
-    monkeypatch.setattr(ScriptedCluster, "handle", handling)
+    init = HeldInitProducerId(monkeypatch, holding=False)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
         await p.send_and_wait("t", b"a0", partition=0)  # id 1000
         await p.send_and_wait("t", b"a1", partition=1)
         cluster.nodes[1].script.append(59)  # UNKNOWN_PRODUCER_ID: a fresh id is asked for
-        gate["hold"] = True
+        init.holding = True
         future = await p.send("t", b"ours", partition=2)
         await asyncio.sleep(0.3)
-        assert gate["answered"]
+        assert init.held.is_set()
         # The old cluster answered 1001/0; before it is read, the new cluster, whose producer
         # 1001 wrote sequence 0 of t-2, replaces it, and a refresh names it.
         cluster.create_topic("t", [1, 2, 1])
@@ -321,8 +334,7 @@ async def test_an_init_producer_id_answered_by_the_old_cluster_is_not_taken(
         cluster_id["now"] = "cluster-B"
         await asyncio.sleep(2)
         assert p.cluster().cluster_id == "cluster-B"
-        gate["hold"] = False
-        gate["event"].set()
+        init.release()
         await future
     assert cluster.partition("t", 2).values == [b"theirs", b"ours"]
 
@@ -627,28 +639,16 @@ async def test_a_transactional_identity_answered_by_the_old_cluster_is_not_taken
     cluster.add_node(2)
     cluster.create_topic("t", [1, 2])
     cluster_id = name_cluster(monkeypatch)
-    gate = {"hold": True, "held": asyncio.Event(), "event": asyncio.Event()}
-    handle = ScriptedCluster.handle
-
-    async def handling(self: ScriptedCluster, conn: object, frame: bytes) -> bytes | None:
-        answer = await handle(self, conn, frame)  # type: ignore[arg-type]  # computed now: A's
-        body = self.requests[-1].body
-        if isinstance(body, m.InitProducerIdRequest) and body.transactional_id and gate["hold"]:
-            gate["hold"] = False
-            gate["held"].set()
-            await gate["event"].wait()
-        return answer
-
-    monkeypatch.setattr(ScriptedCluster, "handle", handling)
+    init = HeldInitProducerId(monkeypatch)
     p = transactional(cluster, metadata_max_age_ms=1000)
     starting = asyncio.ensure_future(p.start())
-    await gate["held"].wait()
+    await init.held.wait()
     replace_coordinator(cluster, cluster_id)
     async with transactional(cluster) as other:  # B: 5000/0
         other.begin_transaction()
         await (await other.send("t", b"other's", partition=1))
         await asyncio.sleep(2)  # a refresh names B
-        gate["event"].set()
+        init.release()
         await starting  # asks B again: 5000/1, which fences the other
         async with p.transaction():
             await p.send("t", b"ours", partition=0)
@@ -668,27 +668,15 @@ async def test_a_transactional_start_that_saw_two_clusters_fails(
     cluster.add_node(2)
     cluster.create_topic("t", [1, 2])
     cluster_id = name_cluster(monkeypatch)
-    gate = {"hold": True, "held": asyncio.Event(), "event": asyncio.Event()}
-    handle = ScriptedCluster.handle
-
-    async def handling(self: ScriptedCluster, conn: object, frame: bytes) -> bytes | None:
-        answer = await handle(self, conn, frame)  # type: ignore[arg-type]
-        body = self.requests[-1].body
-        if isinstance(body, m.InitProducerIdRequest) and body.transactional_id and gate["hold"]:
-            gate["hold"] = False
-            gate["held"].set()
-            await gate["event"].wait()
-        return answer
-
-    monkeypatch.setattr(ScriptedCluster, "handle", handling)
+    init = HeldInitProducerId(monkeypatch)
     p = transactional(cluster, metadata_max_age_ms=1000)
     starting = asyncio.ensure_future(p.start())
-    await gate["held"].wait()
+    await init.held.wait()
     cluster_id["now"] = "cluster-B"
     await asyncio.sleep(2)  # a refresh names B
     cluster_id["now"] = "cluster-A"
     await asyncio.sleep(2)  # and one names A again
-    gate["event"].set()
+    init.release()
     with pytest.raises(ProducerFatalError, match="different clusters"):
         await starting
     await p.close()
