@@ -25,7 +25,7 @@ from aioprod.errors import (
 )
 from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
-from aioprod.net.pool import exponential_backoff
+from aioprod.net.pool import connection_setup_timeout, exponential_backoff
 from aioprod.producer.producer import Producer
 from aioprod.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
 
@@ -67,12 +67,7 @@ async def _ask_bootstrap(
     rounds = 0
     while True:
         rounds += 1
-        # As the producer's pool: the set-up timeout grows with the failed rounds.
-        setup_timeout = exponential_backoff(
-            config.socket_connection_setup_timeout_ms / 1000,
-            config.socket_connection_setup_timeout_max_ms / 1000,
-            rounds,
-        )
+        setup_timeout = connection_setup_timeout(config, rounds)  # as the pool's: it grows with the failed rounds
         for index, (host, port) in enumerate(config.bootstrap_servers):
             conn = BrokerConnection(
                 -1 - index,

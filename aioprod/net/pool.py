@@ -233,12 +233,7 @@ class ConnectionPool:
             security=self._security,
             metrics=self._metrics.broker(node_id),
         )
-        # Java's socket.connection.setup.timeout.ms: exponential per consecutive failure.
-        setup_timeout = exponential_backoff(
-            self._config.socket_connection_setup_timeout_ms / 1000,
-            self._config.socket_connection_setup_timeout_max_ms / 1000,
-            state.failures + 1,
-        )
+        setup_timeout = connection_setup_timeout(self._config, state.failures + 1)
         state.attempting = True
         state.opening = conn
         metrics, events = self._metrics, self._metrics.events
@@ -481,3 +476,11 @@ def exponential_backoff(base: float, cap: float, attempts: int) -> float:
     out, and never above ``cap`` (as Java's ExponentialBackoff)."""
     delay = min(cap, base * (2 ** min(max(0, attempts - 1), 62)))
     return float(min(cap, delay * random.uniform(0.8, 1.2)))
+
+
+def connection_setup_timeout(config: ProducerConfig, attempts: int) -> float:
+    """How long the ``attempts``-th connection attempt in a row may take to be established
+    (Java's socket.connection.setup.timeout.ms): exponential per consecutive failure."""
+    return exponential_backoff(
+        config.socket_connection_setup_timeout_ms / 1000, config.socket_connection_setup_timeout_max_ms / 1000, attempts
+    )

@@ -149,7 +149,7 @@ class Coordinators:
                 return await self._pool.get(node)
             except KafkaError as exc:
                 failures += 1
-                await self._unreachable(key_type, key, exc, failures)
+                await self.unreachable(key_type, key, exc, failures)
 
     async def request(
         self,
@@ -173,7 +173,7 @@ class Coordinators:
                 response: R = await conn.send(build(), max_version=max_version)
             except KafkaError as exc:
                 failures += 1
-                await self._unreachable(key_type, key, exc, failures)
+                await self.unreachable(key_type, key, exc, failures)
                 continue
             assert isinstance(response, response_cls)
             codes = [code for code in error_codes(response) if code]
@@ -193,7 +193,7 @@ class Coordinators:
             cap = concurrent_backoff if code == ConcurrentTransactionsError.code else None
             await self._backoff(error, failures, cap)
 
-    async def _unreachable(self, key_type: int, key: str, error: KafkaError, failures: int) -> None:
+    async def unreachable(self, key_type: int, key: str, error: KafkaError, failures: int) -> None:
         """The coordinator of ``key`` could not be reached or answer: a retriable ``error`` means
         finding it again after a backoff; any other is raised."""
         if not error.retriable:

@@ -201,7 +201,6 @@ class Producer:
         if self._state != _NEW:
             raise ProducerClosedError(f"start() called on a producer that is {self._state}")
         self._loop = asyncio.get_running_loop()
-        self._started_in = os.getpid()
         # send() checks, per record, that it runs on this loop: _current() against
         # _runs_on._thread_id. From 3.12 on, the running loop itself (~30 ns). On 3.11, where asking
         # for it costs ~180 ns (a getpid() each call): compiled, the loop's current run (_RunOf);
@@ -1218,7 +1217,7 @@ _started: weakref.WeakSet[Producer] = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for producer in list(_started):
         if not producer._forked_copy():  # (a grandchild: the producer is still its grandparent's)
-            producer._runs_on = _Nobody(producer._started_in)
+            producer._runs_on = _Nobody(os.getppid())  # the process that forked: the one that started it
         sender = getattr(producer, "_sender", None)  # None: its start() failed early
         if sender is not None:
             sender.forked = True

@@ -61,7 +61,7 @@ from aioprod.errors import (
 )
 from aioprod.event_log import ClientLogger
 from aioprod.net.connection import BrokerConnection
-from aioprod.net.pool import ConnectionPool, exponential_backoff
+from aioprod.net.pool import ConnectionPool
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.coordinators import GROUP, TRANSACTION, Coordinators
 from aioprod.producer.idempotence import IdempotenceState
@@ -387,18 +387,21 @@ class TransactionManager:
         once the cluster changed (each retry builds anew, and a retry reaches the new cluster)."""
 
         def checked() -> Request:
-            if self._cluster_left is not None:
-                raise copy_error(self._cluster_left)
+            self._refuse_if_cluster_left()
             return build()
 
         return checked
+
+    def _refuse_if_cluster_left(self) -> None:
+        if self._cluster_left is not None:
+            raise copy_error(self._cluster_left)
 
     def check_handle(self, prepared: PreparedTransaction) -> None:
         """Before a handle of this transactional id is ended through this producer: once the
         cluster changed, a handle prepared in the old one names an id and epoch that may be
         another producer's in the new one, whose open transaction its EndTxn would end."""
-        if self._cluster_left is not None and prepared.transactional_id == self.transactional_id:
-            raise copy_error(self._cluster_left)
+        if prepared.transactional_id == self.transactional_id:
+            self._refuse_if_cluster_left()
 
     def sequence_in_doubt(self) -> None:
         """A partition's sequence cannot continue; a transactional producer cannot renumber
@@ -526,14 +529,8 @@ class TransactionManager:
                         await self._coordinators.connection(TRANSACTION, self.transactional_id)
                     )
                 except KafkaError as exc:
-                    if not exc.retriable:
-                        raise
                     failures += 1
-                    await asyncio.sleep(
-                        exponential_backoff(
-                            self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, failures
-                        )
-                    )
+                    await self._coordinators.unreachable(TRANSACTION, self.transactional_id, exc, failures)
                     continue
             changes = self._cluster_changes
             response = await self._init_producer_id(-1, -1)
@@ -804,8 +801,7 @@ class TransactionManager:
         if not commit:
             tolerate |= _IDENTITY_GONE  # no transaction of ours to abort: renew the identity
         try:
-            if self._cluster_left is not None:
-                raise copy_error(self._cluster_left)
+            self._refuse_if_cluster_left()  # (before looking for a coordinator in the cluster left)
             response = await _end_txn(
                 self._coordinators, self._handle(), commit=commit, tolerate=tolerate, under=self._under_identity
             )
