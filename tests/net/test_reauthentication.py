@@ -318,17 +318,8 @@ async def test_records_expiring_as_credentials_are_refused_say_so(
     # may be passing), and expired with a bare "not sent", the log the only place saying why.
     cluster = scripted.cluster
     accept_every_sasl_client(monkeypatch, cluster)
-    handle = fake_cluster.ScriptedCluster.handle
     revoked = [False]
-
-    async def refusing_once_revoked(self: fake_cluster.ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
-        header, _ = decode_request_header(frame)
-        if header.api_key == m.SaslAuthenticateRequest.API_KEY and revoked[0]:
-            answer = m.SaslAuthenticateResponse(58, "Authentication failed: invalid credentials", b"", 0)
-            return encode_response(answer, header.api_version, header.correlation_id)
-        return await handle(self, conn, frame)
-
-    monkeypatch.setattr(fake_cluster.ScriptedCluster, "handle", refusing_once_revoked)
+    answer_sasl_with(monkeypatch, 58, revoked)  # SASL_AUTHENTICATION_FAILED once revoked
     cluster.create_topic("t", 1)
     async with oauth_producer(
         cluster, lambda: OAuthBearerToken("token", time.time() + 3600), linger_ms=0, delivery_timeout_ms=60_000
