@@ -226,7 +226,9 @@ def test_a_thread_that_reuses_the_ended_loop_threads_id_may_still_call_close(tan
 def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: TansuBroker, topic: str) -> None:
     seen: list[BaseException] = []
     done = threading.Event()
-    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+    # A long linger keeps the record queued until flush(), so the callback is added to a pending
+    # future and runs on the producer's thread (added to a done one, it would run right here).
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=600_000) as producer:
 
         def callback(_: concurrent.futures.Future[RecordMetadata]) -> None:
             for call in (lambda: producer.send(topic, b"from the callback"), lambda: producer.submit(_noop)):
@@ -236,7 +238,10 @@ def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: Tansu
                     seen.append(exc)
             done.set()
 
-        producer.send(topic, b"x").add_done_callback(callback)
+        future = producer.send(topic, b"x")
+        assert not future.done()
+        future.add_done_callback(callback)
+        producer.flush()
         assert done.wait(30)
     assert len(seen) == 2 and all(isinstance(exc, RuntimeError) for exc in seen)
     assert all("its own thread" in str(exc) for exc in seen)
