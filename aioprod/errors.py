@@ -111,6 +111,23 @@ class RecordTooLargeError(KafkaError, ValueError):
     """A record cannot fit in a request or in the producer's buffer."""
 
 
+class PartitionNotFoundError(KafkaError, ValueError):
+    """A record names a partition its topic does not have: the cluster's answers lacked it for
+    ``retry_backoff_max_ms`` (one lagging broker's view proves nothing), or it is beyond the
+    topic's partitions the producer knows. ``topic``, ``partition`` and ``partition_count`` (as
+    of the last metadata) say which; it is a ``ValueError`` too, for what the caller passed."""
+
+    def __init__(self, topic: str, partition: int, partition_count: int) -> None:
+        super().__init__(
+            f"partition {partition} does not exist: topic {topic!r} has {partition_count} partition"
+            + ("" if partition_count == 1 else "s")
+            + f" (0-{partition_count - 1})"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.partition_count = partition_count
+
+
 class InvalidBatchError(KafkaError):
     """The broker refused the record's batch for other records of it (INVALID_RECORD or
     INVALID_TIMESTAMP naming them, KIP-467): those records get the broker's error; this one was

@@ -44,6 +44,7 @@ CLIENT_SIDE = (
     errors.KafkaTimeoutError,
     errors.ProducerClosedError,
     errors.RecordTooLargeError,
+    errors.PartitionNotFoundError,
     TimeoutError,
     ValueError,
     TypeError,
@@ -280,6 +281,7 @@ RICHER_ERRORS = [
     errors.AuthenticationError("bad password", mechanism="PLAIN", broker="h:9092"),
     errors.SaslMechanismNotEnabledError("no", mechanism="PLAIN", broker="h:9092", enabled=("SCRAM-SHA-512",)),
     errors.PreparedTransactionError("fenced", prepared=("tid", 1, 2)),
+    errors.PartitionNotFoundError("orders", 7, 3),
 ]
 
 

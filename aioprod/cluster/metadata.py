@@ -32,6 +32,7 @@ from aioprod.errors import (
     InvalidTopicError,
     KafkaError,
     KafkaTimeoutError,
+    PartitionNotFoundError,
     ProducerClosedError,
     TopicAuthorizationFailedError,
     copy_error,
@@ -299,7 +300,7 @@ class Metadata:
                     # Only a refresh's answer is remembered, and only briefly (the topic may grow).
                     if proved:
                         self._missing_partitions.add((topic, partition))
-                    raise ValueError(f"partition {partition} does not exist: {known}")
+                    raise PartitionNotFoundError(topic, partition, count)
                 if deadline - loop.time() <= 0:  # no refresh answered in time: proves nothing
                     raise KafkaTimeoutError(
                         f"partition {partition} of topic {topic!r} not present in metadata after "

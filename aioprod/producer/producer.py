@@ -483,13 +483,6 @@ class Producer:
                 partition = partition_for_key(key, len(info.all_partitions))  # Partitioner.partition's rule
             else:
                 partition = self._partitioner.partition(topic, key, info.all_partitions, info.available_partitions)
-        elif partition not in info.partitions:
-            count = len(info.partitions)
-            raise ValueError(
-                f"partition {partition} does not exist: topic {topic!r} has {count} partition"
-                + ("" if count == 1 else "s")
-                + f" (0-{count - 1})"
-            )
         pool = acc.pool
         if not pool.try_reserve(size):
             if deadline is None:

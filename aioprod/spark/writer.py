@@ -26,6 +26,7 @@ from aioprod.errors import (
     InvalidTransactionTimeoutError,
     KafkaError,
     KafkaTimeoutError,
+    PartitionNotFoundError,
     ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
@@ -167,17 +168,12 @@ async def _send_chunk(
                 break
             except Exception as exc:
                 exc.__traceback__ = None  # kept in the report: not with this chunk's frame
-                if (
-                    partition is not None
-                    and isinstance(exc, ValueError)
-                    and str(exc).startswith(f"partition {partition} does not exist")
-                    and _lacks(producer, topic, partition)
-                ):
+                if isinstance(exc, PartitionNotFoundError) and _lacks(producer, topic, exc.partition):
                     # The topic is known and this partition is not in it: its later rows fail at once.
-                    # Only send()'s own verdict on the partition (its message): a row's other ValueError
-                    # (a header's name, a negative partition, refused at once) is no proof, and cached it
-                    # failed the partition's later rows with that row's error (one entry per negative value).
-                    missing_partitions[topic, partition] = exc
+                    # Only that verdict: a row's other ValueError (a header's name, a negative
+                    # partition, refused at once) is no proof, and cached it failed the partition's
+                    # later rows with that row's error (one entry per negative value).
+                    missing_partitions[topic, exc.partition] = exc
                 if fail_row(i, topic, key, exc):
                     break
     # Records are acknowledged a whole batch at a time, so awaiting them in order suspends

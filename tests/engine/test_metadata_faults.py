@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import KafkaTimeoutError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from aioprod.errors import (
+    KafkaTimeoutError,
+    NotLeaderOrFollowerError,
+    PartitionNotFoundError,
+    UnknownTopicOrPartitionError,
+)
 from aioprod.protocol.messages import MetadataRequest, MetadataResponseBroker, ProduceRequest
 from tests.conftest import Scripted
 from tests.fakes.cluster import Partition, ScriptedCluster
@@ -481,12 +486,16 @@ async def test_sends_to_a_missing_partition_are_refused_after_a_second_not_max_b
     async with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=60_000) as p:
         await p.partitions_for("t")
         before, started = len(cluster.requests_of(MetadataRequest)), scripted.clock.now
-        with pytest.raises(ValueError, match="partition 5 does not exist"):
+        with pytest.raises(PartitionNotFoundError) as info:
             await p.send("t", b"v", partition=5)
         assert 1.0 <= scripted.clock.now - started < 2.0
+        # A ValueError too (what the caller passed), saying which partition of which topic.
+        assert isinstance(info.value, ValueError)
+        assert (info.value.topic, info.value.partition, info.value.partition_count) == ("t", 5, 1)
+        assert str(info.value) == "partition 5 does not exist: topic 't' has 1 partition (0-0)"
         refreshes = len(cluster.requests_of(MetadataRequest)) - before
         for _ in range(9):
-            with pytest.raises(ValueError, match="partition 5 does not exist"):
+            with pytest.raises(PartitionNotFoundError, match="partition 5 does not exist"):
                 await p.send("t", b"v", partition=5)
         assert len(cluster.requests_of(MetadataRequest)) - before == refreshes <= 6
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import KafkaTimeoutError, ProducerClosedError, RecordTooLargeError
+from aioprod.errors import KafkaTimeoutError, PartitionNotFoundError, ProducerClosedError, RecordTooLargeError
 from aioprod.producer.transactions import PreparedTransaction
 from tests.brokers import TansuBroker, refused_port
 from tests.conftest import Scripted
@@ -93,9 +93,10 @@ async def test_subclasses_of_str_and_bytes_are_names_and_bytes(tansu_broker: Tan
 
 async def test_partition_beyond_the_topic_says_the_count(producer: Producer, topic: str) -> None:
     count = len(await producer.partitions_for(topic))
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(PartitionNotFoundError) as info:
         await producer.send(topic, b"v", partition=count + 3)
     assert f"has {count} partitions" in str(info.value)
+    assert (info.value.topic, info.value.partition, info.value.partition_count) == (topic, count + 3, count)
 
 
 async def test_a_serializer_returning_other_than_bytes_is_named(tansu_broker: TansuBroker, topic: str) -> None:
