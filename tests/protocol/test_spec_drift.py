@@ -10,6 +10,7 @@ missing, nothing extra).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import uuid
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from aioprod.protocol.messages import ALL_REQUESTS, snake_case
+from aioprod.protocol.messages import ALL_REQUESTS, InitProducerIdRequest, MetadataRequest, snake_case
 from aioprod.protocol.schema import Array, FieldSpec, Message, Request, Response, Struct, StructType
 from tests.kafka_reference import ENV_VAR, PINNED, reference_dirs
 from tests.protocol.strategies import CASES, MESSAGE_CLASSES, case_id
@@ -336,13 +337,9 @@ VERSION_SPLIT = {
 }
 
 
-@pytest.mark.parametrize("cls", ALL_REQUESTS, ids=lambda c: c.__name__)
-def test_a_field_the_spec_makes_non_ignorable_is_refused_where_a_version_lacks_it(
-    cls: type[Request], reference: Path
-) -> None:
-    # Declared ignorable by default, such fields were dropped silently at versions without them
-    # (allow_auto_topic_creation=False at Metadata v3: the broker auto-created the topic).
-    spec = load_spec(cls.__name__, reference)
+def non_ignorable_dropped(cls: type[Request], spec: dict[str, Any]) -> list[str]:
+    """Fields the spec makes non-ignorable that ``cls`` declares ignorable although some of its
+    versions lack them (and so would drop a value silently there)."""
     ours = {f.name: f.metadata["kafka"] for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     ranged = [v for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1) if in_range(spec["validVersions"], v)]
     dropped = []
@@ -350,9 +347,43 @@ def test_a_field_the_spec_makes_non_ignorable_is_refused_where_a_version_lacks_i
         name = snake_case(f["name"])
         if f.get("ignorable") is True or all(in_range(f["versions"], v) for v in ranged):
             continue
+        if not any(in_range(f["versions"], v) for v in ranged):
+            continue  # only in versions this client does not speak (a newer reference's): never sent
         if ours[name].ignorable and name not in VERSION_SPLIT.get(cls.__name__, set()):
             dropped.append(name)
+    return dropped
+
+
+@pytest.mark.parametrize("cls", ALL_REQUESTS, ids=lambda c: c.__name__)
+def test_a_field_the_spec_makes_non_ignorable_is_refused_where_a_version_lacks_it(
+    cls: type[Request], reference: Path
+) -> None:
+    # Declared ignorable by default, such fields were dropped silently at versions without them
+    # (allow_auto_topic_creation=False at Metadata v3: the broker auto-created the topic).
+    dropped = non_ignorable_dropped(cls, load_spec(cls.__name__, reference))
     assert not dropped, f"{cls.__name__}: declared ignorable, non-ignorable in the spec: {dropped}"
+
+
+def test_a_newer_reference_with_fields_of_versions_we_do_not_speak_is_no_drift() -> None:
+    # Kafka 4.1's InitProducerIdRequest.json: "validVersions": "0-6", and v6 adds the
+    # non-ignorable Enable2Pc and KeepPreparedTxn (KIP-939). This client speaks v0-v5: with the
+    # outside reference moved to Kafka 4.1, the check crashed (KeyError: 'enable2_pc').
+    spec = copy.deepcopy(load_spec("InitProducerIdRequest"))
+    spec["validVersions"] = "0-6"
+    spec["fields"] += [
+        {"name": "Enable2Pc", "type": "bool", "versions": "6+", "default": "false"},
+        {"name": "KeepPreparedTxn", "type": "bool", "versions": "6+", "default": "false"},
+    ]
+    assert non_ignorable_dropped(InitProducerIdRequest, spec) == []
+    # The check itself still bites: a non-ignorable field of a spoken version declared ignorable.
+    metadata = copy.deepcopy(load_spec("MetadataRequest"))
+    lenient = dataclasses.replace(
+        MetadataRequest.__dataclass_fields__["allow_auto_topic_creation"].metadata["kafka"], ignorable=True
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        field = MetadataRequest.__dataclass_fields__["allow_auto_topic_creation"]
+        patch.setattr(field, "metadata", {"kafka": lenient})
+        assert non_ignorable_dropped(MetadataRequest, metadata) == ["allow_auto_topic_creation"]
 
 
 def test_snake_case_rule() -> None:
