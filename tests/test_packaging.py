@@ -41,6 +41,24 @@ def test_the_command_line_reports_the_same_version() -> None:
 
 async def test_the_apiversions_handshake_names_the_package_version() -> None:
     """The broker sees client_software_version = aioprod.__version__ (KIP-511)."""
+    assert await _version_the_broker_sees() == aioprod.__version__
+
+
+@pytest.mark.parametrize(
+    ("version", "sent"),
+    [("0.2.0+dfsg.1", "0.2.0-dfsg.1"), ("1.0.0.dev3+g1ab2c3d", "1.0.0.dev3-g1ab2c3d"), ("+", "unknown")],
+)
+async def test_a_local_version_is_sent_as_a_broker_takes_it(
+    monkeypatch: pytest.MonkeyPatch, version: str, sent: str
+) -> None:
+    # A broker refuses ApiVersions v3+ (INVALID_REQUEST) whose software version has other
+    # characters than [a-zA-Z0-9.-] or does not start and end with a letter or digit: every
+    # connect of a build with a PEP 440 local version would fail.
+    monkeypatch.setattr(aioprod, "__version__", version)
+    assert await _version_the_broker_sees() == sent
+
+
+async def _version_the_broker_sees() -> str:
     received: asyncio.Future[messages.ApiVersionsRequest] = asyncio.get_running_loop().create_future()
 
     async def first_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -60,7 +78,8 @@ async def test_the_apiversions_handshake_names_the_package_version() -> None:
     finally:
         server.close()
     request = received.result()
-    assert (request.client_software_name, request.client_software_version) == ("aioprod", aioprod.__version__)
+    assert request.client_software_name == "aioprod"
+    return request.client_software_version
 
 
 def _requirement_name(requirement: str) -> str:

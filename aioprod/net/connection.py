@@ -21,6 +21,7 @@ import itertools
 import logging
 import math
 import os
+import re
 import socket
 import ssl
 from collections import deque
@@ -744,7 +745,17 @@ def _ip_literal(host: str) -> bool:
 
 
 def _api_versions_request() -> ApiVersionsRequest:
-    return ApiVersionsRequest(client_software_name="aioprod", client_software_version=aioprod.__version__)
+    return ApiVersionsRequest(
+        client_software_name="aioprod", client_software_version=_software_version(aioprod.__version__)
+    )
+
+
+def _software_version(version: str) -> str:
+    """``version`` as a broker takes it (KIP-511: ``[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?``).
+    A broker answers ApiVersions v3+ with INVALID_REQUEST otherwise, and every connect fails: a
+    packager's local version (``0.2.0+dfsg``) would do it. Other characters become ``-``, as
+    librdkafka does."""
+    return re.sub(r"[^a-zA-Z0-9.-]", "-", version).strip(".-") or "unknown"
 
 
 def _nothing(*_: Any) -> None:
