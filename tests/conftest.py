@@ -156,14 +156,18 @@ async def scripted(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReque
         clock.uninstall()
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: "-p no:xdist" leaves it unknown, which is no error
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Load balancing, except that the Spark tests run on one worker and the docs site's on one.
 
     One Spark session (a JVM, about 25 s of CPU to start and warm up) and one site build and
     browser, instead of one per worker: on two cores that is about 15% of the suite's time.
     pytest-xdist's own ``--dist loadgroup`` would do it, but with pytest 9 its group marks are
-    silently ignored (it renames ``item._nodeid``, which pytest 9 no longer reads).
+    silently ignored (it renames ``item._nodeid``, which pytest 9 no longer reads). Only in place
+    of ``--dist load`` (what ``-n`` alone gives): another ``--dist`` asked for is xdist's.
     """
+    if config.getvalue("dist") != "load":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class Grouped(LoadScopeScheduling):
@@ -172,5 +176,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
                 if nodeid.startswith(group):
                     return group
             return nodeid  # every other test on its own
+
+        def _reschedule(self, node: Any) -> None:
+            # A worker runs a test only once it holds the next one, or is told to shut down. The
+            # base class tops a worker up by one unit: a one-test unit alone on a worker (the
+            # replacement of a crashed worker gets one) waited for ever, and the run with it.
+            super()._reschedule(node)
+            while node in self.assigned_work and not node.shutting_down:
+                if self._pending_of(self.assigned_work[node]) >= 2:
+                    break
+                if not self.workqueue:
+                    node.shutdown()
+                    break
+                self._assign_work_unit(node)
+
+        def remove_node(self, node: Any) -> str | None:
+            # A crashed worker's test is reported as the crash and not run again, as --dist load
+            # does: the base class queued it again, and it crashed worker after worker until
+            # --max-worker-restart ran out and the run stopped. Its other tests go to the others.
+            workload = self.assigned_work.pop(node)
+            pending = [(unit, nodeid) for unit in workload.values() for nodeid, done in unit.items() if not done]
+            if not pending:
+                return None
+            unit, crashed = pending[0]
+            unit[crashed] = True
+            self.workqueue.update((scope, unit) for scope, unit in workload.items() if not all(unit.values()))
+            for other in self.nodes:
+                self._reschedule(other)
+            return crashed
 
     return Grouped(config, log)
