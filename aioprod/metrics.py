@@ -464,8 +464,9 @@ class ProducerMetrics:
 
     def record_send_error(self, records: int, now: float) -> None:
         """``records`` failed in send()/send_many() before they were queued (metadata or buffer
-        memory not there in max_block_ms, a record too large): as Java's doSend, which records
-        the producer-wide "errors" sensor (record-error-rate/-total) for them."""
+        memory not there in max_block_ms, a record too large, a partition the topic lacks): as
+        Java's doSend, which records the producer-wide "errors" sensor (record-error-rate/-total)
+        for them."""
         self._errors.record(records, now)
 
     def record_split(self, now: float) -> None:

@@ -390,8 +390,9 @@ class Producer:
         ``topic`` is a ``str`` (a ``StrEnum`` member names its value); ``value`` and ``key``
         are bytes-like (``bytes`` or a subclass, ``bytearray``, ``memoryview``) or None, unless
         a serializer is configured for them. A ``partition`` the topic does not have raises
-        ``ValueError`` once the cluster's answers have lacked it for ``retry_backoff_max_ms``
-        (a partition just added may be missing from a lagging broker's answer).
+        :class:`~aioprod.errors.PartitionNotFoundError` (a ``ValueError``) once the cluster's
+        answers have lacked it for ``retry_backoff_max_ms`` (a partition just added may be missing
+        from a lagging broker's answer).
         """
         # The thread too (see start()): from another loop, a send of a known topic went into the
         # accumulator from the wrong thread, with no wake-up, and was lost.

@@ -19,6 +19,7 @@ from aioprod.errors import (
     KafkaTimeoutError,
     MessageTooLargeError,
     NotLeaderOrFollowerError,
+    PartitionNotFoundError,
     ProducerClosedError,
     RecordTooLargeError,
     SendManyError,
@@ -559,3 +560,16 @@ def test_a_producer_added_while_a_scrape_runs_does_not_fail_the_scrape(monkeypat
     exported = generate_latest(registry).decode()
     assert 'kafka_producer_record_send_total{client_id="base"} 0.0' in exported
     assert 'kafka_producer_record_send_total{client_id="adder"} 0.0' in exported
+
+
+async def test_records_refused_for_a_partition_the_topic_lacks_count_as_errors(scripted: Scripted) -> None:
+    # PartitionNotFoundError is a KafkaError: counted as Java counts its TimeoutException there.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap) as p:
+        await p.partitions_for("t")
+        with pytest.raises(PartitionNotFoundError):
+            await p.send("t", b"v", partition=5)
+        with pytest.raises(PartitionNotFoundError):
+            await p.send_many("t", [b"a", b"b", b"c"], partition=5)
+        assert p.metrics()["record-error-total"] == 1 + 3
