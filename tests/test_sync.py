@@ -241,7 +241,7 @@ def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: Tansu
         future = producer.send(topic, b"x")
         assert not future.done()
         future.add_done_callback(callback)
-        producer.flush()
+        producer.flush(30)  # bounded: with the refusal gone, the callback would wait for itself
         assert done.wait(30)
     assert len(seen) == 2 and all(isinstance(exc, RuntimeError) for exc in seen)
     assert all("its own thread" in str(exc) for exc in seen)

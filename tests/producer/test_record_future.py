@@ -444,7 +444,7 @@ def _every_error() -> list[KafkaError]:
             if param.kind is param.KEYWORD_ONLY:
                 kwargs[param.name] = {"enabled": ("PLAIN",), "possibly_persisted": True}.get(param.name, "x")
             else:
-                args.append({"code": 7, "results": [], "partition": 3, "partition_count": 2}.get(param.name, "message"))
+                args.append({"code": 7, "results": [], "partition": 7, "partition_count": 3}.get(param.name, "message"))
         errors.append(cls(*args, **kwargs))
     return errors
 
