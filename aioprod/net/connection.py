@@ -170,6 +170,8 @@ class BrokerConnection:
         self._version_cache: dict[type[Request] | tuple[type[Request], int], int] = {}
         #: Cluster features the broker reports as finalized (ApiVersions v3+): name -> level.
         self.finalized_features: Mapping[str, int] = {}
+        #: Their epoch: it grows with each change of a feature's level (-1 before ApiVersions v3).
+        self.finalized_features_epoch = -1
         self._security = security
         #: Counts requests and bytes (per request, never per record).
         self._metrics = metrics
@@ -397,6 +399,7 @@ class BrokerConnection:
                     )
                 self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in outcome.api_keys}
                 self.finalized_features = {f.name: f.max_version_level for f in outcome.finalized_features}
+                self.finalized_features_epoch = outcome.finalized_features_epoch
                 self._negotiated_id = peek_correlation_id(frame)
                 return
             if outcome >= version:

@@ -982,16 +982,18 @@ async def _end_txn(
 
 def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:
     """KIP-890 part 2 is on when the cluster finalizes ``transaction.version`` >= 2 and the
-    broker speaks its versions of Produce and EndTxn."""
-    for conn in connections:
-        if conn.finalized_features.get(versions.TRANSACTION_VERSION_FEATURE, 0) >= 2:
-            supported = conn.api_versions
-            return all(
-                supported.get(key, (0, -1))[1] >= version
-                for key, version in versions.TRANSACTIONS_V2_VERSIONS.items()
-                if key != TxnOffsetCommitRequest.API_KEY
-            )
-    return False
+    broker speaks its versions of Produce and EndTxn. The newest features decide (the highest
+    epoch, as Java's ApiVersions keeps them): a connection opened before the feature was
+    lowered still reports 2, and v2 requests went on to a cluster back on v1."""
+    newest = max(connections, key=lambda conn: conn.finalized_features_epoch, default=None)
+    if newest is None or newest.finalized_features.get(versions.TRANSACTION_VERSION_FEATURE, 0) < 2:
+        return False
+    supported = newest.api_versions
+    return all(
+        supported.get(key, (0, -1))[1] >= version
+        for key, version in versions.TRANSACTIONS_V2_VERSIONS.items()
+        if key != TxnOffsetCommitRequest.API_KEY
+    )
 
 
 def _identity_gone(error: BaseException) -> bool:

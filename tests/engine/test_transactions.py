@@ -8,6 +8,7 @@ import gc
 import logging
 import struct
 from collections import deque
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -409,6 +410,24 @@ async def test_transactions_v2_adds_partitions_and_offsets_implicitly_and_bumps_
     assert cluster.coordinator.committed == {"g": {("in", 0): 7}}
     # Each EndTxn answered with the next epoch; the second transaction used it.
     assert [b.producer_epoch for b in cluster.partition("t", 0).log if b.marker is None] == [0, 1]
+
+
+def test_the_newest_cluster_features_decide_transactions_v2() -> None:
+    # Features carry an epoch that grows with each change. A connection opened before
+    # transaction.version was lowered still reports level 2: taken because it came first, v2
+    # transactions (no AddPartitionsToTxn) went on against a cluster back on v1.
+    def connection(level: int, epoch: int) -> Any:
+        return SimpleNamespace(
+            finalized_features={"transaction.version": level} if level else {},
+            finalized_features_epoch=epoch,
+            api_versions={m.ProduceRequest.API_KEY: (3, 12), m.EndTxnRequest.API_KEY: (0, 5)},
+        )
+
+    speaks_v2 = transactions._speaks_transactions_v2
+    assert not speaks_v2([connection(2, 1), connection(1, 2)])  # lowered after the first connect
+    assert speaks_v2([connection(1, 1), connection(2, 2)])  # raised
+    assert speaks_v2([connection(2, 3), connection(0, -1)])  # a broker before ApiVersions v3 says nothing
+    assert not speaks_v2([])
 
 
 def test_transactional_settings_that_cannot_work_are_config_errors() -> None:
