@@ -118,14 +118,15 @@ class PartitionNotFoundError(KafkaError, ValueError):
     of the last metadata) say which; it is a ``ValueError`` too, for what the caller passed."""
 
     def __init__(self, topic: str, partition: int, partition_count: int) -> None:
-        super().__init__(
-            f"partition {partition} does not exist: topic {topic!r} has {partition_count} partition"
-            + ("" if partition_count == 1 else "s")
-            + f" (0-{partition_count - 1})"
-        )
+        super().__init__(f"partition {partition} does not exist: {_partitions_of(topic, partition_count)}")
         self.topic = topic
         self.partition = partition
         self.partition_count = partition_count
+
+
+def _partitions_of(topic: str, count: int) -> str:
+    """``topic 'orders' has 3 partitions (0-2)``, as the messages about a missing partition say it."""
+    return f"topic {topic!r} has {count} partition" + ("" if count == 1 else "s") + f" (0-{count - 1})"
 
 
 class InvalidBatchError(KafkaError):

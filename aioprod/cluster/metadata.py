@@ -35,6 +35,7 @@ from aioprod.errors import (
     PartitionNotFoundError,
     ProducerClosedError,
     TopicAuthorizationFailedError,
+    _partitions_of,
     copy_error,
     error_for_code,
 )
@@ -286,7 +287,6 @@ class Metadata:
                 if partition is None or partition in info.partitions:
                     return info
                 count = len(info.partitions)
-                known = f"topic {topic!r} has {count} partition" + ("" if count == 1 else "s") + f" (0-{count - 1})"
                 if missing_since is None and self._refresh_succeeded > asked_after:
                     missing_since = self._last_refresh
                 # Refreshes asked for after the wait began found no such partition, over
@@ -304,7 +304,7 @@ class Metadata:
                 if deadline - loop.time() <= 0:  # no refresh answered in time: proves nothing
                     raise KafkaTimeoutError(
                         f"partition {partition} of topic {topic!r} not present in metadata after "
-                        f"{timeout * 1000:.0f} ms ({known} as of the last refresh)"
+                        f"{timeout * 1000:.0f} ms ({_partitions_of(topic, count)} as of the last refresh)"
                     )
             remaining = deadline - loop.time()
             if remaining <= 0:
