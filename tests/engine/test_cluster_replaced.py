@@ -36,6 +36,16 @@ def name_cluster(monkeypatch: pytest.MonkeyPatch, per_node: dict[int, str] | Non
     return cluster_id
 
 
+def two_brokers(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, per_node: dict[int, str] | None = None
+) -> tuple[ScriptedCluster, dict[str, str]]:
+    """Brokers 1 and 2, leading t-0 and t-1, and the cluster id their answers name (see name_cluster)."""
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    return cluster, name_cluster(monkeypatch, per_node)
+
+
 def replace(cluster: ScriptedCluster, cluster_id: dict[str, str], leader: int, theirs: list[int]) -> None:
     """Cluster B behind the same addresses: "t" led by ``leader``, where B's first producer (id
     1000, epoch 0) wrote single-record batches at sequences ``theirs``."""
@@ -345,10 +355,7 @@ async def test_a_first_connection_to_a_broker_is_checked_too(
     # A switch by name (DNS, a load balancer) leaves the old cluster's connections open: the
     # check ran only after some connection had closed, so the first connection to broker 2
     # reached the new cluster unchecked, and "ours" was taken for its producer 1000's duplicate.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    cluster_id = name_cluster(monkeypatch)
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
         await p.send_and_wait("t", b"a0", partition=0)  # id 1000; only broker 1 connected
         part = cluster.partition("t", 1)
@@ -360,22 +367,13 @@ async def test_a_first_connection_to_a_broker_is_checked_too(
     assert cluster.partition("t", 1).values == [b"theirs", b"ours"]
 
 
-def two_brokers_naming(scripted: Scripted, monkeypatch: pytest.MonkeyPatch, ids: dict[int, str]) -> ScriptedCluster:
-    """Brokers 1 and 2, leading t-0 and t-1, each naming the cluster id ``ids`` gives it."""
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    name_cluster(monkeypatch, ids)
-    return cluster
-
-
 async def test_a_broker_naming_another_cluster_id_does_not_write_a_record_twice(
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Same brokers, same logs, one of them naming another id: the batch broker 1 had written
     # (its answer lost) was renumbered under a new producer id and written again.
     ids = {1: "X", 2: "X"}
-    cluster = two_brokers_naming(scripted, monkeypatch, ids)
+    cluster, _ = two_brokers(scripted, monkeypatch, ids)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=1000) as p:
         await p.send_and_wait("t", b"a0", partition=0)
         await p.send_and_wait("t", b"b0", partition=1)
@@ -397,7 +395,7 @@ async def test_brokers_naming_two_clusters_stop_an_idempotent_producer_once(
 ) -> None:
     # Broker 1 naming X, broker 2 Y: a new producer id at nearly every refresh (19 in 20 s),
     # each renumbering what was on the wire. Now: the first flip back is a fatal error naming both.
-    cluster = two_brokers_naming(scripted, monkeypatch, {1: "X", 2: "Y"})
+    cluster, _ = two_brokers(scripted, monkeypatch, {1: "X", 2: "Y"})
     futures = []
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, metadata_max_age_ms=500) as p:
         for i in range(2000):  # 20 s of steady sends
@@ -420,7 +418,7 @@ async def test_brokers_naming_two_clusters_do_not_stop_a_producer_without_idempo
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # It numbers nothing: nothing to get wrong by the ids, and nothing to stop for.
-    cluster = two_brokers_naming(scripted, monkeypatch, {1: "X", 2: "Y"})
+    cluster, _ = two_brokers(scripted, monkeypatch, {1: "X", 2: "Y"})
     async with Producer(bootstrap_servers=cluster.bootstrap, acks=1, linger_ms=0, metadata_max_age_ms=500) as p:
         for i in range(40):  # 4 s: several refreshes from each broker
             await p.send_and_wait("t", b"%d" % i, partition=i % 2)
@@ -506,7 +504,7 @@ async def test_a_redpanda_cluster_getting_its_id_is_no_cluster_change(
     # broker, at its own moment: taken for an id, it was a cluster replaced (a new producer id),
     # then, from the broker still lagging, one already left: the producer stopped for good.
     ids = {1: "redpanda.initializing", 2: "redpanda.initializing"}
-    cluster = two_brokers_naming(scripted, monkeypatch, ids)
+    cluster, _ = two_brokers(scripted, monkeypatch, ids)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5) as p:
         for i in range(4):
             await p.send_and_wait("t", b"warm-%d" % i, partition=i % 2)
@@ -546,10 +544,7 @@ async def test_a_transactional_producer_that_left_a_cluster_ends_no_transaction_
 ) -> None:
     # Its abort (by close()) went to B as EndTxn(5000/0): B aborted the open transaction of the
     # producer that replaced it, whose commit then failed (INVALID_TXN_STATE).
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    cluster_id = name_cluster(monkeypatch)
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
     left = transactional(cluster, metadata_max_age_ms=1000)
     await left.start()
     left.begin_transaction()
@@ -573,10 +568,7 @@ async def test_offsets_retried_after_a_cluster_change_do_not_reach_the_new_clust
 ) -> None:
     # A TxnOffsetCommit whose answer never came was retried on B under A's 5000/0: it joined the
     # open transaction of B's producer 5000/0, whose commit committed A's offset for the group.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    cluster_id = name_cluster(monkeypatch)
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
     silent = {"on": False}
     handle = ScriptedCluster.handle
 
@@ -614,10 +606,7 @@ async def test_a_cluster_replaced_between_a_transactional_start_and_the_first_se
     # cluster its identity came from, and used A's 5000/0 in B, where it is an older instance's,
     # which it then neither fenced nor was told apart from: its commit committed that one's
     # open transaction.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    cluster_id = name_cluster(monkeypatch)
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
     async with transactional(cluster) as p:  # A: 5000/0
         replace_coordinator(cluster, cluster_id)
         cluster.disconnect(1)
@@ -635,10 +624,7 @@ async def test_a_transactional_identity_answered_by_the_old_cluster_is_not_taken
 ) -> None:
     # InitProducerId answered by A, read once a refresh had named B: the producer took A's
     # 5000/0, B's other producer's identity (which it then did not fence).
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    cluster_id = name_cluster(monkeypatch)
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
     init = HeldInitProducerId(monkeypatch)
     p = transactional(cluster, metadata_max_age_ms=1000)
     starting = asyncio.ensure_future(p.start())
@@ -664,10 +650,7 @@ async def test_a_transactional_start_that_saw_two_clusters_fails(
     # The refreshes named B, then A again, while InitProducerId was answered: the producer failed
     # (two clusters behind the addresses), yet start() asked again, took the answer and returned,
     # its state READY; only its sends failed.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    cluster_id = name_cluster(monkeypatch)
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
     init = HeldInitProducerId(monkeypatch)
     p = transactional(cluster, metadata_max_age_ms=1000)
     starting = asyncio.ensure_future(p.start())
@@ -688,10 +671,7 @@ async def test_a_handle_prepared_in_the_cluster_left_ends_nothing_in_the_new_one
     # The producer prepared a transaction in A (5000/0), then saw B: committing its handle sent
     # EndTxn(5000/0, commit) to B, which committed the open transaction of B's producer 5000/0
     # (and commit_prepared_transaction() returned, the transaction of A left open).
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
-    cluster_id = name_cluster(monkeypatch)
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
     left = transactional(cluster, metadata_max_age_ms=1000)
     await left.start()
     left.begin_transaction()
