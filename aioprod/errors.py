@@ -208,7 +208,9 @@ class PreparedTransactionError(TransactionError):
     it is no longer open under its producer id and epoch. A newer producer with its
     transactional id fenced it, the coordinator aborted it when it outlived its transaction
     timeout, or it had already ended the other way. ``prepared`` is its handle; the broker's
-    answer is the ``__cause__``."""
+    answer is the ``__cause__``. Also raised, with no request sent, for a handle prepared in
+    another cluster than the one the producer's brokers are (its ``cluster_id``): there its
+    producer id and epoch may be another producer's."""
 
     def __init__(self, message: str, prepared: Any) -> None:
         super().__init__(message)

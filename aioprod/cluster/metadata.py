@@ -41,6 +41,7 @@ from aioprod.errors import (
 )
 from aioprod.event_log import ClientLogger
 from aioprod.metrics import ProducerMetrics
+from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool, describe_node, exponential_backoff
 from aioprod.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
 
@@ -235,6 +236,19 @@ class Metadata:
     def topic_in_use(self) -> str | None:
         """A topic the refreshes describe (None: none yet)."""
         return next(iter(self._topics), None)
+
+    async def cluster_named_by(self, conn: BrokerConnection) -> str | None:
+        """The cluster id the broker behind ``conn`` names now (None: no id, or a placeholder),
+        asked without touching the snapshot."""
+        # One topic in use, not none: Tansu answers "no topics" with every topic of the cluster.
+        in_use = self.topic_in_use()
+        response: MetadataResponse = await conn.send(
+            MetadataRequest(
+                topics=[] if in_use is None else [MetadataRequestTopic(name=in_use)],
+                allow_auto_topic_creation=False,
+            )
+        )
+        return response.cluster_id if is_cluster_id(response.cluster_id) else None
 
     def request_update(self) -> None:
         self._full_refresh_wanted = True

@@ -911,7 +911,7 @@ class Producer:
         commit or abort: the first phase of a two-phase commit.
 
         Returns the transaction's :class:`PreparedTransaction` (transactional id, producer id,
-        epoch): plain data that crosses processes. Any producer ends it with
+        epoch, and the cluster's id): plain data that crosses processes. Any producer ends it with
         :meth:`commit_prepared_transaction` or :meth:`abort_prepared_transaction`; until then
         ``read_committed`` readers see none of it, and the coordinator aborts it when
         ``transaction_timeout_ms`` passes. This producer can then only close, and ``close()``
@@ -935,7 +935,8 @@ class Producer:
         :class:`~aioprod.errors.PreparedTransactionError` when the transaction is no longer open
         under its epoch: fenced by a newer producer with its transactional id, aborted by the
         coordinator after its timeout, or aborted already; its records will never be visible.
-        Bounded by ``max_block_ms``.
+        Raises it too, sending nothing, when this producer's brokers are another cluster than
+        the handle's. Bounded by ``max_block_ms``.
         """
         await self._end_prepared("commit_prepared_transaction", prepared, commit=True)
 
@@ -953,7 +954,10 @@ class Producer:
         if self._txn is not None:
             self._txn.check_handle(prepared)
         await self._coordinator_call(
-            f"{name}({prepared.transactional_id!r})", lambda: end_prepared(self._coordinators, prepared, commit=commit)
+            f"{name}({prepared.transactional_id!r})",
+            lambda: end_prepared(
+                self._coordinators, prepared, commit=commit, cluster_named_by=self._metadata.cluster_named_by
+            ),
         )
 
     async def _committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:

@@ -46,9 +46,6 @@ from aioprod.producer.transactions import TransactionManager, TxnState
 from aioprod.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
-    MetadataRequest,
-    MetadataRequestTopic,
-    MetadataResponse,
     ProduceRequest,
     ProduceRequestPartition,
     ProduceRequestTopic,
@@ -158,28 +155,23 @@ class Sender:
             return  # nothing numbered yet for any cluster: the metadata answer names it
         await self._ask_cluster(conn)
 
-    async def _identify_cluster(self, conn: BrokerConnection) -> None:
+    async def _identify_cluster(self, conn: BrokerConnection) -> str | None:
         """The transactional producer's, before it asks for its identity on ``conn``: its start
         fetches no metadata, and an identity taken before any answer named the cluster could not
-        be told to be another cluster's (a cluster replaced before the first send)."""
+        be told to be another cluster's (a cluster replaced before the first send). Returns the
+        cluster's id (None: the brokers name none)."""
         if self._cluster_id is None:
             await self._ask_cluster(conn)
+        return self._cluster_id
 
     async def _ask_cluster(self, conn: BrokerConnection) -> None:
-        # One topic in use, not none: Tansu answers "no topics" with every topic of the cluster.
-        in_use = self._metadata.topic_in_use()
-        response: MetadataResponse = await conn.send(
-            MetadataRequest(
-                topics=[] if in_use is None else [MetadataRequestTopic(name=in_use)],
-                allow_auto_topic_creation=False,
-            )
-        )
-        self._cluster_seen(response.cluster_id)
+        named = await self._metadata.cluster_named_by(conn)
+        self._cluster_seen(named)
         # The snapshot says so too: one installed without a metadata answer (a leader hint,
         # KIP-951) carried the old id, which the listener took for a change back (a new id
         # again, and a batch on the wire renumbered: written twice). Its leaders and topic ids
         # are the old cluster's: looked up again.
-        self._metadata.cluster_confirmed(response.cluster_id)
+        self._metadata.cluster_confirmed(named)
 
     def _cluster_seen(self, new: str | None) -> None:
         """Another cluster behind the bootstrap addresses: the producer id (and the sequences

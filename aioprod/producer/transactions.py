@@ -29,7 +29,7 @@ import enum
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
 from aioprod.cluster.metadata import Metadata
@@ -171,6 +171,16 @@ class PreparedTransaction:
     producer_epoch: int
     #: 2 when the transaction ran under transactions v2 (KIP-890): it is ended with EndTxn v5.
     transaction_version: int = 1
+    #: The cluster it was prepared in: producer ids start from 0 in every cluster, so another
+    #: cluster may know this id and epoch as another producer's, whose transaction an EndTxn would
+    #: end. None: not known (a handle of an earlier version, or brokers that name no cluster).
+    cluster_id: str | None = None
+
+    def __setstate__(self, state: list[Any]) -> None:
+        """As the dataclass's, but a pickle of a handle without the fields added since fills them
+        with their defaults (a handle kept across an upgrade)."""
+        for spec, value in zip(fields(self), state + [f.default for f in fields(self)[len(state) :]], strict=True):
+            object.__setattr__(self, spec.name, value)
 
 
 class TransactionManager:
@@ -186,7 +196,7 @@ class TransactionManager:
         *,
         wakeup: Callable[[], None],
         on_fatal: Callable[[KafkaError], None],
-        identify_cluster: Callable[[BrokerConnection], Awaitable[None]] | None = None,
+        identify_cluster: Callable[[BrokerConnection], Awaitable[str | None]] | None = None,
     ) -> None:
         assert config.transactional_id is not None
         self.transactional_id = config.transactional_id
@@ -246,6 +256,8 @@ class TransactionManager:
         #: The cluster changed under this producer's identity (why, as raised): nothing more is
         #: asked of a coordinator under it (see :meth:`cluster_changed`).
         self._cluster_left: ProducerFatalError | None = None
+        #: The id of the cluster the producer id and epoch came from (None: not named).
+        self._cluster_id: str | None = None
 
     # -- state -------------------------------------------------------------------------------
 
@@ -519,19 +531,13 @@ class TransactionManager:
 
     async def initialize(self) -> None:
         self.state = TxnState.INITIALIZING
-        failures = 0
         while True:
             if self._identify_cluster is not None:
                 # Which cluster the identity comes from must be known: one replaced before the
                 # first send would otherwise go unnoticed, and its id and epoch be used there.
-                try:
-                    await self._identify_cluster(
-                        await self._coordinators.connection(TRANSACTION, self.transactional_id)
-                    )
-                except KafkaError as exc:
-                    failures += 1
-                    await self._coordinators.unreachable(TRANSACTION, self.transactional_id, exc, failures)
-                    continue
+                self._cluster_id = await self._coordinators.ask(
+                    TRANSACTION, self.transactional_id, self._identify_cluster
+                )
             changes = self._cluster_changes
             response = await self._init_producer_id(-1, -1)
             if self._producer_error is not None:
@@ -880,7 +886,9 @@ class TransactionManager:
     def _handle(self) -> PreparedTransaction:
         """This producer's transaction, as anyone can end it."""
         ident = self._ident
-        return PreparedTransaction(self.transactional_id, ident.producer_id, ident.producer_epoch, 2 if self.v2 else 1)
+        return PreparedTransaction(
+            self.transactional_id, ident.producer_id, ident.producer_epoch, 2 if self.v2 else 1, self._cluster_id
+        )
 
     def _must_abort(self) -> KafkaError:
         if self._producer_error is not None:
@@ -928,11 +936,32 @@ _NOT_OPEN = {
 }
 
 
-async def end_prepared(coordinators: Coordinators, prepared: PreparedTransaction, *, commit: bool) -> None:
+async def end_prepared(
+    coordinators: Coordinators,
+    prepared: PreparedTransaction,
+    *,
+    commit: bool,
+    cluster_named_by: Callable[[BrokerConnection], Awaitable[str | None]],
+) -> None:
     """Commit or abort a prepared transaction from any process: EndTxn with its handle's
     producer id and epoch, to its coordinator. Ending it again the same way succeeds (the
     coordinator answers a repeat as done); a transaction that is no longer open under that
-    epoch raises :class:`PreparedTransactionError`."""
+    epoch, or a handle of another cluster than the coordinator's (``cluster_named_by`` asks a
+    connection's), raises :class:`PreparedTransactionError`."""
+    cannot = (
+        f"cannot {'commit' if commit else 'abort'} transaction {prepared.transactional_id!r} "
+        f"(producer id {prepared.producer_id}, epoch {prepared.producer_epoch})"
+    )
+    if prepared.cluster_id is not None:
+        here = await coordinators.ask(TRANSACTION, prepared.transactional_id, cluster_named_by)
+        if here is not None and here != prepared.cluster_id:
+            raise PreparedTransactionError(
+                f"{cannot}: it was prepared in cluster {prepared.cluster_id!r}, and this producer's brokers are "
+                f"cluster {here!r}, where its producer id and epoch may be another producer's. It stays open in "
+                f"{prepared.cluster_id!r} until its coordinator aborts it (transaction_timeout_ms), unless a "
+                "producer of that cluster ends it",
+                prepared,
+            )
     try:
         await _end_txn(coordinators, prepared, commit=commit)
     except BrokerResponseError as exc:
@@ -942,12 +971,7 @@ async def end_prepared(coordinators: Coordinators, prepared: PreparedTransaction
             why = _NOT_OPEN[exc.code]
         else:
             raise
-        verb = "commit" if commit else "abort"
-        raise PreparedTransactionError(
-            f"cannot {verb} transaction {prepared.transactional_id!r} (producer id {prepared.producer_id}, "
-            f"epoch {prepared.producer_epoch}): {why} ({exc.name})",
-            prepared,
-        ) from exc
+        raise PreparedTransactionError(f"{cannot}: {why} ({exc.name})", prepared) from exc
 
 
 async def _end_txn(

@@ -14,7 +14,7 @@ from collections import Counter, deque
 import pytest
 
 from aioprod import Producer, TopicPartition
-from aioprod.errors import KafkaError, ProducerFatalError
+from aioprod.errors import KafkaError, PreparedTransactionError, ProducerFatalError
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import Appended, Hold, ScriptedCluster, _ProducerState
@@ -688,3 +688,31 @@ async def test_a_handle_prepared_in_the_cluster_left_ends_nothing_in_the_new_one
         await other.abort_transaction()
     await left.close()
     assert cluster.partition("t", 1).committed == []
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+async def test_a_handle_prepared_in_another_cluster_ends_nothing_there(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, idempotence: bool
+) -> None:
+    # A handle prepared in A (5000/0), ended by another producer once B is behind the addresses:
+    # its EndTxn(5000/0, commit) went to B and committed the open transaction of B's producer
+    # 5000/0, and commit_prepared_transaction() returned.
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
+    async with transactional(cluster) as left:
+        left.begin_transaction()
+        await (await left.send("t", b"in-A", partition=0))
+        prepared = await left.prepare_transaction()  # A: 5000/0; close() leaves it open
+    assert prepared.cluster_id == "cluster-A"
+    replace_coordinator(cluster, cluster_id)
+    async with transactional(cluster) as other:  # B: 5000/0
+        other.begin_transaction()
+        await (await other.send("t", b"other's", partition=1))
+        async with Producer(bootstrap_servers=cluster.bootstrap, enable_idempotence=idempotence) as ender:
+            refused = r"prepared in cluster 'cluster-A'.*brokers are cluster 'cluster-B'"
+            for end in (ender.commit_prepared_transaction, ender.abort_prepared_transaction):
+                with pytest.raises(PreparedTransactionError, match=refused) as e:
+                    await end(prepared)
+                assert e.value.prepared == prepared
+        assert cluster.requests_of(m.EndTxnRequest) == []
+        await other.commit_transaction()
+    assert cluster.partition("t", 1).committed == [b"other's"]

@@ -6,6 +6,7 @@ tests/integration/test_transactions.py.)"""
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections import deque
 
 import pytest
@@ -20,6 +21,7 @@ from aioprod.errors import (
     TransactionStateError,
 )
 from aioprod.protocol import messages as m
+from aioprod.spark import transactions as spark_transactions
 from tests.conftest import Scripted
 from tests.engine.test_transactions import CONCURRENT, LOADING, producer, requests
 from tests.fakes.cluster import ScriptedCluster
@@ -60,7 +62,7 @@ def committed(cluster: ScriptedCluster) -> list[bytes | None]:
 
 async def test_another_producer_commits_a_prepared_transaction_by_its_handle(cluster: ScriptedCluster) -> None:
     prepared = await prepared_transaction(cluster)
-    assert prepared == PreparedTransaction("txn-1", 5000, 0, transaction_version=1)
+    assert prepared == PreparedTransaction("txn-1", 5000, 0, transaction_version=1, cluster_id="scripted")
     # Delivered and left open: close() did not abort it, and nothing is visible yet.
     assert requests(cluster, m.EndTxnRequest) == []
     assert cluster.coordinator.transactions["txn-1"].ongoing
@@ -188,11 +190,26 @@ async def test_transactions_v2_prepares_with_its_epoch_and_ends_with_end_txn_v5(
         p.begin_transaction()
         await p.send("t", b"second", partition=0)
         prepared = await p.prepare_transaction()
-    assert prepared == PreparedTransaction("txn-1", 5000, 1, transaction_version=2)
+    assert prepared == PreparedTransaction("txn-1", 5000, 1, transaction_version=2, cluster_id="scripted")
     async with committer(cluster) as q:
         await q.commit_prepared_transaction(prepared)
     assert cluster.partition("t", 0).committed == [b"first", b"second"]
     assert cluster.requests_of(m.EndTxnRequest)[-1].version == 5
+
+
+def test_a_handle_pickles_and_one_pickled_before_its_cluster_id_still_loads() -> None:
+    handle = PreparedTransaction("txn-1", 5000, 1, transaction_version=2, cluster_id="c1")
+    assert pickle.loads(pickle.dumps(handle)) == handle
+    assert spark_transactions.decode(spark_transactions.encode(handle)) == handle
+    # PreparedTransaction("txn-1", 5000, 0, 2) as pickled and JSON-encoded (for a Spark driver)
+    # before handles had a cluster id:
+    old_pickle = (
+        b"\x80\x02caioprod.producer.transactions\nPreparedTransaction\nq\x00)\x81q\x01]q\x02"
+        b"(X\x05\x00\x00\x00txn-1q\x03M\x88\x13K\x00K\x02eb."
+    )
+    old_json = '{"transactional_id": "txn-1", "producer_id": 5000, "producer_epoch": 0, "transaction_version": 2}'
+    unknown = PreparedTransaction("txn-1", 5000, 0, transaction_version=2, cluster_id=None)
+    assert pickle.loads(old_pickle) == spark_transactions.decode(old_json) == unknown
 
 
 async def test_ending_by_handle_checks_its_argument(cluster: ScriptedCluster) -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import OFFSET_INVALID
+from confluent_kafka.admin import AdminClient
 
 from aioprod import ConsumerGroupMetadata, PreparedTransaction, Producer, TopicPartition
 from aioprod.errors import KafkaTimeoutError, PreparedTransactionError, ProducerFatalError, ProducerFencedError
-from tests.brokers import MockCluster, TansuBroker, topic_across_leaders
+from tests.brokers import MockCluster, TansuBroker, tansu, topic_across_leaders
 from tests.readback import read_committed_from_markers, read_topic
 
 pytestmark = pytest.mark.integration
@@ -115,6 +116,27 @@ async def test_a_prepared_transaction_is_committed_or_aborted_by_another_produce
     assert committed_offset(bootstrap, f"{topic}-kept", topic, 0) == 1
     assert committed_offset(bootstrap, f"{topic}-dropped", topic, 0) == OFFSET_INVALID
     assert await read_committed_from_markers(bootstrap, topic, 1) == {0: [b"kept-1", b"kept-2"]}
+
+
+async def test_a_prepared_transaction_is_ended_only_in_the_cluster_it_was_prepared_in(
+    tansu_broker: TansuBroker, topic: str
+) -> None:
+    # Producer ids start from 0 in every cluster: in another one, the handle's id and epoch may be
+    # another producer's, whose open transaction an EndTxn would end.
+    prepared = await prepare(tansu_broker.bootstrap, topic, f"{topic}-tx", [b"prepared"])
+    assert prepared.cluster_id == cluster_id_seen_by_librdkafka(tansu_broker.bootstrap) == "tansu_cluster"
+    with tansu(tansu_args=("--cluster-id", "another-cluster")) as other:
+        async with Producer(bootstrap_servers=other.bootstrap) as elsewhere:
+            with pytest.raises(PreparedTransactionError, match="brokers are cluster 'another-cluster'"):
+                await elsewhere.commit_prepared_transaction(prepared)
+    async with Producer(bootstrap_servers=tansu_broker.bootstrap) as q:
+        await q.commit_prepared_transaction(prepared)
+    assert await read_committed_from_markers(tansu_broker.bootstrap, topic, 1) == {0: [b"prepared"]}
+
+
+def cluster_id_seen_by_librdkafka(bootstrap: str) -> str | None:
+    cluster_id: str | None = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).cluster_id
+    return cluster_id
 
 
 async def test_a_prepared_transaction_fenced_by_a_newer_producer_is_aborted_and_cannot_commit(
