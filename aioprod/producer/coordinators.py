@@ -34,6 +34,7 @@ from aioprod.producer.batch import TopicPartition
 from aioprod.protocol.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    FindCoordinatorResponseCoordinator,
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
     OffsetFetchResponse,
@@ -116,18 +117,18 @@ class Coordinators:
                 failures += 1
                 await self._backoff(exc, failures)
                 continue
-            if response.coordinators:
-                found = response.coordinators[0]
-                code, node_id, host, port = found.error_code, found.node_id, found.host, found.port
-            else:
-                code, node_id, host, port = response.error_code, response.node_id, response.host, response.port
+            found: FindCoordinatorResponse | FindCoordinatorResponseCoordinator = (
+                response.coordinators[0] if response.coordinators else response
+            )
+            code, node_id, host, port = found.error_code, found.node_id, found.host, found.port
             if not code and (node_id < 0 or not host or not 0 < port < 65536):
                 # No coordinator named, though no error said so (a proxy dropping the error code):
                 # node -1 is the producer's own id for its first bootstrap address, which taking
                 # this answer would overwrite for good.
                 code = CoordinatorNotAvailableError.code
             if code:
-                error = error_for_code(code, f"FindCoordinator for {key!r}")
+                said = f": {found.error_message}" if found.error_message else ""  # the broker's why (an ACL's)
+                error = error_for_code(code, f"FindCoordinator for {key!r}{said}")
                 self._raise_if_fatal(code, error)
                 if not error.retriable:
                     raise error

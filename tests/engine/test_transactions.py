@@ -197,9 +197,11 @@ async def test_a_transactional_id_no_longer_authorized_where_the_coordinator_mov
         await p.send("t", b"unauthorized", partition=0)
         cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([NOT_COORDINATOR])
         cluster.coordinator.script[m.FindCoordinatorRequest.API_KEY] = deque([TRANSACTIONAL_ID_AUTHORIZATION_FAILED])
+        cluster.coordinator.find_refusal_message = "User:bob may not Write TransactionalId txn-1"
         with pytest.raises(ProducerFatalError) as info:
             await p.commit_transaction()
         assert isinstance(info.value.__cause__, TransactionalIdAuthorizationFailedError)
+        assert "User:bob may not Write TransactionalId txn-1" in str(info.value)  # the broker's own words
         with pytest.raises(ProducerFatalError):
             await p.send("t", b"after", partition=0)
     assert cluster.partition("t", 0).committed == []

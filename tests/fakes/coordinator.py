@@ -55,6 +55,8 @@ class FakeCoordinator:
     transaction_version: int = 0
     #: Answers per API key, in order: an error code, or :class:`Lost`.
     script: dict[int, deque[int | type[Lost]]] = field(default_factory=dict)
+    #: The error message a scripted FindCoordinator refusal carries.
+    find_refusal_message: str | None = None
     transactions: dict[str, FakeTransaction] = field(default_factory=dict)
     #: group -> (topic, partition) -> committed offset.
     committed: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
@@ -74,8 +76,11 @@ class FakeCoordinator:
         code = self.scripted(m.FindCoordinatorRequest.API_KEY)
         if code is not NONE:  # a scripted refusal, for every key asked
             assert isinstance(code, int)
-            refused = [m.FindCoordinatorResponseCoordinator(k, -1, "", -1, code, None) for k in keys]
-            return m.FindCoordinatorResponse(error_code=code, node_id=-1, host="", port=-1, coordinators=refused)
+            said = self.find_refusal_message
+            refused = [m.FindCoordinatorResponseCoordinator(k, -1, "", -1, code, said) for k in keys]
+            return m.FindCoordinatorResponse(
+                error_code=code, error_message=said, node_id=-1, host="", port=-1, coordinators=refused
+            )
         node = self.cluster.nodes[self.node]
         found = [m.FindCoordinatorResponseCoordinator(k, node.node_id, node.host, node.port, NONE, None) for k in keys]
         return m.FindCoordinatorResponse(
