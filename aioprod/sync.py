@@ -133,6 +133,7 @@ class SyncProducer:
         self._portal, self._loop, self._thread, self._gate = _start_portal(
             use_uvloop, f"aioprod-sync-producer-{next(_counter)}"
         )
+        self._escaped = _Escaped(self._thread)
         try:
             self._call(start_wait, producer.start)
         except BaseException:
@@ -185,7 +186,7 @@ class SyncProducer:
         If the calling thread is interrupted (``KeyboardInterrupt``) while this waits, the
         record may or may not have been queued.
         """
-        delivery: concurrent.futures.Future[RecordMetadata] = _Delivery()
+        delivery: concurrent.futures.Future[RecordMetadata] = _Delivery(self._escaped)
         delivery.set_running_or_notify_cancel()
         if isinstance(headers, Iterator):  # a generator: consumed here, in the caller's thread
             headers = list(headers)
@@ -215,7 +216,7 @@ class SyncProducer:
         timeout = check_timeout("send_and_wait", timeout)  # before the record is queued
         future = self.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
         limit = self._delivery_timeout + _GRACE if timeout is None else timeout
-        return self._wait(future, limit, "the acknowledgement")
+        return self._waited(future, limit, "the acknowledgement")
 
     def send_many(
         self,
@@ -234,7 +235,7 @@ class SyncProducer:
         :meth:`Producer.send_many <aioprod.Producer.send_many>`, every record is checked
         before any is queued: one that fails validation raises here, with nothing sent.
         """
-        delivery: concurrent.futures.Future[list[RecordMetadata]] = _Delivery()
+        delivery: concurrent.futures.Future[list[RecordMetadata]] = _Delivery(self._escaped)
         delivery.set_running_or_notify_cancel()
         # A generator is consumed here, in the caller's thread (not on the loop's), a record's
         # headers too; anything else goes as it is, for Producer.send_many to take or refuse.
@@ -400,10 +401,11 @@ class SyncProducer:
                 raise KafkaTimeoutError(f"the producer did not close within {limit + _GRACE:.1f}s")
             closing.result(0)
         except concurrent.futures.CancelledError:
-            pass  # the loop ended before it ran the close (a callback's SystemExit stopped it): closed
+            pass  # the loop ended before it ran the close: closed
         finally:
             if closing.done():  # (else interrupted, or the loop stopped answering: it goes on, and exit waits for it)
                 self._thread.join(_JOIN_TIMEOUT)
+            self._escaped.raise_pending()
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -437,6 +439,7 @@ class SyncProducer:
 
     def _submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
         self._check_process()
+        self._escaped.raise_pending()
         if self._closing is not None:
             raise ProducerClosedError("the producer is closed; no more records are accepted")
         try:
@@ -447,7 +450,14 @@ class SyncProducer:
     def _call(self, timeout: float | None, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``await fn(*args)`` on the producer's loop, waiting at most ``timeout`` seconds."""
         self._check_thread()
-        return self._wait(self._submit(fn, *args), timeout, "the producer")
+        return self._waited(self._submit(fn, *args), timeout, "the producer")
+
+    def _waited(self, future: concurrent.futures.Future[T], timeout: float | None, what: str) -> T:
+        """:meth:`_wait`; then a callback's ``SystemExit`` raised meanwhile, which wins."""
+        try:
+            return self._wait(future, timeout, what)
+        finally:
+            self._escaped.raise_pending()
 
     @staticmethod
     def _wait(future: concurrent.futures.Future[T], timeout: float | None, what: str) -> T:
@@ -658,15 +668,59 @@ async def _enqueue(send: Callable[[], Awaitable[_Settling[T]]], delivery: concur
     _chain(await send(), delivery)
 
 
+class _Escaped:
+    """What a delivery callback raised on the producer's thread that is no ``Exception``
+    (``SystemExit``, ``KeyboardInterrupt``). concurrent.futures lets it out of the future's
+    ``set_result``, where it stopped the producer's event loop: the records after it failed, and
+    the program went on with the exit code it asked for lost. Kept instead, and raised in the
+    thread that next calls the SyncProducer, or waits in a call (as confluent-kafka raises a
+    callback's exception from ``poll()`` and ``flush()``)."""
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self._thread = thread
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+
+    def guard(self, fn: Callable[[Any], object]) -> Callable[[Any], object]:
+        def guarded(future: Any) -> object:
+            if threading.current_thread() is not self._thread:
+                return fn(future)  # added to a done future: it runs in the caller's own thread
+            try:
+                return fn(future)
+            except Exception:
+                raise  # concurrent.futures logs it
+            except BaseException as exc:
+                with self._lock:
+                    if self._error is None:
+                        self._error = exc
+                return None
+
+        return guarded
+
+    def raise_pending(self) -> None:
+        with self._lock:
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+
 class _Delivery(concurrent.futures.Future[T]):
     """The future of one ``send``/``send_many``.
 
     The records of a failed batch share one exception object: ``result()`` re-raises it
     from the traceback it had when it was set, instead of adding frames to the shared one
-    on every call (as concurrent.futures.Future does).
+    on every call (as concurrent.futures.Future does). A callback's ``SystemExit`` reaches the
+    caller's thread (see :class:`_Escaped`).
     """
 
     _traceback: TracebackType | None = None
+
+    def __init__(self, escaped: _Escaped) -> None:
+        super().__init__()
+        self._escaped = escaped
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        super().add_done_callback(self._escaped.guard(fn))
 
     def set_exception(self, exception: BaseException | None) -> None:
         self._traceback = None if exception is None else exception.__traceback__

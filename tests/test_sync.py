@@ -247,6 +247,38 @@ def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: Tansu
     assert all("its own thread" in str(exc) for exc in seen)
 
 
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()], ids=["SystemExit", "KeyboardInterrupt"])
+def test_a_callbacks_system_exit_reaches_the_caller_and_the_producer_goes_on(
+    tansu_broker: TansuBroker, topic: str, raised: BaseException
+) -> None:
+    # It stopped the producer's event loop: flush() raised ProducerClosedError, later records
+    # failed ("use SyncProducer"), and the program went on, the exit it asked for lost.
+    def leave(_: concurrent.futures.Future[RecordMetadata]) -> None:
+        raise raised
+
+    ran: list[str] = []
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=600_000) as producer:
+        first = producer.send(topic, b"first", partition=0)
+        assert not first.done()  # the callbacks run on the producer's thread (see above)
+        first.add_done_callback(leave)
+        first.add_done_callback(lambda _: ran.append("the next callback"))
+        with pytest.raises(type(raised)) as info:
+            producer.flush(30)
+        assert info.value is raised
+        assert first.result(0).offset == 0 and ran == ["the next callback"]
+        second = producer.send(topic, b"second", partition=0)
+        producer.flush(30)  # raised once; the producer goes on
+        assert second.result(0).offset == 1
+        third = producer.send(topic, b"third", partition=0)
+        third.add_done_callback(leave)
+        with pytest.raises(type(raised)):
+            producer.close(30)  # closed, then raised
+    assert third.result(0).offset == 2
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"first", b"second", b"third"]
+    with pytest.raises(type(raised)):
+        first.add_done_callback(leave)  # added to a done future, it runs in the caller's thread, as ever
+
+
 def test_submit_runs_a_coroutine_on_the_producer_loop(tansu_broker: TansuBroker, topic: str) -> None:
     async def batch(producer: Any, count: int) -> list[int]:
         futures = [await producer.send(topic, b"%d" % i) for i in range(count)]
@@ -342,7 +374,8 @@ def test_a_shared_failure_does_not_grow_its_traceback_per_result_call() -> None:
         raise KafkaError("the batch failed")
     except KafkaError as exc:
         error = exc
-    futures: list[concurrent.futures.Future[RecordMetadata]] = [_Delivery() for _ in range(200)]
+    escaped = sync._Escaped(threading.current_thread())
+    futures: list[concurrent.futures.Future[RecordMetadata]] = [_Delivery(escaped) for _ in range(200)]
     for future in futures:
         future.set_running_or_notify_cancel()
         future.set_exception(error)
