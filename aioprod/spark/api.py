@@ -50,7 +50,7 @@ def write_dataframe(
     ``mode="driver"`` streams the rows to the driver (one Spark partition at a time, the
     next one prefetched; never a ``collect()`` of the whole frame) and sends them through
     one producer on one event loop with at most ``max_in_flight_rows`` unacknowledged (and
-    at most twice ``buffer_memory`` of their keys and values).
+    at most twice ``buffer_memory`` of their keys, values and headers).
     ``mode="executors"`` runs one producer per Spark partition, on the executors, in
     parallel; only per-partition counts come back to the driver.
 

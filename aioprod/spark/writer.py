@@ -3,7 +3,7 @@
 Both modes write through :class:`PartitionWrite`: the driver treats the whole DataFrame as
 one partition, each executor task its own. The producer is a :class:`SyncProducer`: the
 Spark side feeds it chunks from a plain thread, its event loop sends them with at most
-``max_in_flight_rows`` unacknowledged, whose keys and values take at most twice ``buffer_memory``
+``max_in_flight_rows`` unacknowledged, whose keys, values and headers take at most twice ``buffer_memory``
 (beyond one chunk).
 """
 
@@ -237,7 +237,7 @@ class PartitionWrite:
             tuple[Chunk, list[RecordFuture | None], list[Any], concurrent.futures.Future[_ChunkResult], int]
         ] = deque()
         self._pending_rows = 0
-        #: Bytes of the keys and values pending: rows of 1 MB each held 50 GB at 50,000 rows.
+        #: Bytes of the keys, values and headers pending: rows of 1 MB each held 50 GB at 50,000 rows.
         self._pending_bytes = 0
         self._max_pending_bytes = 2 * self._config.buffer_memory
         #: Chunks the watchdog gave up on, with their records: what they delivered is counted once the producer closed.
@@ -545,8 +545,10 @@ def write_partition(unit: PartitionWrite, chunks: Iterable[Chunk]) -> Tally:
 
 
 def _payload_bytes(chunk: Chunk) -> int:
-    """The chunk's keys and values, in bytes (a str counted by its length)."""
+    """The chunk's keys, values and headers, in bytes (a str counted by its length)."""
     size = sum(map(len, filter(None, chunk.values)))
     if chunk.keys is not None:
         size += sum(map(len, filter(None, chunk.keys)))
+    if chunk.headers is not None:
+        size += sum(len(name or "") + len(value or b"") for pairs in chunk.headers if pairs for name, value in pairs)
     return size

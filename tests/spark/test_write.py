@@ -890,17 +890,27 @@ def test_rows_for_several_missing_topics_do_not_trip_the_watchdog(
     assert sorted(r.value for r in read_topic(tansu_broker.bootstrap, good)) == [b"a", b"b"]
 
 
-def test_the_writer_holds_at_most_twice_buffer_memory_of_keys_and_values(tansu_broker: TansuBroker) -> None:
+@pytest.mark.parametrize("in_headers", [False, True], ids=["values", "headers"])
+def test_the_writer_holds_at_most_twice_buffer_memory_of_payload(tansu_broker: TansuBroker, in_headers: bool) -> None:
     # max_in_flight_rows bounded what a writer held by rows only: at 1 MB a row, 50,000 rows
-    # were 50 GB on the driver or in each executor task's Python worker.
+    # were 50 GB on the driver or in each executor task's Python worker. Then only keys and
+    # values counted: rows carrying their bytes in headers were held by rows only again.
     topic = new_topic("held")
     options = producer_options(tansu_broker.bootstrap, {"buffer_memory": 1_000_000})
-    plan = Plan(options, topic, False, False, False, False, "raise", 20, 50_000, None)
+    plan = Plan(options, topic, False, False, False, in_headers, "raise", 20, 50_000, None)
     unit = PartitionWrite(plan)
     held = []
     for c in range(30):
-        unit.write(Chunk(c * 50, [b"%05d" % (c * 50 + i) + bytes(10_000) for i in range(50)]))  # 500 kB
-        held.append(sum(len(v) for chunk, *_ in unit._pending for v in chunk.values))
+        numbers = [b"%05d" % (c * 50 + i) for i in range(50)]
+        if in_headers:
+            chunk = Chunk(c * 50, numbers, headers=[[("h", bytes(10_000))] for _ in numbers])  # 500 kB
+        else:
+            chunk = Chunk(c * 50, [n + bytes(10_000) for n in numbers])
+        unit.write(chunk)
+        held.append(
+            sum(len(v) for chunk, *_ in unit._pending for v in chunk.values)
+            + sum(len(h) for chunk, *_ in unit._pending for hs in chunk.headers or [] for _, h in hs)
+        )
     tally = unit.finish()
     assert (tally.written, tally.aborted) == (1500, None)
     assert max(held) <= 2_000_000, f"{max(held) / 1e6:.1f} MB of rows held with buffer_memory=1 MB"
