@@ -265,7 +265,11 @@ class PartitionWrite:
         if reason is not None:
             self._stop(reason)
             return False
-        return self._start()
+        try:
+            return self._start()
+        except BaseException:
+            self._close(0)  # a producer it opened (a transaction it began is aborted), not left to its finalizer
+            raise
 
     def _start(self) -> bool:
         """Open the producer; False if the write cannot go on."""

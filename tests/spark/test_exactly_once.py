@@ -356,6 +356,34 @@ def test_a_driver_commit_in_doubt_says_so_and_how_to_finish_it(
     assert logs(bootstrap, topic).committed == []  # the fencing producer aborted it
 
 
+def test_a_start_that_fails_otherwise_than_kafka_closes_its_producer(
+    tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Driver mode opens its writer before reading input; a start that raised anything but a
+    # KafkaError (its wait for the commit marker running out on a stuck loop: a bare TimeoutError)
+    # once the producer existed left it open, for its finalizer to close at garbage collection.
+    plan = exactly_once_plan(tansu_broker.bootstrap, new_topic(tansu_broker.bootstrap))
+    unit = TransactionalPartitionWrite(plan, "driver", commit=True)
+
+    async def stuck(producer: Any, group_id: str) -> bool:
+        raise TimeoutError
+
+    monkeypatch.setattr(writer, "_committed", stuck)
+    opened: list[SyncProducer] = []
+    monkeypatch.setattr(SyncProducer, "__init__", _recording(SyncProducer.__init__, opened))
+    with pytest.raises(TimeoutError):
+        unit.open()
+    assert len(opened) == 1 and opened[0].closed
+
+
+def _recording(init: Any, opened: list[SyncProducer]) -> Any:
+    def recorded(self: SyncProducer, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        opened.append(self)
+
+    return recorded
+
+
 def test_ctrl_c_during_an_executors_write_aborts_what_its_tasks_prepared(
     spark: Any, tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
