@@ -500,6 +500,8 @@ RecordsCore_dealloc(RecordsCore *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static PyTypeObject RecordsCoreType;
+
 static PyObject *
 RecordsCore_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -512,8 +514,9 @@ RecordsCore_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
      * full collection, which walks every object the application keeps. A builder refers only
      * to bytes, integers, its codec and its class, none of which refers to a builder, so it
      * can never be part of a reference cycle: the collector need not see it (as CPython does
-     * for tuples of atomic values). A subclass must keep to such fields. */
-    if (PyObject_GC_IsTracked((PyObject *)self))
+     * for tuples of atomic values). Only that class (a direct subclass without a __dict__): an
+     * application's subclass of it may keep anything, the builder itself included. */
+    if (type->tp_base == &RecordsCoreType && type->tp_dictoffset == 0 && PyObject_GC_IsTracked((PyObject *)self))
         PyObject_GC_UnTrack(self);
     self->buf = PyByteArray_FromStringAndSize(NULL, 0);
     if (self->buf == NULL) {
@@ -743,12 +746,16 @@ RecordFuture_traverse(RecordFutureObject *self, visitproc visit, void *arg)
     return 0;
 }
 
-/* Breaks a cycle through the callbacks; the batch references stay, so the future still answers
- * (the other objects of a cycle through the batch's error, a frame or the error, clear theirs). */
+/* Breaks a cycle through the callbacks or the cancellation message (any object: a tuple holding
+ * the future has no tp_clear to break it); the future stays cancelled, and the batch references
+ * stay, so it still answers (the other objects of a cycle through the batch's error, a frame or
+ * the error, clear theirs). */
 static int
 RecordFuture_clear(RecordFutureObject *self)
 {
     Py_CLEAR(self->callbacks);
+    if (self->cancel_message != NULL && self->cancel_message != Py_None)
+        Py_SETREF(self->cancel_message, Py_NewRef(Py_None));
     return 0;
 }
 
