@@ -318,7 +318,7 @@ class SyncProducer:
         (a delivery callback): a coroutine already on that loop awaits the producer directly.
         """
         self._check_thread()
-        return self._submit(fn, self._producer, *args)
+        return _Guarded.adopt(self._submit(fn, self._producer, *args), self._escaped)
 
     # -- transactions ----------------------------------------------------------------
 
@@ -669,12 +669,12 @@ async def _enqueue(send: Callable[[], Awaitable[_Settling[T]]], delivery: concur
 
 
 class _Escaped:
-    """What a delivery callback raised on the producer's thread that is no ``Exception``
-    (``SystemExit``, ``KeyboardInterrupt``). concurrent.futures lets it out of the future's
-    ``set_result``, where it stopped the producer's event loop: the records after it failed, and
-    the program went on with the exit code it asked for lost. Kept instead, and raised in the
-    thread that next calls the SyncProducer, or waits in a call (as confluent-kafka raises a
-    callback's exception from ``poll()`` and ``flush()``)."""
+    """A ``SystemExit`` or ``KeyboardInterrupt`` a callback raised on the producer's thread (any
+    other exception is logged, as concurrent.futures logs an ``Exception``). concurrent.futures
+    lets it out of the future's ``set_result``, where it stopped the producer's event loop: the
+    records after it failed, and the program went on with the exit code it asked for lost. Kept
+    instead, and raised in the thread that next calls the SyncProducer, or waits in a call (as
+    confluent-kafka raises a callback's exception from ``poll()`` and ``flush()``)."""
 
     def __init__(self, thread: threading.Thread) -> None:
         self._thread = thread
@@ -689,11 +689,20 @@ class _Escaped:
                 return fn(future)
             except Exception:
                 raise  # concurrent.futures logs it
-            except BaseException as exc:
+            except (SystemExit, KeyboardInterrupt) as exc:
+                log.warning(
+                    "a callback raised %r on the SyncProducer's thread: the producer goes on, and it is raised in "
+                    "the thread that next calls the producer",
+                    exc,
+                )
                 with self._lock:
                     if self._error is None:
                         self._error = exc
-                return None
+            except BaseException:
+                # Another BaseException (asyncio.CancelledError, of a cancelled future's result()): no
+                # exit asked for, and not one for a plain thread's next call; logged, as an Exception.
+                log.exception("exception calling callback for %r", future)
+            return None
 
         return guarded
 
@@ -704,7 +713,25 @@ class _Escaped:
             raise error
 
 
-class _Delivery(concurrent.futures.Future[T]):
+class _Guarded(concurrent.futures.Future[T]):
+    """A future the SyncProducer hands out: a callback's ``SystemExit`` reaches the caller's
+    thread (see :class:`_Escaped`)."""
+
+    _escaped: _Escaped
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        super().add_done_callback(self._escaped.guard(fn))
+
+    @classmethod
+    def adopt(cls, future: concurrent.futures.Future[T], escaped: _Escaped) -> concurrent.futures.Future[T]:
+        """``future`` (``submit``'s, made by asyncio.run_coroutine_threadsafe, whose ``cancel()``
+        cancels the coroutine) as one of these, before anyone else adds a callback to it."""
+        future._escaped = escaped  # type: ignore[attr-defined]
+        future.__class__ = cls
+        return future
+
+
+class _Delivery(_Guarded[T]):
     """The future of one ``send``/``send_many``.
 
     The records of a failed batch share one exception object: ``result()`` re-raises it
@@ -718,9 +745,6 @@ class _Delivery(concurrent.futures.Future[T]):
     def __init__(self, escaped: _Escaped) -> None:
         super().__init__()
         self._escaped = escaped
-
-    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
-        super().add_done_callback(self._escaped.guard(fn))
 
     def set_exception(self, exception: BaseException | None) -> None:
         self._traceback = None if exception is None else exception.__traceback__

@@ -279,6 +279,52 @@ def test_a_callbacks_system_exit_reaches_the_caller_and_the_producer_goes_on(
         first.add_done_callback(leave)  # added to a done future, it runs in the caller's thread, as ever
 
 
+def test_a_callbacks_cancelled_error_is_logged_not_raised_in_the_next_call(
+    tansu_broker: TansuBroker, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only an exit asked for (SystemExit, KeyboardInterrupt) reaches the caller's thread: any
+    # other BaseException was kept too, and flush() raised asyncio.CancelledError in a plain thread.
+    def cancelled(_: concurrent.futures.Future[RecordMetadata]) -> None:
+        raise asyncio.CancelledError  # (as .result() of a cancelled asyncio future raises it)
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=600_000) as producer:
+        future = producer.send(topic, b"first", partition=0)
+        assert not future.done()
+        future.add_done_callback(cancelled)
+        producer.flush(30)
+        assert future.result(0).offset == 0
+        second = producer.send(topic, b"second", partition=0)
+        producer.flush(30)
+        assert second.result(0).offset == 1
+    assert any(r.exc_info and r.exc_info[0] is asyncio.CancelledError for r in caplog.records)
+
+
+def test_a_submit_callbacks_system_exit_reaches_the_caller_and_the_producer_goes_on(
+    tansu_broker: TansuBroker, topic: str
+) -> None:
+    # docs/sync.md promises it of "a callback"; one on submit()'s future (run on the producer's
+    # thread too) still stopped the event loop: the next send raised ProducerClosedError, and
+    # the exit it asked for was only logged ("event loop failed").
+    release = threading.Event()
+
+    async def held(_producer: Any) -> str:
+        await asyncio.to_thread(release.wait)
+        return "done"
+
+    def leave(_: concurrent.futures.Future[str]) -> None:
+        raise SystemExit(3)
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+        work = producer.submit(held)
+        work.add_done_callback(leave)
+        release.set()
+        assert work.result(30) == "done"
+        with pytest.raises(SystemExit):
+            producer.flush(30)
+        assert producer.send_and_wait(topic, b"after", partition=0, timeout=30).offset == 0
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"after"]
+
+
 def test_submit_runs_a_coroutine_on_the_producer_loop(tansu_broker: TansuBroker, topic: str) -> None:
     async def batch(producer: Any, count: int) -> list[int]:
         futures = [await producer.send(topic, b"%d" % i) for i in range(count)]

@@ -176,14 +176,18 @@ class Coordinators:
         max_version: int | None = None,
         tolerate: frozenset[int] = frozenset(),
         concurrent_backoff: float | None = None,
+        before: Callable[[BrokerConnection], Awaitable[None]] | None = None,
     ) -> R:
         """Send to the coordinator of ``key`` until it answers without a retriable error.
         An answer in ``tolerate`` is returned as it is; after CONCURRENT_TRANSACTIONS the wait
-        is at most ``concurrent_backoff`` seconds, when given."""
+        is at most ``concurrent_backoff`` seconds, when given. ``before`` is awaited on the
+        connection each try is sent on, first (it may raise to stop the request)."""
         failures = 0
         while True:
             conn = await self.connection(key_type, key)
             try:
+                if before is not None:
+                    await before(conn)
                 response: R = await conn.send(build(), max_version=max_version)
             except KafkaError as exc:
                 failures += 1

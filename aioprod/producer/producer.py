@@ -935,8 +935,10 @@ class Producer:
         :class:`~aioprod.errors.PreparedTransactionError` when the transaction is no longer open
         under its epoch: fenced by a newer producer with its transactional id, aborted by the
         coordinator after its timeout, or aborted already; its records will never be visible.
-        Raises it too, sending nothing, when this producer's brokers are another cluster than
-        the handle's. Bounded by ``max_block_ms``.
+        Raises it too, sending no EndTxn there, when this producer's brokers are another cluster
+        than the handle's (asked before each EndTxn, a retry's included; after an unanswered
+        EndTxn to the handle's cluster, a :class:`~aioprod.errors.KafkaError` saying the outcome
+        is in doubt). Bounded by ``max_block_ms``.
         """
         await self._end_prepared("commit_prepared_transaction", prepared, commit=True)
 

@@ -177,10 +177,11 @@ class PreparedTransaction:
     cluster_id: str | None = None
 
     def __setstate__(self, state: list[Any]) -> None:
-        """As the dataclass's, but a pickle of a handle without the fields added since fills them
-        with their defaults (a handle kept across an upgrade)."""
-        for spec, value in zip(fields(self), state + [f.default for f in fields(self)[len(state) :]], strict=True):
-            object.__setattr__(self, spec.name, value)
+        """As the dataclass's: values in field order, extra ones (a later version's fields)
+        ignored; but a pickle of a handle without the fields added since fills them with their
+        defaults (a handle kept across an upgrade)."""
+        for index, spec in enumerate(fields(self)):
+            object.__setattr__(self, spec.name, state[index] if index < len(state) else spec.default)
 
 
 class TransactionManager:
@@ -952,18 +953,37 @@ async def end_prepared(
         f"cannot {'commit' if commit else 'abort'} transaction {prepared.transactional_id!r} "
         f"(producer id {prepared.producer_id}, epoch {prepared.producer_epoch})"
     )
-    if prepared.cluster_id is not None:
-        here = await coordinators.ask(TRANSACTION, prepared.transactional_id, cluster_named_by)
-        if here is not None and here != prepared.cluster_id:
-            raise PreparedTransactionError(
-                f"{cannot}: it was prepared in cluster {prepared.cluster_id!r}, and this producer's brokers are "
-                f"cluster {here!r}, where its producer id and epoch may be another producer's. It stays open in "
-                f"{prepared.cluster_id!r} until its coordinator aborts it (transaction_timeout_ms), unless a "
-                "producer of that cluster ends it",
-                prepared,
+
+    tries = 0
+
+    async def in_its_cluster(conn: BrokerConnection) -> None:
+        # On the connection each EndTxn goes on, before it: a retry (after CONCURRENT_TRANSACTIONS,
+        # a coordinator moved, a connection lost) may reach a cluster that replaced the one checked.
+        nonlocal tries
+        tries += 1
+        if prepared.cluster_id is None:
+            return
+        here = await cluster_named_by(conn)
+        if here is None or here == prepared.cluster_id:
+            return
+        where = (
+            f"it was prepared in cluster {prepared.cluster_id!r}, and this producer's brokers are now cluster "
+            f"{here!r}, where its producer id and epoch may be another producer's"
+        )
+        if tries > 1:
+            # An earlier EndTxn went to the handle's cluster, and its answer may be the one lost.
+            raise KafkaError(
+                f"{cannot} in cluster {here!r}, and its outcome is in doubt: {where}, and an earlier EndTxn to "
+                f"{prepared.cluster_id!r} got no answer that said it was done: it may have ended there"
             )
+        raise PreparedTransactionError(
+            f"{cannot}: {where}. It stays open in {prepared.cluster_id!r} until its coordinator aborts it "
+            "(transaction_timeout_ms), unless a producer of that cluster ends it",
+            prepared,
+        )
+
     try:
-        await _end_txn(coordinators, prepared, commit=commit)
+        await _end_txn(coordinators, prepared, commit=commit, before=in_its_cluster)
     except BrokerResponseError as exc:
         if exc.code == InvalidTxnStateError.code:
             why = f"it is not open: it was {'aborted' if commit else 'committed'} already, or never began"
@@ -981,9 +1001,11 @@ async def _end_txn(
     commit: bool,
     tolerate: frozenset[int] = frozenset(),
     under: Callable[[Callable[[], Request]], Callable[[], Request]] = lambda build: build,
+    before: Callable[[BrokerConnection], Awaitable[None]] | None = None,
 ) -> EndTxnResponse:
     """EndTxn for ``transaction`` (a producer's own, or a handle), retried as its answers allow;
-    ``under`` wraps the request's builder (the producer's check of its identity)."""
+    ``under`` wraps the request's builder (the producer's check of its identity), ``before`` is
+    awaited on each try's connection (a handle's check of the cluster)."""
     return await coordinators.request(
         TRANSACTION,
         transaction.transactional_id,
@@ -1001,6 +1023,7 @@ async def _end_txn(
         if transaction.transaction_version >= 2
         else None,
         tolerate=tolerate,
+        before=before,
     )
 
 

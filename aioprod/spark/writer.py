@@ -268,7 +268,10 @@ class PartitionWrite:
         try:
             return self._start()
         except BaseException:
-            self._close(0)  # a producer it opened (a transaction it began is aborted), not left to its finalizer
+            try:
+                self._close(0)  # a producer it opened (a transaction it began is aborted), not left to its finalizer
+            except Exception as exc:  # (its loop stuck, as the start's wait was): the start's error is the one raised
+                log.warning("could not close the producer of a write whose start failed: %r", exc)
             raise
 
     def _start(self) -> bool:

@@ -18,7 +18,7 @@ from aioprod.errors import KafkaError, PreparedTransactionError, ProducerFatalEr
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import Appended, Hold, ScriptedCluster, _ProducerState
-from tests.fakes.coordinator import FakeCoordinator
+from tests.fakes.coordinator import FakeCoordinator, Lost
 
 
 def name_cluster(monkeypatch: pytest.MonkeyPatch, per_node: dict[int, str] | None = None) -> dict[str, str]:
@@ -708,7 +708,7 @@ async def test_a_handle_prepared_in_another_cluster_ends_nothing_there(
         other.begin_transaction()
         await (await other.send("t", b"other's", partition=1))
         async with Producer(bootstrap_servers=cluster.bootstrap, enable_idempotence=idempotence) as ender:
-            refused = r"prepared in cluster 'cluster-A'.*brokers are cluster 'cluster-B'"
+            refused = r"prepared in cluster 'cluster-A'.*brokers are now cluster 'cluster-B'"
             for end in (ender.commit_prepared_transaction, ender.abort_prepared_transaction):
                 with pytest.raises(PreparedTransactionError, match=refused) as e:
                     await end(prepared)
@@ -716,3 +716,46 @@ async def test_a_handle_prepared_in_another_cluster_ends_nothing_there(
         assert cluster.requests_of(m.EndTxnRequest) == []
         await other.commit_transaction()
     assert cluster.partition("t", 1).committed == [b"other's"]
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+async def test_a_handles_end_retried_after_the_cluster_was_replaced_ends_nothing_there(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, idempotence: bool
+) -> None:
+    # The cluster was checked once, before the EndTxn's retries: A answered the first EndTxn
+    # CONCURRENT_TRANSACTIONS, B replaced A, and the retry's EndTxn(5000/0, commit) committed
+    # the open transaction of B's producer 5000/0 (and commit_prepared_transaction() returned).
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
+    async with transactional(cluster) as left:
+        left.begin_transaction()
+        await (await left.send("t", b"in-A", partition=0))
+        prepared = await left.prepare_transaction()  # A: 5000/0
+    a = (cluster.topics, cluster.coordinator)
+    replace_coordinator(cluster, cluster_id)
+    b = (cluster.topics, cluster.coordinator)
+    async with transactional(cluster) as other:  # B: 5000/0, open
+        other.begin_transaction()
+        await (await other.send("t", b"other's", partition=1))
+        (cluster.topics, cluster.coordinator), cluster_id["now"] = a, "cluster-A"  # A again, for now
+        a[1].script[m.EndTxnRequest.API_KEY] = deque([51])  # CONCURRENT_TRANSACTIONS
+
+        def a_answers_then_b_replaces_it(coordinator: FakeCoordinator, api_key: int) -> int | type[Lost]:
+            answer = scripted_answer(coordinator, api_key)
+            if coordinator is a[1] and api_key == m.EndTxnRequest.API_KEY:
+                (cluster.topics, cluster.coordinator), cluster_id["now"] = b, "cluster-B"
+            return answer
+
+        scripted_answer = FakeCoordinator.scripted
+        monkeypatch.setattr(FakeCoordinator, "scripted", a_answers_then_b_replaces_it)
+        async with Producer(
+            bootstrap_servers=cluster.bootstrap, enable_idempotence=idempotence, retry_backoff_ms=10
+        ) as ender:
+            # An earlier EndTxn went to A: had its answer been lost rather than "not now", it may have
+            # committed there. Not PreparedTransactionError ("never visible"): in doubt.
+            with pytest.raises(KafkaError, match=r"in doubt: .*brokers are now cluster 'cluster-B'") as refused:
+                await ender.commit_prepared_transaction(prepared)
+            assert not isinstance(refused.value, PreparedTransactionError)
+        assert len(cluster.requests_of(m.EndTxnRequest)) == 1  # to A, answered "not now"; none to B
+        await other.commit_transaction()
+    assert b[0]["t"][1].committed == [b"other's"]
+    assert a[0]["t"][0].committed == []  # left open in A, for its coordinator to abort

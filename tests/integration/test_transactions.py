@@ -127,7 +127,7 @@ async def test_a_prepared_transaction_is_ended_only_in_the_cluster_it_was_prepar
     assert prepared.cluster_id == cluster_id_seen_by_librdkafka(tansu_broker.bootstrap) == "tansu_cluster"
     with tansu(tansu_args=("--cluster-id", "another-cluster")) as other:
         async with Producer(bootstrap_servers=other.bootstrap) as elsewhere:
-            with pytest.raises(PreparedTransactionError, match="brokers are cluster 'another-cluster'"):
+            with pytest.raises(PreparedTransactionError, match="brokers are now cluster 'another-cluster'"):
                 await elsewhere.commit_prepared_transaction(prepared)
     async with Producer(bootstrap_servers=tansu_broker.bootstrap) as q:
         await q.commit_prepared_transaction(prepared)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from aioprod import SyncProducer
-from aioprod.errors import ConfigError, InvalidTransactionTimeoutError, ProducerFatalError
+from aioprod.errors import ConfigError, InvalidTransactionTimeoutError, KafkaTimeoutError, ProducerFatalError
 from aioprod.producer.transactions import PreparedTransaction
 from aioprod.spark import Mode, WriteError, executors, write_dataframe, writer
 from aioprod.spark import transactions as spark_transactions
@@ -374,6 +374,32 @@ def test_a_start_that_fails_otherwise_than_kafka_closes_its_producer(
     with pytest.raises(TimeoutError):
         unit.open()
     assert len(opened) == 1 and opened[0].closed
+
+
+def test_a_start_that_fails_on_a_stuck_loop_raises_its_own_error_not_the_closes(
+    tansu_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a stuck loop the commit marker's wait ran out, and so did the close open() then made:
+    # open() raised the close's KafkaTimeoutError ("the producer did not close within 5.0s", a
+    # KafkaError), the start's own error only its __context__.
+    plan = exactly_once_plan(tansu_broker.bootstrap, new_topic(tansu_broker.bootstrap))
+    unit = TransactionalPartitionWrite(plan, "driver", commit=True)
+    failure = TimeoutError("the commit marker's wait ran out")
+
+    async def stuck(producer: Any, group_id: str) -> bool:
+        raise failure
+
+    close = SyncProducer.close
+
+    def close_outlasting_its_grace(self: SyncProducer, timeout: float | None = None) -> None:  # a FAKE fault
+        close(self, timeout)
+        raise KafkaTimeoutError("the producer did not close within 5.0s")
+
+    monkeypatch.setattr(writer, "_committed", stuck)
+    monkeypatch.setattr(SyncProducer, "close", close_outlasting_its_grace)
+    with pytest.raises(TimeoutError) as info:
+        unit.open()
+    assert type(info.value) is TimeoutError and info.value.args == failure.args  # (copied across the loop's thread)
 
 
 def _recording(init: Any, opened: list[SyncProducer]) -> Any:
