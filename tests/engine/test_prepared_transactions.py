@@ -210,6 +210,9 @@ def test_a_handle_pickles_and_one_pickled_before_its_cluster_id_still_loads() ->
     old_json = '{"transactional_id": "txn-1", "producer_id": 5000, "producer_epoch": 0, "transaction_version": 2}'
     unknown = PreparedTransaction("txn-1", 5000, 0, transaction_version=2, cluster_id=None)
     assert pickle.loads(old_pickle) == spark_transactions.decode(old_json) == unknown
+    later = PreparedTransaction.__new__(PreparedTransaction)  # a later version's, with a field more
+    later.__setstate__(["txn-1", 5000, 1, 2, "c1", "a field of a later version"])
+    assert later == handle
 
 
 async def test_ending_by_handle_checks_its_argument(cluster: ScriptedCluster) -> None:
