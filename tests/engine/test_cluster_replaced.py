@@ -13,7 +13,7 @@ from collections import Counter, deque
 
 import pytest
 
-from aioprod import Producer, TopicPartition
+from aioprod import PreparedTransaction, Producer, TopicPartition
 from aioprod.errors import KafkaError, PreparedTransactionError, ProducerFatalError
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
@@ -690,6 +690,14 @@ async def test_a_handle_prepared_in_the_cluster_left_ends_nothing_in_the_new_one
     assert cluster.partition("t", 1).committed == []
 
 
+async def prepared_in_a(cluster: ScriptedCluster) -> PreparedTransaction:
+    """txn-1's transaction in cluster A (5000/0), prepared; close() leaves it open."""
+    async with transactional(cluster) as left:
+        left.begin_transaction()
+        await (await left.send("t", b"in-A", partition=0))
+        return await left.prepare_transaction()
+
+
 @pytest.mark.parametrize("idempotence", [True, False])
 async def test_a_handle_prepared_in_another_cluster_ends_nothing_there(
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch, idempotence: bool
@@ -698,10 +706,7 @@ async def test_a_handle_prepared_in_another_cluster_ends_nothing_there(
     # its EndTxn(5000/0, commit) went to B and committed the open transaction of B's producer
     # 5000/0, and commit_prepared_transaction() returned.
     cluster, cluster_id = two_brokers(scripted, monkeypatch)
-    async with transactional(cluster) as left:
-        left.begin_transaction()
-        await (await left.send("t", b"in-A", partition=0))
-        prepared = await left.prepare_transaction()  # A: 5000/0; close() leaves it open
+    prepared = await prepared_in_a(cluster)
     assert prepared.cluster_id == "cluster-A"
     replace_coordinator(cluster, cluster_id)
     async with transactional(cluster) as other:  # B: 5000/0
@@ -726,10 +731,7 @@ async def test_a_handles_end_retried_after_the_cluster_was_replaced_ends_nothing
     # CONCURRENT_TRANSACTIONS, B replaced A, and the retry's EndTxn(5000/0, commit) committed
     # the open transaction of B's producer 5000/0 (and commit_prepared_transaction() returned).
     cluster, cluster_id = two_brokers(scripted, monkeypatch)
-    async with transactional(cluster) as left:
-        left.begin_transaction()
-        await (await left.send("t", b"in-A", partition=0))
-        prepared = await left.prepare_transaction()  # A: 5000/0
+    prepared = await prepared_in_a(cluster)
     a = (cluster.topics, cluster.coordinator)
     replace_coordinator(cluster, cluster_id)
     b = (cluster.topics, cluster.coordinator)
