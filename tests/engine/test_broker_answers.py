@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from typing import Any
 
@@ -15,6 +16,7 @@ from aioprod.errors import (
     InvalidBatchError,
     InvalidRecordError,
     KafkaTimeoutError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     ProducerFatalError,
@@ -41,6 +43,8 @@ DUPLICATE = DuplicateSequenceNumberError.code
 OUT_OF_ORDER = OutOfOrderSequenceNumberError.code
 UNKNOWN_PRODUCER = UnknownProducerIdError.code
 NOT_LEADER = NotLeaderOrFollowerError.code
+UNKNOWN_SERVER_ERROR = -1
+NOT_ENOUGH_REPLICAS = NotEnoughReplicasError.code
 
 
 @pytest.fixture
@@ -171,6 +175,80 @@ async def test_out_of_order_when_the_broker_forgot_resets_sequences(cluster: Scr
     assert [(a.producer_id, a.producer_epoch, a.base_sequence) for a in log] == [(1000, 0, 0), (1000, 1, 0)]
 
 
+async def test_out_of_order_behind_a_failed_batch_is_retried_in_order_after_the_sequences_restarted(
+    cluster: ScriptedCluster,
+) -> None:
+    # The same, once the partition numbered from 0 again under a new epoch (the broker lost what
+    # it knew of the producer after three batches): what the broker acknowledged under the old
+    # epoch says nothing of the new one, and the second batch, refused behind the first, is no
+    # batch the broker "acknowledged later records" of: retried, not failed.
+    async with producer(cluster, batch_size=100) as p:
+        for value in (b"w0", b"w1", b"w2"):
+            await p.send_and_wait("t", value)
+        cluster.nodes[1].script.append(OUT_OF_ORDER)
+        await p.send_and_wait("t", b"restarted")  # sequence 0 under the next epoch
+        cluster.nodes[1].script = deque([NOT_LEADER, OUT_OF_ORDER])
+        cluster.nodes[1].stalling = True  # both requests reach the broker before any answer
+        first = await p.send("t", b"x" * 60)
+        second = await p.send("t", b"y" * 60)
+        await asyncio.sleep(0.01)
+        cluster.nodes[1].release()
+        await asyncio.gather(first, second)
+    log = cluster.partition("t").log
+    assert [a.values for a in log[3:]] == [(b"restarted",), (b"x" * 60,), (b"y" * 60,)]
+    assert [(a.producer_epoch, a.base_sequence) for a in log[3:]] == [(1, 0), (1, 1), (1, 2)]
+
+
+async def test_producer_id_0_is_an_identity(cluster: ScriptedCluster) -> None:
+    # A new Apache Kafka cluster hands out producer id 0 first (ProducerIdManager's first block).
+    cluster._producer_ids = itertools.count(0)
+    async with producer(cluster) as p:
+        assert (await p.send_and_wait("t", b"v")).offset == 0
+    (accepted,) = cluster.partition("t").log
+    assert (accepted.producer_id, accepted.producer_epoch, accepted.base_sequence) == (0, 0, 0)
+
+
+async def test_a_broker_that_cannot_bump_the_epoch_gives_a_new_producer_id(scripted: Scripted) -> None:
+    # Sequence 0 refused as UNKNOWN_PRODUCER_ID: the producer asks InitProducerId for another
+    # identity with its current id and epoch (KIP-360). A broker that cannot do that for an
+    # idempotent producer (Tansu: UNKNOWN_SERVER_ERROR, not retriable) is asked again for a fresh
+    # one: its refusal is no reason to stop the producer.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 2)
+    async with producer(cluster) as p:
+        await p.send_and_wait("t", b"w", partition=1)  # identity 1000 taken
+        cluster.init_script = deque([UNKNOWN_SERVER_ERROR])
+        cluster.nodes[1].script = deque([UNKNOWN_PRODUCER])  # partition 0's sequence 0 refused
+        md = await p.send_and_wait("t", b"v", partition=0)
+    assert md.offset == 0
+    bump, fresh = (r.body for r in cluster.requests_of(InitProducerIdRequest)[1:])
+    assert (bump.producer_id, bump.producer_epoch, fresh.producer_id, fresh.producer_epoch) == (1000, 0, -1, -1)  # type: ignore[attr-defined]
+    (accepted,) = cluster.partition("t", 0).log
+    assert accepted.producer_id == 1001
+
+
+async def test_a_producer_at_the_largest_epoch_takes_a_new_id_instead_of_bumping_it(
+    cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The epoch is an int16: at 32767 it cannot be bumped, and a new identity is a new producer id.
+    # Fake: the cluster's first InitProducerId answer gives the largest epoch.
+    answer = cluster._init_producer_id
+    epochs = iter([32767])
+
+    def at_the_largest_epoch(request: InitProducerIdRequest) -> Any:
+        response = answer(request)
+        response.producer_epoch = next(epochs, response.producer_epoch)
+        return response
+
+    monkeypatch.setattr(cluster, "_init_producer_id", at_the_largest_epoch)
+    async with producer(cluster) as p:
+        await p.send_and_wait("t", b"first")
+        cluster.nodes[1].script.append(OUT_OF_ORDER)  # the broker lost what it knew of us
+        await p.send_and_wait("t", b"second")
+    log = cluster.partition("t").log
+    assert [(a.producer_id, a.producer_epoch, a.base_sequence) for a in log] == [(1000, 32767, 0), (1001, 0, 0)]
+
+
 async def test_unexplainable_sequence_gap_is_fatal(cluster: ScriptedCluster) -> None:
     cluster.nodes[1].script = deque([OUT_OF_ORDER])  # sequence 0 of a fresh identity refused
     async with producer(cluster) as p:
@@ -179,6 +257,27 @@ async def test_unexplainable_sequence_gap_is_fatal(cluster: ScriptedCluster) -> 
             await fut
         with pytest.raises(ProducerFatalError):
             await p.send("t", b"later")
+        assert p.metrics()["record-retry-total"] == 0  # failed, not retried (nor logged as retrying)
+
+
+async def test_unexplainable_sequence_gap_is_fatal_though_a_later_batch_was_refused(cluster: ScriptedCluster) -> None:
+    # Sequence 0 of a fresh identity refused after the batch behind it was refused before the
+    # append (it is not in the log): nothing later of the identity can have been written ahead
+    # of it, so the refusal is still unexplainable.
+    async with producer(cluster, batch_size=100) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].stalling = True
+        first = await p.send("t", b"x" * 60)
+        second = await p.send("t", b"y" * 60)
+        while p.metrics()["requests-in-flight"] < 2:
+            await asyncio.sleep(0)
+        cluster.nodes[1].script = deque([NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS, OUT_OF_ORDER])
+        cluster.nodes[1].release()
+        with pytest.raises(ProducerFatalError, match="sequence gap"):
+            await first
+        with pytest.raises(ProducerFatalError):
+            await second
+    assert cluster.partition("t").values == []
 
 
 async def test_after_a_fatal_error_each_record_is_told_what_became_of_it(scripted: Scripted) -> None:
@@ -209,6 +308,44 @@ async def test_after_a_fatal_error_each_record_is_told_what_became_of_it(scripte
         cluster.nodes[1].release()
         assert (await written).offset == 0
     assert cluster.partition("t", 0).values == [b"written"]
+
+
+async def test_a_lost_attempt_the_brokers_sequence_check_refused_is_not_in_the_log(cluster: ScriptedCluster) -> None:
+    # A and X go out, and their answers are lost with the connection (the broker had not looked
+    # at them). A is then refused until it is out of retries; X's retry, out of order behind it:
+    # the broker checked X's sequence, which it would have recognised had an attempt of X been
+    # written. Renumbered, X is refused until it too is out of retries: it is not in the log,
+    # and says so (a user may send it again), where A, whose first answer never came, may be.
+    async with producer(cluster, batch_size=100, retries=2) as p:
+        await p.send_and_wait("t", b"w")  # the broker knows the producer (else: UNKNOWN_PRODUCER_ID)
+        node = cluster.nodes[1]
+        node.stalling = True
+        a = await p.send("t", b"A" * 60)
+        x = await p.send("t", b"X" * 60)
+        while p.metrics()["requests-in-flight"] < 2:
+            await asyncio.sleep(0)
+        # A's retries refused; X's first retry handled (out of order), its renumbered one refused.
+        node.script = deque([NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS, 0, NOT_ENOUGH_REPLICAS])
+        cluster.disconnect(1)
+        node.release()
+        outcomes = await asyncio.gather(a, x, return_exceptions=True)
+    assert cluster.partition("t").values == [b"w"]
+    assert all(isinstance(o, NotEnoughReplicasError) for o in outcomes), outcomes
+    assert [getattr(o, "possibly_persisted", False) for o in outcomes] == [True, False]
+
+
+async def test_a_batch_larger_than_max_request_size_goes_in_a_request_of_its_own(scripted: Scripted) -> None:
+    # batch_size above max_request_size: a full batch passes the request size, and goes alone (as
+    # Java's drain takes a node's first batch whatever its size) instead of waiting forever.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=100, batch_size=20_000, max_request_size=10_000
+    ) as p:
+        await p.partitions_for("t")
+        futures = [await p.send("t", b"%02d" % i + b"x" * 498) for i in range(30)]  # one 15 KB batch
+        await asyncio.gather(*futures)
+    assert len(cluster.partition("t").values) == 30
 
 
 async def test_not_leader_is_retried_with_the_same_bytes(cluster: ScriptedCluster) -> None:
@@ -587,8 +724,9 @@ async def test_a_retry_refused_for_its_produce_version_says_an_earlier_attempt_m
     assert getattr(info.value, "possibly_persisted", False) is True, repr(info.value)
 
 
+@pytest.mark.parametrize("named", [2, 7])  # of a 2-record batch: one past its last, and further
 async def test_record_errors_naming_no_record_of_the_batch_leave_the_brokers_error_to_all(
-    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch, named: int
 ) -> None:
     # Every record was told InvalidBatchError, "not at fault", and may be sent again: the bad one too.
     produce = ScriptedCluster._produce
@@ -598,7 +736,7 @@ async def test_record_errors_naming_no_record_of_the_batch_leave_the_brokers_err
         response, hold = produce(self, node, request, version)
         for topic in response.responses:
             for part in topic.partition_responses:
-                part.record_errors.append(ProduceResponseBatchIndexError(7, "record 7 is bad"))  # 2-record batch
+                part.record_errors.append(ProduceResponseBatchIndexError(named, f"record {named} is bad"))
         return response, hold
 
     monkeypatch.setattr(ScriptedCluster, "_produce", refused)
@@ -684,3 +822,26 @@ async def test_an_innocent_record_of_a_retry_refused_for_others_may_be_in_the_lo
     assert first.possibly_persisted is True
     assert "not written" not in str(first), str(first)
     assert "possibly_persisted" in (InvalidBatchError.__doc__ or "")
+
+
+async def test_every_record_gets_the_brokers_time_on_a_log_append_time_topic(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A topic with message.timestamp.type=LogAppendTime: the broker stamps the batch, and each
+    # record's metadata carries the broker's time, not the producer's, for send() and send_many().
+    produce = ScriptedCluster._produce
+
+    def log_append_time_topic(self: ScriptedCluster, node: Any, request: ProduceRequest, version: int) -> Any:
+        response, hold = produce(self, node, request, version)
+        for topic in response.responses:
+            for part in topic.partition_responses:
+                part.log_append_time_ms = 1_234
+        return response, hold
+
+    monkeypatch.setattr(ScriptedCluster, "_produce", log_append_time_topic)
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        one = await p.send_and_wait("t", b"a")
+        many = await (await p.send_many("t", [b"b", b"c"]))
+    assert [md.timestamp for md in (one, *many)] == [1_234] * 3

@@ -324,3 +324,61 @@ async def test_send_manys_first_wait_for_memory_gets_all_of_max_block(scripted: 
                 f"{len(errors)} of {count} records failed after {scripted.clock.now - started:.2f}s: {errors[0]}"
             ) from None
         assert len(results) == count
+
+
+async def test_a_send_that_gives_up_waiting_for_memory_lets_the_ones_behind_it_through(scripted: Scripted) -> None:
+    # Memory is granted in order: a small record waits behind a large one, though it would fit.
+    # When the large one's send() is cancelled, the small one takes the room at once, not at the
+    # next release (none comes here: the broker holds every answer) nor at max_block_ms.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, buffer_memory=3000) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"x" * 1500)  # 1,564 bytes reserved until its answer
+        large = asyncio.ensure_future(p.send("t", b"y" * 2000))  # 2,064 more: does not fit
+        await asyncio.sleep(0.01)
+        small = asyncio.ensure_future(p.send("t", b"z" * 500))  # 564: fits, but waits its turn
+        await asyncio.sleep(0.01)
+        assert not large.done() and not small.done()
+        large.cancel()
+        queued = await small
+        cluster.nodes[1].release()
+        await asyncio.gather(held, queued)
+    assert cluster.partition("t").values == [b"x" * 1500, b"z" * 500]
+
+
+async def test_a_record_as_large_as_buffer_memory_is_sent_once_the_buffer_empties(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, buffer_memory=2000) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"x" * 100)
+        whole = asyncio.ensure_future(p.send("t", b"y" * (2000 - 64)))  # its size is all of buffer_memory
+        await asyncio.sleep(0.01)
+        assert not whole.done()  # waiting for the first record's memory
+        cluster.nodes[1].release()
+        await held
+        cluster.nodes[1].holding = False
+        await (await whole)
+    assert cluster.partition("t").values == [b"x" * 100, b"y" * (2000 - 64)]
+
+
+async def test_send_many_waits_for_memory_behind_a_send_that_waits_already(scripted: Scripted) -> None:
+    # Memory is granted in the order the calls asked for it: send_many's bulk path must not take
+    # room that a waiting send() needs (a stream of send_many calls starved it to max_block_ms).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, buffer_memory=3000) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"x" * 1500)  # 1,564 bytes reserved until its answer
+        large = asyncio.ensure_future(p.send("t", b"y" * 2000))  # 2,064 more: waits
+        await asyncio.sleep(0.01)
+        many = asyncio.ensure_future(p.send_many("t", [b"z" * 100] * 3))  # 492 bytes would fit now
+        await asyncio.sleep(0.01)
+        assert not many.done()  # behind the waiting send()
+        cluster.nodes[1].release()
+        await asyncio.gather(held, await large, await many)
+    assert cluster.partition("t").values == [b"x" * 1500, b"y" * 2000, *[b"z" * 100] * 3]

@@ -761,3 +761,29 @@ async def test_a_handles_end_retried_after_the_cluster_was_replaced_ends_nothing
         await other.commit_transaction()
     assert b[0]["t"][1].committed == [b"other's"]
     assert a[0]["t"][0].committed == []  # left open in A, for its coordinator to abort
+
+
+async def test_the_same_producer_id_from_the_new_cluster_is_a_new_identity(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A new cluster hands out the same first producer id as the one it replaced (Kafka: 0 in both).
+    # It is a new identity all the same: the partition numbers from 0 under it, not from where
+    # the old cluster's sequence stopped (which the new cluster refuses: one more identity taken).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster_id = name_cluster(monkeypatch)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"a0")  # 1000/0/0 in cluster A
+        await p.send_and_wait("t", b"a1")
+        cluster.create_topic("t", [1])  # cluster B: "t" empty, no producer state
+        cluster._producer_ids = iter(range(1000, 2000))  # B's first id is ours again
+        cluster_id["now"] = "cluster-B"
+        cluster.disconnect(1)  # the new connection finds cluster B (see _confirm_cluster)
+        await p.send_and_wait("t", b"b0")
+    (written,) = cluster.partition("t").log
+    assert (written.values, written.producer_id, written.producer_epoch, written.base_sequence) == (
+        (b"b0",),
+        1000,
+        0,
+        0,
+    )

@@ -107,6 +107,39 @@ async def test_retries_of_a_partition_survive_an_identity_change_caused_elsewher
     assert cluster.partition("t", 0).values == [b"w0", b"A", b"B"]
 
 
+async def test_a_partition_starts_its_sequences_again_only_once_its_batch_on_the_wire_is_answered(
+    scripted: Scripted,
+) -> None:
+    # A (partition 0) is on the wire when partition 1's failure makes the producer take a new
+    # identity. B, queued for partition 0 after that, must wait for A's answer before partition 0
+    # numbers from 0 under the new epoch: sent at once, B was written first, and A's retry, under
+    # the old epoch, was refused (INVALID_PRODUCER_EPOCH) and lost.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 2])
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=100, retry_backoff_max_ms=100
+    ) as p:
+        await p.send_and_wait("t", b"w0", partition=0)
+        await p.send_and_wait("t", b"w1", partition=1)
+        node1 = cluster.nodes[1]
+        node1.stalling = True  # A waits on the wire
+        a = await p.send("t", b"A", partition=0)
+        cluster.nodes[2].script = deque([InvalidRecordError.code])
+        c = await p.send("t", b"C", partition=1)
+        await asyncio.gather(c, return_exceptions=True)
+        await p.send_and_wait("t", b"D", partition=1)  # under a new identity
+        assert p.metrics()["producer-id-reset-total"] == 1
+        b = await p.send("t", b"B", partition=0)
+        flushing = asyncio.ensure_future(p.flush())  # B goes as soon as it may (not with A's answer)
+        await asyncio.sleep(0.05)
+        node1.script = deque([NOT_ENOUGH_REPLICAS])  # A is refused before the append: retried
+        node1.release()
+        outcome = await asyncio.gather(a, b, flushing, return_exceptions=True)
+        assert not any(isinstance(o, BaseException) for o in outcome), outcome
+    assert cluster.partition("t", 0).values == [b"w0", b"A", b"B"]
+
+
 async def test_a_batch_written_before_its_leader_answered_not_leader_is_not_written_twice(
     scripted: Scripted,
 ) -> None:

@@ -12,10 +12,12 @@ from aioprod.protocol.messages import ProduceRequest
 from tests.conftest import Scripted
 
 
-async def test_one_in_flight_keeps_order_when_the_leader_moves(scripted: Scripted) -> None:
+@pytest.mark.parametrize("flushing", [False, True])
+async def test_one_in_flight_keeps_order_when_the_leader_moves(scripted: Scripted, flushing: bool) -> None:
     # Without idempotence, max_in_flight_requests_per_connection=1 promises order. The
     # first batch is in flight to the old leader when the leader moves; the second must
-    # not overtake it on the new leader's connection.
+    # not overtake it on the new leader's connection. Also when a flush() waits, which sends
+    # a batch without waiting for anything else (its linger, its partition's answer).
     cluster = scripted.cluster
     cluster.add_node(2)
     cluster.create_topic("t", leaders=[1, 2])
@@ -34,9 +36,10 @@ async def test_one_in_flight_keeps_order_when_the_leader_moves(scripted: Scripte
         await asyncio.sleep(0.01)
         cluster.move_leader("t", 0, 2)
         second = await p.send("t", b"second", partition=0)
+        flush = asyncio.ensure_future(p.flush()) if flushing else None
         await asyncio.sleep(2)  # a periodic refresh shows node 2 as the leader
         cluster.nodes[1].release()  # node 1 looks at "first" now: it no longer leads
-        await asyncio.gather(first, second)
+        await asyncio.gather(first, second, *([flush] if flush is not None else []))
     assert cluster.partition("t").values == [b"warm-up", b"first", b"second"]
 
 

@@ -863,6 +863,24 @@ async def test_a_transactional_id_the_coordinator_forgot_is_renewed_after_one_ab
     assert len(inits) == 2 and inits[1].body.producer_id >= 0  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("version", [1, 2])
+async def test_an_abort_that_finds_the_transactional_id_forgotten_renews_it(
+    cluster: ScriptedCluster, version: int
+) -> None:
+    # The coordinator forgot the id while a transaction was open (it timed out and aborted it,
+    # then the id expired): the abort's EndTxn is the first to hear so. The identity is renewed
+    # there, so the next transaction commits, instead of failing once more to find out.
+    cluster.coordinator.transaction_version = version
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        await (await p.send("t", b"aborted", partition=0))
+        del cluster.coordinator.transactions["txn-1"]
+        await p.abort_transaction()
+        async with p.transaction():
+            await p.send("t", b"after", partition=0)
+    assert cluster.partition("t", 0).committed == [b"after"]
+
+
 # -- second transactions review -----------------------------------------------------------------
 
 INVALID_PRODUCER_ID_MAPPING = 49

@@ -11,7 +11,7 @@ from aioprod.cluster.metadata import Broker, ClusterSnapshot, PartitionInfo, Top
 from aioprod.config import ProducerConfig
 from aioprod.errors import KafkaTimeoutError
 from aioprod.producer.accumulator import BufferPool, RecordAccumulator
-from aioprod.producer.batch import TopicPartition
+from aioprod.producer.batch import ProducerBatch, TopicPartition
 from aioprod.producer.idempotence import SEQUENCE_MODULUS, IdempotenceState, sequence_before
 
 
@@ -198,6 +198,100 @@ async def test_a_delivery_deadline_that_passed_on_a_millisecond_clock_expires_th
     acc, _ = accumulator(linger_ms=5, delivery_timeout_ms=120_000, request_timeout_ms=30_000)
     append(acc, 0, b"v", now=created)
     assert [b.tp.partition for b in acc.expired(now)] == [0]
+
+
+async def test_a_batch_split_across_the_sequence_wrap_hands_on_wrapped_sequences() -> None:
+    # Its records had sequences 2**31-2, 2**31-1, 0 and 1: the parts must carry those, not 2**31
+    # (out of int32: the part could not be built, and the sender failed).
+    acc, _ = accumulator(linger_ms=0)
+    ident = IdempotenceState()
+    ident.set_producer_id(5, 0)
+    ident.partition(TopicPartition("t", 0)).next_sequence = SEQUENCE_MODULUS - 2
+    for value in (b"a" * 100, b"b" * 100, b"c" * 100, b"d" * 100):
+        append(acc, 0, value, now=0.0)
+    (batch,) = acc.drain(acc.ready(cluster({0: 1}), 0.0), [1], 10_000, ident.can_send)[1]
+    batch.build(*ident.stamp(batch), False)
+    parts = acc.split_and_reenqueue(batch, retry_at=0.0)
+    assert len(parts) == 4  # at most half the batch's bytes each: one record
+    sequences = [ident.stamp(part)[2] for part in parts]
+    assert sequences == [2**31 - 2, 2**31 - 1, 0, 1]
+    for part in parts:
+        part.build(*ident.stamp(part), False)  # each part can be sent
+
+
+def drain_one(acc: RecordAccumulator, ident: IdempotenceState) -> list[ProducerBatch]:
+    """What one drain of partition 0 (leader 1) sends, stamped and on the wire."""
+    sent = acc.drain(acc.ready(cluster({0: 1}), 0.0), [1], 10_000, ident.can_send).get(1, [])
+    for batch in sent:
+        batch.build(*ident.stamp(batch), False)
+        ident.sent(batch)
+    return sent
+
+
+async def test_a_batch_acknowledged_after_it_expired_across_the_wrap_resolves_the_doubt() -> None:
+    # The batch expired on the wire (the partition's next sequence in doubt), then the broker
+    # acknowledged it: the broker has every sequence given out, across the wrap at 2**31, so the
+    # partition goes on under its identity, pipelining again, with no new identity.
+    acc, _ = accumulator(linger_ms=0, batch_size=200)
+    ident = IdempotenceState()
+    ident.set_producer_id(5, 0)
+    entry = ident.partition(TopicPartition("t", 0))
+    entry.next_sequence = entry.acked_next = SEQUENCE_MODULUS - 2
+    for value in (b"a", b"b", b"c"):
+        append(acc, 0, value, now=0.0)
+    (expired,) = drain_one(acc, ident)  # sequences 2**31-2, 2**31-1 and 0
+    ident.failed(expired)
+    ident.returned(expired)
+    ident.acked(expired)
+    for value in (b"d" * 100, b"e" * 100):  # a batch each
+        append(acc, 0, value, now=0.0)
+    (first,) = drain_one(acc, ident)
+    (second,) = drain_one(acc, ident)  # not waiting for the first's answer
+    assert not ident.in_doubt
+    assert [ident.stamp(b) for b in (first, second)] == [(5, 0, 1), (5, 0, 2)]
+
+
+async def test_acknowledgements_out_of_order_do_not_take_the_acknowledged_sequence_back() -> None:
+    # Two leaders answer in their own order (the leader moved with a batch on the wire): the
+    # later batch's acknowledgement first. The broker has both: the partition's doubt (the later
+    # batch had expired) is resolved without a new identity.
+    acc, _ = accumulator(linger_ms=0, batch_size=200)
+    ident = IdempotenceState()
+    ident.set_producer_id(5, 0)
+    for value in (b"a" * 100, b"b" * 100):
+        append(acc, 0, value, now=0.0)
+    (earlier,) = drain_one(acc, ident)
+    (later,) = drain_one(acc, ident)
+    ident.failed(later)  # expired on the wire
+    for batch in (later, earlier):
+        ident.returned(batch)
+        ident.acked(batch)
+    append(acc, 0, b"c", now=0.0)
+    (after,) = drain_one(acc, ident)
+    assert not ident.new_identity_needed and ident.stamp(after) == (5, 0, 2)
+
+
+async def test_at_most_five_batches_of_a_partition_are_on_the_wire() -> None:
+    # The broker recognises a repeat among the last five batches of a producer and partition only.
+    acc, _ = accumulator(linger_ms=0, batch_size=200)
+    ident = IdempotenceState()
+    ident.set_producer_id(5, 0)
+    for i in range(6):
+        append(acc, 0, b"%d" % i * 100, now=0.0)
+    sent = [batch for _ in range(6) for batch in drain_one(acc, ident)]
+    assert [ident.stamp(b)[2] for b in sent] == [0, 1, 2, 3, 4]
+    ident.returned(sent[0])
+    ident.acked(sent[0])
+    assert [ident.stamp(b)[2] for b in drain_one(acc, ident)] == [5]
+
+
+async def test_batches_filling_max_request_size_exactly_go_in_one_request() -> None:
+    acc, _ = accumulator(linger_ms=0, batch_size=200)
+    for partition in (0, 1):
+        append(acc, partition, b"x" * 100, now=0.0)
+    readiness = acc.ready(cluster({0: 1, 1: 1}), 0.0)
+    total = sum(queue[0].size for _, queue, _ in readiness.sendable)
+    assert len(acc.drain(readiness, [1], total, lambda b, q: True)[1]) == 2
 
 
 async def test_a_split_batch_expires_at_its_original_deadline_among_later_batches() -> None:

@@ -79,9 +79,14 @@ async def test_request_timed_out_at_the_broker_may_have_been_written() -> None:
     assert d.action is Action.RETRY and d.maybe_written and not d.refresh_metadata
 
 
-async def test_errors_answered_before_the_append_say_the_batch_is_not_written() -> None:
-    (d,) = decide([batch()], answer(part(19)), 1.0, POLICY)  # NOT_ENOUGH_REPLICAS
+@pytest.mark.parametrize("code", [19, 3])  # NOT_ENOUGH_REPLICAS; UNKNOWN_TOPIC_OR_PARTITION (a topic deleted)
+async def test_errors_answered_before_the_append_say_the_batch_is_not_written(code: int) -> None:
+    # Kafka checks both before it appends (ReplicaManager.appendToLocalLog finds the partition,
+    # Partition.appendRecordsToLeader checks the in-sync replicas first).
+    (d,) = decide([batch()], answer(part(code)), 1.0, POLICY)
     assert d.action is Action.RETRY and not d.maybe_written
+    (last,) = decide([batch()], answer(part(code)), 10.0, POLICY)  # its deadline passed meanwhile
+    assert isinstance(last.error, DeliveryTimeoutError) and not last.error.possibly_persisted
 
 
 async def test_not_leader_asks_for_metadata_and_follows_a_named_leader_without_backoff() -> None:
@@ -134,6 +139,20 @@ async def test_past_the_deadline_a_failure_is_a_delivery_timeout() -> None:
     (d,) = decide([b], answer(part(NotLeaderOrFollowerError.code)), 10.0, POLICY)
     assert d.action is Action.FAIL and isinstance(d.error, DeliveryTimeoutError)
     assert d.error.possibly_persisted
+
+
+@pytest.mark.parametrize(
+    "answered",
+    [answer(part(RequestTimedOutError.code)), KafkaConnectionError("reset")],
+    ids=["request_timed_out", "connection_lost"],
+)
+async def test_a_first_attempt_whose_outcome_is_unknown_at_the_deadline_is_possibly_persisted(
+    answered: m.ProduceResponse | KafkaConnectionError,
+) -> None:
+    # No earlier attempt may be in the log, but this one may: the timeout must say so, not "not sent".
+    (d,) = decide([batch()], answered, 10.0, POLICY)
+    assert d.action is Action.FAIL and isinstance(d.error, DeliveryTimeoutError)
+    assert d.error.possibly_persisted and "possibly persisted" in str(d.error)
 
 
 async def test_a_partition_missing_from_the_answer_is_retried_as_unknown() -> None:
