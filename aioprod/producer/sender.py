@@ -95,6 +95,7 @@ class Sender:
                 wakeup=self.wakeup,
                 on_fatal=self._set_fatal,
                 identify_cluster=self._identify_cluster,
+                current_cluster=lambda: self._cluster_id,
             )
         self._acks = config.acks
         self._request_timeout_ms = config.request_timeout_ms

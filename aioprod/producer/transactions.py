@@ -198,6 +198,7 @@ class TransactionManager:
         wakeup: Callable[[], None],
         on_fatal: Callable[[KafkaError], None],
         identify_cluster: Callable[[BrokerConnection], Awaitable[str | None]] | None = None,
+        current_cluster: Callable[[], str | None] = lambda: None,
     ) -> None:
         assert config.transactional_id is not None
         self.transactional_id = config.transactional_id
@@ -209,6 +210,7 @@ class TransactionManager:
         self._wakeup = wakeup
         self._on_fatal = on_fatal
         self._identify_cluster = identify_cluster
+        self._current_cluster = current_cluster
         self.state = TxnState.UNINITIALIZED
         #: Why the transaction must be aborted, or why the producer failed.
         self.error: KafkaError | None = None
@@ -887,8 +889,12 @@ class TransactionManager:
     def _handle(self) -> PreparedTransaction:
         """This producer's transaction, as anyone can end it."""
         ident = self._ident
+        # No id named when the identity was taken (a Redpanda cluster names a placeholder until its
+        # id reaches the broker): the first one named since, which the sender too takes for the
+        # cluster it has been writing to.
+        cluster = self._cluster_id if self._cluster_id is not None else self._current_cluster()
         return PreparedTransaction(
-            self.transactional_id, ident.producer_id, ident.producer_epoch, 2 if self.v2 else 1, self._cluster_id
+            self.transactional_id, ident.producer_id, ident.producer_epoch, 2 if self.v2 else 1, cluster
         )
 
     def _must_abort(self) -> KafkaError:

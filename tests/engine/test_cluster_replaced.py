@@ -519,6 +519,24 @@ async def test_a_redpanda_cluster_getting_its_id_is_no_cluster_change(
     assert len(cluster.partition("t", 0).values + cluster.partition("t", 1).values) == 44
 
 
+async def test_a_handle_prepared_while_redpanda_named_no_id_yet_names_the_id_named_since(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The identity was taken while the brokers named Redpanda's placeholder: every handle of the
+    # producer carried cluster_id=None, and was ended in any cluster unchecked.
+    ids = {1: "redpanda.initializing", 2: "redpanda.initializing"}
+    cluster, _ = two_brokers(scripted, monkeypatch, ids)
+    async with transactional(cluster) as p:
+        ids[1] = ids[2] = "redpanda.0f1e2d3c"
+        p.begin_transaction()
+        await (await p.send("t", b"x", partition=0))  # its metadata names the id
+        prepared = await p.prepare_transaction()
+    assert prepared.cluster_id == "redpanda.0f1e2d3c"
+    async with Producer(bootstrap_servers=cluster.bootstrap) as ender:
+        await ender.commit_prepared_transaction(prepared)
+    assert cluster.partition("t", 0).committed == [b"x"]
+
+
 # A transactional producer across a cluster change. Its producer id and epoch are the old
 # cluster's, and the new cluster hands out ids from the same start (both FAKE coordinators from
 # 5000, as two fresh Kafka clusters from 0): another producer of the transactional id there may
