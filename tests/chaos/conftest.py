@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
 from tests.brokers import PersistentTansuBroker, S3Server, TansuBroker, free_port
 from tests.chaos.proxy import FaultProxy
 
+B = TypeVar("B", bound=TansuBroker)
 
-@pytest.fixture
-async def proxied_broker() -> AsyncIterator[tuple[TansuBroker, FaultProxy]]:
-    """A broker that advertises the proxy's address, so every connection passes the proxy."""
+
+@contextlib.asynccontextmanager
+async def behind_a_proxy(make: Callable[[int], B]) -> AsyncIterator[tuple[B, FaultProxy]]:
+    """``make(proxy_port)``'s broker, started, advertising the proxy's address, so that every
+    connection passes the proxy."""
     proxy_port = free_port()
-    broker = TansuBroker(advertised_port=proxy_port).start()
+    broker = make(proxy_port)
+    broker.start()
     proxy = await FaultProxy(broker.port, proxy_port).start()
     try:
         yield broker, proxy
     finally:
         await proxy.close()
         broker.stop()
+
+
+@pytest.fixture
+async def proxied_broker() -> AsyncIterator[tuple[TansuBroker, FaultProxy]]:
+    async with behind_a_proxy(lambda port: TansuBroker(advertised_port=port)) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="session")
@@ -45,12 +57,5 @@ def s3_server() -> Iterator[S3Server]:
 async def persistent_proxied_broker(s3_server: S3Server) -> AsyncIterator[tuple[PersistentTansuBroker, FaultProxy]]:
     """As ``proxied_broker``, with the broker's data in S3: a restart keeps the log and the
     producers' sequences."""
-    proxy_port = free_port()
-    broker = PersistentTansuBroker(s3_server, advertised_port=proxy_port)
-    broker.start()
-    proxy = await FaultProxy(broker.port, proxy_port).start()
-    try:
-        yield broker, proxy
-    finally:
-        await proxy.close()
-        broker.stop()
+    async with behind_a_proxy(lambda port: PersistentTansuBroker(s3_server, advertised_port=port)) as pair:
+        yield pair

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from aioprod import Producer
+from aioprod import Producer, RecordFuture
 from aioprod.errors import KafkaTimeoutError, ProducerClosedError, SendManyError
 from aioprod.producer.accumulator import BufferPool
 from tests.conftest import Scripted
+from tests.fakes.cluster import ScriptedCluster
 
 
 async def test_space_granted_as_max_block_expires_is_not_leaked(scripted: Scripted) -> None:
@@ -326,18 +329,28 @@ async def test_send_manys_first_wait_for_memory_gets_all_of_max_block(scripted: 
         assert len(results) == count
 
 
+@contextlib.asynccontextmanager
+async def a_large_send_waiting_for_memory(
+    cluster: ScriptedCluster,
+) -> AsyncIterator[tuple[Producer, RecordFuture, asyncio.Future[RecordFuture]]]:
+    """A producer with 3,000 bytes of buffer_memory: a record of 1,500 B held by the broker (1,564
+    bytes reserved until its answer), and a send() of 2,000 B (2,064 more) waiting for memory."""
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, buffer_memory=3000) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"x" * 1500)
+        large = asyncio.ensure_future(p.send("t", b"y" * 2000))
+        await asyncio.sleep(0.01)
+        yield p, held, large
+
+
 async def test_a_send_that_gives_up_waiting_for_memory_lets_the_ones_behind_it_through(scripted: Scripted) -> None:
     # Memory is granted in order: a small record waits behind a large one, though it would fit.
     # When the large one's send() is cancelled, the small one takes the room at once, not at the
     # next release (none comes here: the broker holds every answer) nor at max_block_ms.
     cluster = scripted.cluster
-    cluster.create_topic("t", 1)
-    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, buffer_memory=3000) as p:
-        await p.partitions_for("t")
-        cluster.nodes[1].holding = True
-        held = await p.send("t", b"x" * 1500)  # 1,564 bytes reserved until its answer
-        large = asyncio.ensure_future(p.send("t", b"y" * 2000))  # 2,064 more: does not fit
-        await asyncio.sleep(0.01)
+    async with a_large_send_waiting_for_memory(cluster) as (p, held, large):
         small = asyncio.ensure_future(p.send("t", b"z" * 500))  # 564: fits, but waits its turn
         await asyncio.sleep(0.01)
         assert not large.done() and not small.done()
@@ -369,13 +382,7 @@ async def test_send_many_waits_for_memory_behind_a_send_that_waits_already(scrip
     # Memory is granted in the order the calls asked for it: send_many's bulk path must not take
     # room that a waiting send() needs (a stream of send_many calls starved it to max_block_ms).
     cluster = scripted.cluster
-    cluster.create_topic("t", 1)
-    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, buffer_memory=3000) as p:
-        await p.partitions_for("t")
-        cluster.nodes[1].holding = True
-        held = await p.send("t", b"x" * 1500)  # 1,564 bytes reserved until its answer
-        large = asyncio.ensure_future(p.send("t", b"y" * 2000))  # 2,064 more: waits
-        await asyncio.sleep(0.01)
+    async with a_large_send_waiting_for_memory(cluster) as (p, held, large):
         many = asyncio.ensure_future(p.send_many("t", [b"z" * 100] * 3))  # 492 bytes would fit now
         await asyncio.sleep(0.01)
         assert not many.done()  # behind the waiting send()

@@ -8,8 +8,12 @@ OUT_OF_ORDER_SEQUENCE_NUMBER for good). Found by produce_faults.py's cluster swa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -708,12 +712,34 @@ async def test_a_handle_prepared_in_the_cluster_left_ends_nothing_in_the_new_one
     assert cluster.partition("t", 1).committed == []
 
 
-async def prepared_in_a(cluster: ScriptedCluster) -> PreparedTransaction:
-    """txn-1's transaction in cluster A (5000/0), prepared; close() leaves it open."""
+@dataclass
+class HandleOfA:
+    """txn-1's transaction prepared in cluster A (5000/0, left open), then cluster B behind the
+    addresses, where B's own txn-1 (5000/0 too) has a transaction open with b"other's"."""
+
+    cluster: ScriptedCluster
+    cluster_id: dict[str, str]
+    prepared: PreparedTransaction
+    #: B's producer, its transaction open.
+    other: Producer
+    #: Each cluster's topics and coordinator, to put one or the other behind the addresses.
+    a: tuple[dict[str, Any], FakeCoordinator]
+    b: tuple[dict[str, Any], FakeCoordinator]
+
+
+@contextlib.asynccontextmanager
+async def a_handle_of_a_with_b_open(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[HandleOfA]:
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
     async with transactional(cluster) as left:
         left.begin_transaction()
         await (await left.send("t", b"in-A", partition=0))
-        return await left.prepare_transaction()
+        prepared = await left.prepare_transaction()
+    a = (cluster.topics, cluster.coordinator)
+    replace_coordinator(cluster, cluster_id)
+    async with transactional(cluster) as other:
+        other.begin_transaction()
+        await (await other.send("t", b"other's", partition=1))
+        yield HandleOfA(cluster, cluster_id, prepared, other, a, (cluster.topics, cluster.coordinator))
 
 
 @pytest.mark.parametrize("idempotence", [True, False])
@@ -723,13 +749,9 @@ async def test_a_handle_prepared_in_another_cluster_ends_nothing_there(
     # A handle prepared in A (5000/0), ended by another producer once B is behind the addresses:
     # its EndTxn(5000/0, commit) went to B and committed the open transaction of B's producer
     # 5000/0, and commit_prepared_transaction() returned.
-    cluster, cluster_id = two_brokers(scripted, monkeypatch)
-    prepared = await prepared_in_a(cluster)
-    assert prepared.cluster_id == "cluster-A"
-    replace_coordinator(cluster, cluster_id)
-    async with transactional(cluster) as other:  # B: 5000/0
-        other.begin_transaction()
-        await (await other.send("t", b"other's", partition=1))
+    async with a_handle_of_a_with_b_open(scripted, monkeypatch) as swapped:
+        cluster, prepared = swapped.cluster, swapped.prepared
+        assert prepared.cluster_id == "cluster-A"
         async with Producer(bootstrap_servers=cluster.bootstrap, enable_idempotence=idempotence) as ender:
             refused = r"prepared in cluster 'cluster-A'.*brokers are now cluster 'cluster-B'"
             for end in (ender.commit_prepared_transaction, ender.abort_prepared_transaction):
@@ -737,7 +759,7 @@ async def test_a_handle_prepared_in_another_cluster_ends_nothing_there(
                     await end(prepared)
                 assert e.value.prepared == prepared
         assert cluster.requests_of(m.EndTxnRequest) == []
-        await other.commit_transaction()
+        await swapped.other.commit_transaction()
     assert cluster.partition("t", 1).committed == [b"other's"]
 
 
@@ -748,14 +770,8 @@ async def test_a_handles_end_retried_after_the_cluster_was_replaced_ends_nothing
     # The cluster was checked once, before the EndTxn's retries: A answered the first EndTxn
     # CONCURRENT_TRANSACTIONS, B replaced A, and the retry's EndTxn(5000/0, commit) committed
     # the open transaction of B's producer 5000/0 (and commit_prepared_transaction() returned).
-    cluster, cluster_id = two_brokers(scripted, monkeypatch)
-    prepared = await prepared_in_a(cluster)
-    a = (cluster.topics, cluster.coordinator)
-    replace_coordinator(cluster, cluster_id)
-    b = (cluster.topics, cluster.coordinator)
-    async with transactional(cluster) as other:  # B: 5000/0, open
-        other.begin_transaction()
-        await (await other.send("t", b"other's", partition=1))
+    async with a_handle_of_a_with_b_open(scripted, monkeypatch) as swapped:
+        cluster, cluster_id, a, b = swapped.cluster, swapped.cluster_id, swapped.a, swapped.b
         (cluster.topics, cluster.coordinator), cluster_id["now"] = a, "cluster-A"  # A again, for now
         a[1].script[m.EndTxnRequest.API_KEY] = deque([51])  # CONCURRENT_TRANSACTIONS
 
@@ -773,10 +789,10 @@ async def test_a_handles_end_retried_after_the_cluster_was_replaced_ends_nothing
             # An earlier EndTxn went to A: had its answer been lost rather than "not now", it may have
             # committed there. Not PreparedTransactionError ("never visible"): in doubt.
             with pytest.raises(KafkaError, match=r"in doubt: .*brokers are now cluster 'cluster-B'") as refused:
-                await ender.commit_prepared_transaction(prepared)
+                await ender.commit_prepared_transaction(swapped.prepared)
             assert not isinstance(refused.value, PreparedTransactionError)
         assert len(cluster.requests_of(m.EndTxnRequest)) == 1  # to A, answered "not now"; none to B
-        await other.commit_transaction()
+        await swapped.other.commit_transaction()
     assert b[0]["t"][1].committed == [b"other's"]
     assert a[0]["t"][0].committed == []  # left open in A, for its coordinator to abort
 
