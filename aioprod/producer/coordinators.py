@@ -44,7 +44,6 @@ from aioprod.protocol.schema import Request, Response
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=Response)
-T = TypeVar("T")
 
 GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
 
@@ -149,18 +148,6 @@ class Coordinators:
             node = await self.node(key_type, key)
             try:
                 return await self._pool.get(node)
-            except KafkaError as exc:
-                failures += 1
-                await self.unreachable(key_type, key, exc, failures)
-
-    async def ask(self, key_type: int, key: str, call: Callable[[BrokerConnection], Awaitable[T]]) -> T:
-        """``call`` on a connection to the coordinator of ``key``, again (on one found anew, after
-        a backoff) while it fails to reach the broker."""
-        failures = 0
-        while True:
-            conn = await self.connection(key_type, key)
-            try:
-                return await call(conn)
             except KafkaError as exc:
                 failures += 1
                 await self.unreachable(key_type, key, exc, failures)

@@ -156,14 +156,12 @@ class Sender:
             return  # nothing numbered yet for any cluster: the metadata answer names it
         await self._ask_cluster(conn)
 
-    async def _identify_cluster(self, conn: BrokerConnection) -> str | None:
+    async def _identify_cluster(self, conn: BrokerConnection) -> None:
         """The transactional producer's, before it asks for its identity on ``conn``: its start
         fetches no metadata, and an identity taken before any answer named the cluster could not
-        be told to be another cluster's (a cluster replaced before the first send). Returns the
-        cluster's id (None: the brokers name none)."""
+        be told to be another cluster's (a cluster replaced before the first send)."""
         if self._cluster_id is None:
             await self._ask_cluster(conn)
-        return self._cluster_id
 
     async def _ask_cluster(self, conn: BrokerConnection) -> None:
         named = await self._metadata.cluster_named_by(conn)

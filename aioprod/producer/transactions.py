@@ -197,7 +197,7 @@ class TransactionManager:
         *,
         wakeup: Callable[[], None],
         on_fatal: Callable[[KafkaError], None],
-        identify_cluster: Callable[[BrokerConnection], Awaitable[str | None]] | None = None,
+        identify_cluster: Callable[[BrokerConnection], Awaitable[None]] | None = None,
         current_cluster: Callable[[], str | None] = lambda: None,
     ) -> None:
         assert config.transactional_id is not None
@@ -535,14 +535,11 @@ class TransactionManager:
     async def initialize(self) -> None:
         self.state = TxnState.INITIALIZING
         while True:
-            if self._identify_cluster is not None:
-                # Which cluster the identity comes from must be known: one replaced before the
-                # first send would otherwise go unnoticed, and its id and epoch be used there.
-                self._cluster_id = await self._coordinators.ask(
-                    TRANSACTION, self.transactional_id, self._identify_cluster
-                )
             changes = self._cluster_changes
-            response = await self._init_producer_id(-1, -1)
+            # Which cluster the identity comes from must be known (asked on the connection each
+            # InitProducerId goes on): one replaced before the first send would otherwise go
+            # unnoticed, and its id and epoch be used there.
+            response = await self._init_producer_id(-1, -1, before=self._identify_cluster)
             if self._producer_error is not None:
                 # The producer failed meanwhile (the brokers named a cluster it had left: two
                 # clusters behind the addresses): it is not ready, and start() says why.
@@ -555,6 +552,7 @@ class TransactionManager:
             self._log.debug(
                 "InitProducerId for %r answered by the previous cluster; asking the new one", self.transactional_id
             )
+        self._cluster_id = self._current_cluster()  # no change since it was asked: the identity's
         self._ident.set_producer_id(response.producer_id, response.producer_epoch)
         self.state = TxnState.READY
         self._log.info(
@@ -768,7 +766,9 @@ class TransactionManager:
 
     # -- the requests ----------------------------------------------------------------------------
 
-    async def _init_producer_id(self, producer_id: int, epoch: int) -> InitProducerIdResponse:
+    async def _init_producer_id(
+        self, producer_id: int, epoch: int, *, before: Callable[[BrokerConnection], Awaitable[None]] | None = None
+    ) -> InitProducerIdResponse:
         def build() -> Request:
             return InitProducerIdRequest(
                 transactional_id=self.transactional_id,
@@ -787,6 +787,7 @@ class TransactionManager:
             lambda r: [
                 r.error_code or (CoordinatorNotAvailableError.code if r.producer_id < 0 or r.producer_epoch < 0 else 0)
             ],
+            before=before,
         )
 
     async def _bump(self) -> None:
