@@ -9,6 +9,8 @@ import math
 import numbers
 import os
 import re
+import select
+import selectors
 import sys
 import time
 import weakref
@@ -1225,6 +1227,29 @@ def _after_fork_in_child() -> None:
         if pool is not None:
             pool.forked()
         producer._metrics.forked()
+    for loop in {id(producer._loop): producer._loop for producer in list(_started)}.values():
+        _own_epoll(loop)
+
+
+def _own_epoll(loop: asyncio.AbstractEventLoop) -> None:
+    """Give a forked child's copy of ``loop`` an epoll instance of its own, watching what the copy
+    watched. The copy shared its parent's: each descriptor it stopped watching (asyncio.run()'s
+    exit closes the loop's self-pipe and cancels a connect under way) the parent's loop stopped
+    watching too, and slept through its threads' wake-ups (a getaddrinfo) and that connect until a
+    timer woke it. (uvloop's copy keeps libuv's shared instance: not reachable from here.)"""
+    epoll_selector = getattr(selectors, "EpollSelector", None)  # Linux's
+    selector = getattr(loop, "_selector", None)
+    if epoll_selector is None or not isinstance(selector, epoll_selector) or selector._selector.closed:
+        return
+    shared = selector._selector
+    with select.epoll() as private:
+        for key in selector.get_map().values():
+            mask = (select.EPOLLIN if key.events & selectors.EVENT_READ else 0) | (
+                select.EPOLLOUT if key.events & selectors.EVENT_WRITE else 0
+            )
+            with contextlib.suppress(OSError):  # a descriptor closed since it was registered
+                private.register(key.fd, mask)
+        os.dup2(private.fileno(), shared.fileno(), inheritable=False)
 
 
 if hasattr(os, "register_at_fork"):

@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -228,8 +231,6 @@ def test_a_child_leaving_asyncio_run_leaves_the_parents_connections_alone(
             pid = os.fork()
             if pid == 0:
                 return  # the child's work is done
-            # Blocking, in the loop's thread: the child's loop.close() (asyncio's own) also takes
-            # the parent loop's self-pipe out of the shared epoll, which no library can prevent.
             os.waitpid(pid, 0)
             await asyncio.wait_for(producer.send_and_wait(topic, b"parent after"), 30)
 
@@ -239,6 +240,64 @@ def test_a_child_leaving_asyncio_run_leaves_the_parents_connections_alone(
         if os.getpid() != parent:
             os._exit(0)
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"known", b"parent after"]
+
+
+def registered(loop: asyncio.AbstractEventLoop) -> list[int]:
+    """The descriptors the kernel's epoll instance under ``loop`` watches (Linux's fdinfo)."""
+    epoll = loop._selector._selector.fileno()  # type: ignore[attr-defined]
+    with open(f"/proc/self/fdinfo/{epoll}") as info:
+        return sorted(int(line.split()[1]) for line in info if line.startswith("tfd:"))
+
+
+def once_polling(thread: int) -> None:
+    """Returns once ``thread`` (the loop's, by native id) sleeps in epoll_wait: a wake-up handed
+    over sooner finds the loop awake anyway. (Bounded: a kernel that names no wait channel.)"""
+    for _ in range(5000):
+        with open(f"/proc/self/task/{thread}/wchan") as channel:
+            if "epoll" in channel.read():
+                break
+        time.sleep(0.001)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="epoll is Linux's")
+def test_a_child_leaving_asyncio_run_leaves_the_parents_loop_awake(tansu_broker: TansuBroker, topic: str) -> None:
+    # The child's copy of the loop shared the parent's epoll instance: leaving asyncio.run(), it
+    # took out of it the parent loop's self-pipe (its loop.close()) and the socket of a connect
+    # still under way (its cancellations). The parent then slept through what its threads handed
+    # it (the getaddrinfo of its next connect) and through that connect, until a timer woke it:
+    # about 11 s for a producer started beside the fork.
+    parent = os.getpid()
+
+    async def scenario() -> tuple[list[int], list[int]]:
+        loop = asyncio.get_running_loop()
+        async with Producer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+            await producer.send_and_wait(topic, b"known")
+            second = Producer(bootstrap_servers=tansu_broker.bootstrap)
+            starting = asyncio.create_task(second.start())
+            await asyncio.sleep(0)  # its first connect begun
+            before = registered(loop)
+            pid = os.fork()
+            if pid == 0:
+                return [], []  # the child's work is done
+            os.waitpid(pid, 0)  # (blocking: the loop runs nothing meanwhile)
+            after = registered(loop)
+            # A thread's wake-up (as getaddrinfo's), handed over while the loop sleeps:
+            await asyncio.wait_for(loop.run_in_executor(None, once_polling, threading.get_native_id()), 30)
+            await asyncio.wait_for(starting, 30)
+            try:
+                await asyncio.wait_for(second.send_and_wait(topic, b"second"), 30)
+            finally:
+                await second.close()
+            await asyncio.wait_for(producer.send_and_wait(topic, b"parent after"), 30)
+        return before, after
+
+    try:
+        before, after = asyncio.run(scenario())
+    finally:
+        if os.getpid() != parent:
+            os._exit(0)
+    assert after == before
+    assert sorted(r.value for r in read_topic(tansu_broker.bootstrap, topic)) == [b"known", b"parent after", b"second"]
 
 
 def test_a_childs_copy_of_a_transaction_writes_nothing_into_the_parents_stream(
