@@ -612,6 +612,13 @@ class ProducerConfig:
             elif mechanism not in (None, implied):
                 raise ConfigError(f"sasl_jaas_config uses {jaas.module} but sasl_mechanism is {mechanism}")
             mechanism = mechanism or implied
+            if jaas.options.get("tokenauth", "").lower() == "true":
+                # Java sends it as a SCRAM extension, and the broker then checks a delegation token:
+                # dropped, the token id logged in as a user and was refused as "invalid credentials".
+                raise ConfigError(
+                    'sasl_jaas_config: tokenauth="true" (a delegation token) is not supported; '
+                    "log in with a SCRAM user's credentials"
+                )
             for key, name in (("username", "sasl_username"), ("password", "sasl_password")):
                 if key not in jaas.options:
                     raise ConfigError(f'sasl_jaas_config has no {key}="..." option')

@@ -192,6 +192,12 @@ class TokenCache:
             return task.result()
         return current if current.expires_at > self._clock() else await asyncio.shield(task)
 
+    def close(self) -> None:
+        """Stop the provider call under way: its producer is closing, and the call outlived it
+        (up to PROVIDER_CALL_LIMIT, on the user's loop)."""
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+
     async def _refresh(self) -> OAuthBearerToken:
         try:
             token = await self._fetch()
@@ -281,6 +287,10 @@ class SaslAuthenticator:
 
     def __repr__(self) -> str:
         return f"<SaslAuthenticator {self.mechanism}>"
+
+    def close(self) -> None:
+        if self._tokens is not None:
+            self._tokens.close()
 
     async def _exchange(self) -> SaslExchange:
         if self.mechanism == "OAUTHBEARER":

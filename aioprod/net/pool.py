@@ -424,6 +424,8 @@ class ConnectionPool:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+        if self._security is not None and self._security.authenticator is not None:
+            self._security.authenticator.close()
         for state in self._nodes.values():
             if state.connecting is not None:
                 state.connecting.cancel()

@@ -74,6 +74,19 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+#: Alerts a broker sends about the client's certificate (a server checks no other): without the
+#: hint, "CERTIFICATE_EXPIRED" read as the broker's own certificate having expired.
+_CLIENT_CERTIFICATE_ALERTS = (
+    "CERTIFICATE_REQUIRED",
+    "BAD_CERTIFICATE",
+    "UNKNOWN_CA",
+    "CERTIFICATE_EXPIRED",
+    "CERTIFICATE_REVOKED",
+    "CERTIFICATE_UNKNOWN",
+    "UNSUPPORTED_CERTIFICATE",
+)
+
+
 def tls_failure(exc: ssl.SSLError, host: str, port: int) -> SslAuthenticationError:
     """A typed, non-retriable error naming the broker and what failed in the handshake."""
     broker = f"{host}:{port}"
@@ -86,7 +99,7 @@ def tls_failure(exc: ssl.SSLError, host: str, port: int) -> SslAuthenticationErr
     hint = ""
     if "WRONG_VERSION_NUMBER" in reason.upper() or "record layer failure" in reason:
         hint = " (is this a TLS listener? security_protocol=SSL/SASL_SSL needs one)"
-    elif any(alert in reason.upper() for alert in ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA")):
+    elif any(alert in reason.upper() for alert in _CLIENT_CERTIFICATE_ALERTS):
         hint = " (the broker refused this client's certificate: check ssl_certificate_location)"
     return SslAuthenticationError(f"TLS handshake with broker {broker} failed: {reason}{hint}", broker=broker)
 

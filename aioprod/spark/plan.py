@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aioprod.config import ProducerConfig, _canonical_name, _what_aioprod_does
+from aioprod.config import _SECRET_FIELDS, ProducerConfig, Secret, _canonical_name, _what_aioprod_does
 from aioprod.errors import ConfigError
 
 #: Producer settings tuned for bulk writes; every one can be overridden by the caller.
@@ -75,6 +75,10 @@ def producer_options(
             raise ConfigError(f"option {name!r} given twice (as {raw!r})")
         if name in ("key_serializer", "value_serializer"):
             raise ConfigError(f"{name} does not apply: the DataFrame's key and value columns are already bytes")
+        if name in _SECRET_FIELDS and isinstance(value, str):
+            # The plan is held, and shipped, as it is: its repr (a debugger's, an error reporter's
+            # frame locals) showed the password.
+            value = Secret(value)
         options[name] = value
     if "bootstrap_servers" in options:
         raise ConfigError("give bootstrap_servers once, as the bootstrap_servers= argument")

@@ -5,7 +5,12 @@ loopback TCP where the loop's own clock is the point)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import socket
+import ssl
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +18,7 @@ import pytest
 from aioprod import Producer
 from aioprod.config import ProducerConfig
 from aioprod.embedded import free_port
-from aioprod.errors import KafkaConnectionError, KafkaTimeoutError
+from aioprod.errors import KafkaConnectionError, KafkaTimeoutError, SslAuthenticationError
 from aioprod.net.auth import ConnectionSecurity
 from aioprod.net.connection import BrokerConnection
 from aioprod.protocol.framing import decode_request_header
@@ -351,6 +356,58 @@ async def test_a_plaintext_listener_closing_on_the_tls_handshake_is_said_to_have
         with pytest.raises(KafkaTimeoutError) as failed:
             await p.send("t", b"x")
     assert f"127.0.0.1:{port} closed the connection during the TLS handshake" in str(failed.value), failed.value
+
+
+async def test_a_broker_refusing_an_expired_client_certificate_says_it_is_ours(tmp_path: Path) -> None:
+    # A fake listener for one fault: it refuses the client's certificate with the alert a Java
+    # broker sends (Python's blocking ssl sends it too; the embedded broker's gateway does not).
+    # "failed: SSLV3_ALERT_CERTIFICATE_EXPIRED" alone read as the broker's certificate expired.
+    from aioprod.certs import CertificateAuthority
+
+    ca = CertificateAuthority("test CA")
+    ca_file = ca.write(tmp_path, "ca")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*ca.issue("broker", hostnames=("127.0.0.1",)).write(tmp_path, "broker"))
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(ca_file)
+    # TLS 1.2, where the client's certificate is refused within the handshake. (Under 1.3 the
+    # refusal comes after the client's handshake is done, often as a reset that beats the alert:
+    # "right after the TLS handshake", which has its own hint.)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError), listener.accept()[0] as sock, context.wrap_socket(sock, server_side=True):
+            pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    cert, key = ca.issue("client", client=True, expired=True).write(tmp_path, "client")
+    port = listener.getsockname()[1]
+    config = ProducerConfig.from_options(
+        bootstrap_servers=f"127.0.0.1:{port}",
+        security_protocol="SSL",
+        ssl_ca_location=str(ca_file),
+        ssl_certificate_location=str(cert),
+        ssl_key_location=str(key),
+    )
+    conn = BrokerConnection(
+        0,
+        "127.0.0.1",
+        port,
+        client_id="t",
+        request_timeout=10,
+        max_in_flight=1,
+        security=ConnectionSecurity.from_config(config),
+    )
+    try:
+        with pytest.raises(SslAuthenticationError) as info:
+            await conn.open(10)
+    finally:
+        listener.close()
+        thread.join(10)  # a bound on cleanup only: the connect above has already been accepted
+    assert "CERTIFICATE_EXPIRED" in str(info.value)
+    assert "the broker refused this client's certificate: check ssl_certificate_location" in str(info.value)
 
 
 async def retire_with_an_answer_in_flight(host: str, port: int) -> list[str]:

@@ -5,6 +5,7 @@ provider that never answers). Real brokers: tests/integration/test_security.py."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import time
 from decimal import Decimal
@@ -534,3 +535,30 @@ async def test_a_provider_slower_than_the_request_timeout_still_gets_its_token_u
     async with oauth_producer(cluster, provider, linger_ms=0, **options) as p:
         assert (await (await p.send("t", b"x"))).offset == 0
     assert calls == 1
+
+
+async def test_closing_the_producer_stops_its_provider_call(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The call went on after close(), for up to PROVIDER_CALL_LIMIT on the user's loop (a web
+    # server's), and finished into the closed producer's cache.
+    accept_every_sasl_client(monkeypatch, scripted.cluster)
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def provider() -> OAuthBearerToken:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+        raise AssertionError("unreachable")
+
+    producer = oauth_producer(scripted.cluster, provider)
+    await producer.start()
+    sending = asyncio.ensure_future(producer.send("t", b"x"))
+    await started.wait()
+    await producer.close(timeout=0)
+    with contextlib.suppress(KafkaError):
+        await sending
+    assert stopped.is_set()
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "aioprod-token-refresh" and not t.done()]

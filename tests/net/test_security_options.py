@@ -85,6 +85,18 @@ def test_secrets_never_appear_in_repr_or_str() -> None:
             "given twice",
         ),
         ({"security_protocol": "SASL_SSL", "sasl_jaas_config": f"nonsense {SECRET}"}, "sasl_jaas_config"),
+        # A delegation token's JAAS line: its tokenauth was dropped, and the token id was refused
+        # by the broker as a SCRAM user with "invalid credentials".
+        (
+            {
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "SCRAM-SHA-256",
+                "sasl_jaas_config": PLAIN_JAAS.replace("plain.PlainLoginModule", "scram.ScramLoginModule").replace(
+                    ";", ' tokenauth="true";'
+                ),
+            },
+            'tokenauth="true" \\(a delegation token\\) is not supported',
+        ),
         ({"sasl.pasword": SECRET}, "did you mean 'sasl.password'"),
         # Bytes that are not UTF-8 (a Latin-1 password read from a file or the environment):
         # retried until max_block_ms, with the whole password in every warning and the error.
