@@ -312,6 +312,20 @@ async def test_an_http_port_is_called_not_a_kafka_listener_not_a_tls_one() -> No
     assert "TLS" not in str(failed.value)
 
 
+def a_tls_connection(port: int, request_timeout: float, **options: Any) -> BrokerConnection:
+    """A connection to 127.0.0.1:``port`` with security_protocol=SSL and ``options``."""
+    config = ProducerConfig.from_options(bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SSL", **options)
+    return BrokerConnection(
+        -1,
+        "127.0.0.1",
+        port,
+        client_id="test",
+        request_timeout=request_timeout,
+        max_in_flight=1,
+        security=ConnectionSecurity.from_config(config),
+    )
+
+
 async def test_a_tls_handshake_a_plaintext_listener_leaves_waiting_says_check_security_protocol() -> None:
     # A plaintext listener that waits for a request (Tansu does) never answers a ClientHello:
     # the setup timeout, with no word of TLS, was all the user saw.
@@ -322,16 +336,7 @@ async def test_a_tls_handshake_a_plaintext_listener_leaves_waiting_says_check_se
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    config = ProducerConfig.from_options({"bootstrap_servers": f"127.0.0.1:{port}", "security_protocol": "SSL"})
-    conn = BrokerConnection(
-        -1,
-        "127.0.0.1",
-        port,
-        client_id="test",
-        request_timeout=1.0,
-        max_in_flight=1,
-        security=ConnectionSecurity.from_config(config),
-    )
+    conn = a_tls_connection(port, request_timeout=1.0)
     try:
         with pytest.raises(KafkaConnectionError, match="a plaintext listener can leave the handshake waiting"):
             await conn.open(0.2)
@@ -384,21 +389,12 @@ async def test_a_broker_refusing_an_expired_client_certificate_says_it_is_ours(t
     thread.start()
     cert, key = ca.issue("client", client=True, expired=True).write(tmp_path, "client")
     port = listener.getsockname()[1]
-    config = ProducerConfig.from_options(
-        bootstrap_servers=f"127.0.0.1:{port}",
-        security_protocol="SSL",
+    conn = a_tls_connection(
+        port,
+        request_timeout=10,
         ssl_ca_location=str(ca_file),
         ssl_certificate_location=str(cert),
         ssl_key_location=str(key),
-    )
-    conn = BrokerConnection(
-        0,
-        "127.0.0.1",
-        port,
-        client_id="t",
-        request_timeout=10,
-        max_in_flight=1,
-        security=ConnectionSecurity.from_config(config),
     )
     try:
         with pytest.raises(SslAuthenticationError) as info:
