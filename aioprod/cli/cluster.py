@@ -176,7 +176,9 @@ async def check_first(check: asyncio.Task[str | None], producer: Producer, topic
     loop = asyncio.get_running_loop()
     max_block_ms = producer.config.max_block_ms
     deadline = loop.time() + max_block_ms / 1000
-    await asyncio.wait([check], timeout=min(CHECK_HEAD_START, max_block_ms / 1000))
+    # At most half of max.block.ms: a head start that took all of it left the producer no try
+    # at the cluster, and its error no reason ("not present in metadata", nothing more).
+    await asyncio.wait([check], timeout=min(CHECK_HEAD_START, max_block_ms / 2000))
     if check.done():
         return
     try:

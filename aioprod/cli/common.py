@@ -80,7 +80,7 @@ class CliError(click.ClickException):
         super().__init__(one_line(message))
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"aioprod: error: {self.format_message()}", err=True)
+        echo(f"aioprod: error: {self.format_message()}", err=True)
 
 
 class CliUsageError(CliError):
@@ -104,7 +104,7 @@ def describe(exc: BaseException | None) -> str:
 
 def warn(message: str) -> None:
     """One ``aioprod: warning: ...`` line on stderr."""
-    click.echo(f"aioprod: warning: {one_line(message)}", err=True)
+    echo(f"aioprod: warning: {one_line(message)}", err=True)
 
 
 def docs_url(page: str = "") -> str:
@@ -402,7 +402,7 @@ class _StderrHandler(logging.Handler):
                 line = f"{stamp}.{int(record.msecs):03d} {record.levelname:<7} {record.name}: {message}"
             else:
                 line = f"aioprod: {record.levelname.lower()}: {message}"
-            click.echo(line, err=True)
+            echo(line, err=True)
         except Exception:  # pragma: no cover - logging must never break the command
             self.handleError(record)
 
@@ -443,15 +443,21 @@ def run(main: Coroutine[Any, Any, T], broker: EmbeddedBroker | None = None) -> T
     With the command's own embedded ``broker``: its death ends the command at once (nothing
     queued can be delivered any more), as a CliError saying so, instead of retrying a broker
     that is gone until delivery.timeout.ms."""
-    loop_factory = None
     try:
-        import uvloop
-    except ImportError:
-        pass
-    else:
-        loop_factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(_interruptible(main, broker))
+        loop_factory = None
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            loop_factory = uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(_interruptible(main, broker))
+    finally:
+        # A Ctrl-C before the loop ran it (importing uvloop, setting up the loop): "RuntimeWarning:
+        # coroutine 'run_perf' was never awaited" after the command's last line. Closing a
+        # coroutine that ran is a no-op.
+        main.close()
 
 
 #: The message of the cancellation that ends a command whose embedded broker died.
@@ -550,12 +556,14 @@ def stdout_gone() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def echo(text: str) -> None:
-    """``click.echo`` to stdout that survives its reader going away."""
+def echo(text: str, *, err: bool = False) -> None:
+    """``click.echo`` that survives its reader going away (``| head``; ``2>&1 | head`` for
+    stderr, where a BrokenPipeError had stopped ``produce`` at its next failing line, the rest
+    of its input never sent): the rest goes nowhere, and the command goes on."""
     try:
-        click.echo(text)
+        click.echo(text, err=err)
     except BrokenPipeError:
-        stdout_gone()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), (sys.stderr if err else sys.stdout).fileno())
 
 
 class _Console(Console):

@@ -26,6 +26,7 @@ from aioprod.cli.common import (
     debug_option,
     describe,
     docs_url,
+    echo,
     one_line,
     stop_logging_to_stderr,
 )
@@ -50,7 +51,7 @@ class AioprodGroup(click.Group):
             raise
         except KeyboardInterrupt:
             outcomes = ctx.meta.get(OUTCOMES_META)
-            click.echo(f"aioprod: interrupted{': ' + outcomes.counts() if outcomes is not None else ''}", err=True)
+            echo(f"aioprod: interrupted{': ' + outcomes.counts() if outcomes is not None else ''}", err=True)
             raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         except Exception as exc:
             if ctx.meta.get(DEBUG_META):
@@ -78,7 +79,7 @@ class AioprodGroup(click.Group):
             exc.show()
             sys.exit(exc.exit_code)
         except click.Abort:
-            click.echo("aioprod: interrupted", err=True)
+            echo("aioprod: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         finally:
             stop_logging_to_stderr()
@@ -98,7 +99,7 @@ def _exit_usage(exc: click.UsageError) -> NoReturn:
     java = _JAVA_FLAGS.get(exc.option_name) if isinstance(exc, click.NoSuchOption) else None
     if java is not None:
         message = f"{message.rstrip('.')}: aioprod's is {java}"
-    click.echo(f"aioprod: error: {message}{where}", err=True)
+    echo(f"aioprod: error: {message}{where}", err=True)
     sys.exit(exc.exit_code)
 
 

@@ -30,6 +30,7 @@ from aioprod.cli.common import (
     client_options,
     debug_option,
     describe,
+    echo,
     open_producer,
     parse_delimiter,
     parse_pairs,
@@ -406,7 +407,7 @@ def produce(
             emit(report_line(line_number, metadata, None))
 
     def on_error(exc: BaseException, line_number: int) -> None:
-        click.echo(f"line {line_number}: {describe(exc)}", err=True)
+        echo(f"line {line_number}: {describe(exc)}", err=True)
         if reporting:
             emit(report_line(line_number, None, exc))
 
@@ -416,4 +417,4 @@ def produce(
     summary = f"{tracker.acked:,} record{'' if tracker.acked == 1 else 's'} produced to {topic!r}"
     if tracker.failed or tracker.unsent:
         raise CliError(f"{summary}; {tracker.failed + tracker.unsent:,} failed (lines above)")
-    click.echo(f"aioprod: {summary}", err=True)
+    echo(f"aioprod: {summary}", err=True)

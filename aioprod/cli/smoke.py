@@ -228,7 +228,9 @@ def smoke(client: ClientOptions, records: int, topic: str, as_json: bool) -> Non
                 ),
                 broker,
             )
-        except CliError:
+        except CliError as exc:
+            if broker is not None and not broker.running:  # what became of the records, as docs/cli.md says
+                raise CliError(f"{exc.message}; {tracker.counts()}") from exc
             raise
         except Exception as exc:
             raise CliError(f"smoke test failed on {target}: {describe(exc)}{embedded_hint(broker)}") from exc

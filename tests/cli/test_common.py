@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from pathlib import Path
 
 import pytest
 
+from aioprod.cli.common import run
 from tests.brokers import refused_port
 from tests.cli.conftest import aioprod
 
@@ -212,3 +215,24 @@ def test_a_codec_level_variable_is_read_and_checked(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("AIOPROD_COMPRESSION_GZIP_LEVEL", "12")
     with pytest.raises(CliUsageError, match="AIOPROD_COMPRESSION_GZIP_LEVEL"):
         ClientOptions(None, None, ()).producer_options("h:9092")
+
+
+class InterruptedRunner:
+    """A fake asyncio.Runner: Ctrl-C lands while the command's event loop is being set up."""
+
+    def __init__(self, **_options: object) -> None:
+        raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_before_the_loop_runs_the_command_leaves_no_coroutine_never_awaited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It left "RuntimeWarning: coroutine 'run_perf' was never awaited" after the command's last line.
+    async def command() -> None:
+        raise AssertionError("never run")
+
+    coroutine = command()
+    monkeypatch.setattr(asyncio, "Runner", InterruptedRunner)
+    with pytest.raises(KeyboardInterrupt):
+        run(coroutine)
+    assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED

@@ -211,6 +211,19 @@ def test_a_command_whose_embedded_broker_dies_says_so_at_once() -> None:
     assert "interrupted" not in err, err
 
 
+def test_a_smoke_test_whose_embedded_broker_dies_says_what_became_of_its_records() -> None:
+    """docs/cli.md promises the counts with the broker's last output; smoke gave the output alone."""
+    proc = spawn("smoke", "-n", "100000000")
+    read_until(proc.stdout, lambda line: "started an embedded Tansu broker" in line)
+    (broker,) = _children(proc.pid)
+    os.kill(broker, signal.SIGKILL)
+    _, err = finish(proc, timeout=60)
+    assert proc.returncode == 1, err
+    last = err.splitlines()[-1]
+    assert "the embedded broker on" in last and "exited with code -9" in last, last
+    assert re.search(r"; [\d,]+ records? delivered, [\d,]+ failed, [\d,]+ unsent", last), last
+
+
 def test_a_command_under_nohup_outlives_a_hangup() -> None:
     """SIGHUP ignored at start (nohup) stays ignored, as the JVM leaves it: the handler that
     stops a command on a hangup stopped `nohup aioprod perf &` at logout."""

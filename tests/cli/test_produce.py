@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.brokers import TansuBroker
-from tests.cli.conftest import aioprod, create_topic, full_buffer_after
+from tests.cli.conftest import aioprod, create_topic, full_buffer_after, read_until, spawn
 from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
@@ -306,3 +306,30 @@ def test_a_send_that_fails_stops_at_its_line_and_says_what_became_of_the_lines_b
         "lines before it: 3 records delivered, 0 failed, 0 unsent"
     ) in result.stderr
     assert sorted(r.value for r in read_topic(bootstrap, topic)) == [b"line 1", b"line 2", b"line 3"]
+
+
+def test_errors_into_a_closed_pipe_stop_neither_the_producing_nor_the_exit_code(bootstrap: str, topic: str) -> None:
+    """`aioprod produce t < lines 2>&1 | head -1`: the next failing line's message met a closed
+    stderr, and the BrokenPipeError ended the command there, the rest of the input never sent."""
+    proc = spawn("produce", topic, "-b", bootstrap, "-X", "max.request.size=1500", "-p", "0")
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write("x" * 2000 + "\n")
+    proc.stdin.flush()
+    read_until(proc.stderr, lambda line: line.startswith("line 1: RecordTooLargeError"))
+    proc.stderr.close()  # the reader went away
+    proc.stdin.write("y" * 2000 + "\n" + "".join(f"ok {i}\n" for i in range(3, 23)))
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 1  # lines 1 and 2 failed
+    values = [r.value for r in sorted(read_topic(bootstrap, topic), key=lambda r: r.offset)]
+    assert values == [f"ok {i}".encode() for i in range(3, 23)]
+
+
+def test_a_success_whose_stderr_reader_went_away_still_exits_0(bootstrap: str, topic: str) -> None:
+    """Its summary line met a closed stderr: exit code 1, for records all delivered."""
+    proc = spawn("produce", topic, "-b", bootstrap)
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stderr.close()
+    proc.stdin.write("a\nb\n")
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    assert sorted(r.value for r in read_topic(bootstrap, topic)) == [b"a", b"b"]

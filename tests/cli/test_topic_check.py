@@ -85,3 +85,16 @@ async def test_metadata_from_a_cluster_that_never_answers_ends_at_max_block_ms_s
     with pytest.raises(KafkaTimeoutError, match=f"within {MAX_BLOCK_MS} ms: connecting to broker -1 at .* failed"):
         await ask_metadata(config, None)
     assert scripted.clock.now - start == pytest.approx(MAX_BLOCK_MS / 1000)
+
+
+@pytest.mark.parametrize("max_block_ms", [1000, 2000])
+async def test_a_max_block_ms_within_the_head_start_still_says_why(scripted: Scripted, max_block_ms: int) -> None:
+    # The head start took all of max.block.ms: the producer never tried the cluster, and the
+    # error said "not present in metadata" with no reason (docs/cli.md's example shows one).
+    cluster = scripted.cluster
+    cluster.stop(1)
+    options = {"bootstrap_servers": cluster.bootstrap, "max_block_ms": max_block_ms}
+    start = scripted.clock.now
+    with pytest.raises(CliError, match=rf"after {max_block_ms} ms \(no broker reachable: connecting to broker -1"):
+        await run_smoke(options, "t", 10, AckTracker(), embedded=False, batch_size_given=False)
+    assert scripted.clock.now - start == pytest.approx(max_block_ms / 1000)
