@@ -7,6 +7,7 @@ in a background task per node, so a slow or dead broker never stalls the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import socket
@@ -406,6 +407,14 @@ class ConnectionPool:
             for conn in (state.connection, state.opening):
                 if conn is not None:
                     conn.disown()
+            if state.connecting is not None and not state.connecting.done():
+                # A connect under way has no socket to detach yet: its copy, run by the child's
+                # loop, finished the parent's connect and wrote its ApiVersions (its TLS hello)
+                # into the parent's stream, and read the answers. Cancelled, it touches nothing.
+                # (Debug mode refuses a call from another thread than the loop's: the copy of a
+                # loop run in a thread, which no thread runs here.)
+                with contextlib.suppress(RuntimeError):
+                    state.connecting.cancel()
         for conn in self._closing:
             conn.disown()
 

@@ -6,8 +6,11 @@ and the child's calls say they cannot be made there."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import selectors
+import socket
 import sys
 import threading
 import time
@@ -298,6 +301,73 @@ def test_a_child_leaving_asyncio_run_leaves_the_parents_loop_awake(tansu_broker:
             os._exit(0)
     assert after == before
     assert sorted(r.value for r in read_topic(tansu_broker.bootstrap, topic)) == [b"known", b"parent after", b"second"]
+
+
+def test_a_childs_copy_of_a_connect_under_way_writes_nothing_into_the_parents_stream(
+    tansu_broker: TansuBroker, topic: str
+) -> None:
+    # Forked while the bootstrap connect's SYN was unanswered (no socket of a connection to
+    # detach yet), a child running its copy of the loop saw the connect complete too: its copy
+    # wrote ApiVersions into the parent's connection (a TLS hello, into the parent's handshake)
+    # and read the answers. Loopback TCP: a relay to the broker whose listener's accept queue is
+    # full drops SYNs until it accepts; it notes the api key of every request on its first link.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    filler = socket.create_connection(listener.getsockname())  # the queue is full
+    requests: list[int] = []
+
+    def relay() -> None:
+        listener.accept()[0].close()  # the filler's: the producer's SYN is taken next
+        client, _ = listener.accept()
+        upstream = socket.create_connection(("127.0.0.1", tansu_broker.port))
+        threading.Thread(target=lambda: _pump(upstream, client, None), daemon=True).start()
+        _pump(client, upstream, requests)
+
+    loop = asyncio.new_event_loop()
+    producer = Producer(bootstrap_servers=f"127.0.0.1:{listener.getsockname()[1]}")
+    loop.run_until_complete(producer.start())
+    first = loop.create_task(producer.send_and_wait(topic, b"first"))
+    while not any(key.events & selectors.EVENT_WRITE for key in loop._selector.get_map().values()):  # type: ignore[attr-defined]
+        loop.run_until_complete(asyncio.sleep(0))  # until the connect waits for the SYN's answer
+    (node,) = producer._pool._nodes.values()
+    connecting = node.connecting
+    assert connecting is not None
+
+    pid = os.fork()
+    if pid == 0:
+        try:  # its own work: until its copy of the connect is done (or given up)
+            loop.run_until_complete(asyncio.wait([connecting], timeout=30))
+        finally:
+            os._exit(0)
+    threading.Thread(target=relay, daemon=True).start()
+    os.waitpid(pid, 0)
+    try:
+        loop.run_until_complete(asyncio.wait_for(first, 30))
+    finally:
+        loop.run_until_complete(asyncio.wait_for(producer.close(), 30))
+        loop.close()
+        filler.close()
+        listener.close()
+    assert requests[:2] == [API_VERSIONS, METADATA], requests  # the parent's, once
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"first"]
+
+
+API_VERSIONS, METADATA = 18, 3
+
+
+def _pump(source: socket.socket, to: socket.socket, requests: list[int] | None) -> None:
+    """Forward ``source`` to ``to``; ``requests``: note each request's api key (a frame each)."""
+    pending = b""
+    while data := source.recv(65536):
+        if requests is not None:  # noted before it is forwarded: before its answer comes back
+            pending += data
+            while len(pending) >= 6 and len(pending) >= 4 + int.from_bytes(pending[:4], "big"):
+                requests.append(int.from_bytes(pending[4:6], "big"))
+                pending = pending[4 + int.from_bytes(pending[:4], "big") :]
+        to.sendall(data)
+    with contextlib.suppress(OSError):
+        to.shutdown(socket.SHUT_WR)
 
 
 def test_a_childs_copy_of_a_transaction_writes_nothing_into_the_parents_stream(
