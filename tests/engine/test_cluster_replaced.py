@@ -19,7 +19,9 @@ import pytest
 
 from aioprod import PreparedTransaction, Producer, TopicPartition
 from aioprod.errors import KafkaError, PreparedTransactionError, ProducerFatalError
+from aioprod.producer.partitioner import _py_partition_for_key
 from aioprod.protocol import messages as m
+from aioprod.protocol.framing import decode_request_body, decode_request_header
 from tests.conftest import Scripted
 from tests.fakes.cluster import Appended, Hold, ScriptedCluster, _ProducerState
 from tests.fakes.coordinator import FakeCoordinator, Lost
@@ -146,6 +148,28 @@ async def test_a_record_sent_after_the_swap_before_a_metadata_refresh_is_not_swa
     assert b"ours-1" in cluster.partition("t").values, (md, seen, cluster.partition("t").values)
 
 
+def three_brokers_named(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> tuple[ScriptedCluster, dict[str, str]]:
+    """Brokers 1-3, "t" led by 1 and 2, and metadata answers naming cluster-A (see name_cluster)."""
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.add_node(3)
+    cluster.create_topic("t", [1, 2])
+    return cluster, name_cluster(monkeypatch)
+
+
+async def replaced_while_idle(p: Producer, cluster: ScriptedCluster, cluster_id: dict[str, str]) -> None:
+    """a0 and a1 written to "t" in cluster A; every connection closed idle
+    (connections_max_idle_ms=1000); then cluster B behind the same addresses: its t-1 led by 3
+    (at a newer epoch), its producer ids from 2000."""
+    await p.send_and_wait("t", b"a0", partition=0)
+    await p.send_and_wait("t", b"a1", partition=1)
+    await asyncio.sleep(3)
+    cluster.create_topic("t", [1, 2])
+    cluster.move_leader("t", 1, 3)
+    cluster._producer_ids = iter(range(2000, 3000))
+    cluster_id["now"] = "cluster-B"
+
+
 # 7ad1c12 (produce_faults seed 789, reduced): _confirm_cluster records the new cluster id in the
 # sender only; the metadata snapshot keeps the old one until its next refresh. A snapshot installed
 # meanwhile without a metadata answer -- Metadata.update_leader, from a NOT_LEADER answer's
@@ -155,20 +179,9 @@ async def test_a_record_sent_after_the_swap_before_a_metadata_refresh_is_not_swa
 async def test_a_leader_hint_after_a_confirmed_cluster_change_does_not_duplicate(
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.add_node(3)
-    cluster.create_topic("t", [1, 2])
-    cluster_id = name_cluster(monkeypatch)
+    cluster, cluster_id = three_brokers_named(scripted, monkeypatch)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, connections_max_idle_ms=1000) as p:
-        await p.send_and_wait("t", b"a0", partition=0)  # id 1000
-        await p.send_and_wait("t", b"a1", partition=1)
-        await asyncio.sleep(3)  # idle: every connection closed
-        # Cluster B behind the same addresses; its t-1 is led by 3 (at a newer epoch).
-        cluster.create_topic("t", [1, 2])
-        cluster.move_leader("t", 1, 3)
-        cluster._producer_ids = iter(range(2000, 3000))
-        cluster_id["now"] = "cluster-B"
+        await replaced_while_idle(p, cluster, cluster_id)  # a0, a1 under id 1000, in A
         cluster.nodes[1].holding = True  # B writes x, its answer does not come yet
         x = await p.send("t", b"x", partition=0)  # the confirm sees B: id 2000; x is 2000/0/0
         await asyncio.sleep(0.5)
@@ -821,3 +834,131 @@ async def test_the_same_producer_id_from_the_new_cluster_is_a_new_identity(
         0,
         0,
     )
+
+
+def naming(cluster: ScriptedCluster, cluster_id: str) -> ScriptedCluster:
+    """``cluster``, its metadata answers naming ``cluster_id`` (this cluster only)."""
+    metadata = cluster._metadata
+
+    def answering(node: Any, request: m.MetadataRequest) -> m.MetadataResponse:
+        response = metadata(node, request)
+        response.cluster_id = cluster_id
+        return response
+
+    cluster._metadata = answering  # type: ignore[method-assign]
+    return cluster
+
+
+async def test_the_connections_left_open_to_the_old_cluster_are_closed_once_another_is_found(
+    scripted: Scripted,
+) -> None:
+    # A switch by name (DNS, a load balancer): cluster B now answers at the addresses, and the
+    # producer's connections to cluster A stay open. Once a new connection finds B, the old ones
+    # must go: records sent on them would go on being written in the cluster left, numbered under
+    # B's producer id.
+    a = naming(scripted.cluster, "cluster-A")
+    a.add_node(2)
+    a.create_topic("t", [1, 2])
+    async with Producer(bootstrap_servers=a.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"a0", partition=0)
+        await p.send_and_wait("t", b"a1", partition=1)
+        b = naming(ScriptedCluster(scripted.network, nodes=2), "cluster-B")  # B listens at A's addresses
+        b.create_topic("t", [1, 2])
+        a.disconnect(2)  # A's broker 2 goes: the next connection to broker 2 reaches B
+        await p.send_and_wait("t", b"b1", partition=1)
+        assert p._sender._cluster_id == "cluster-B"
+        await p.send_and_wait("t", b"b0", partition=0)
+    assert (a.partition("t", 0).values, a.partition("t", 1).values) == ([b"a0"], [b"a1"])
+    assert (b.partition("t", 0).values, b.partition("t", 1).values) == ([b"b0"], [b"b1"])
+    assert a.nodes[1].open_connections == 0
+
+
+async def test_a_cluster_a_reconnects_check_finds_is_looked_up_before_the_next_send(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cluster B behind the same addresses has "t" in two partitions. The check of the first new
+    # connection finds B: its metadata must be fetched then, not at the next periodic refresh
+    # (5 minutes), until which keyed records would be placed by A's partition count.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster_id = name_cluster(monkeypatch)
+    key = next(k for k in (b"k%d" % i for i in range(100)) if _py_partition_for_key(k, 2) == 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, connections_max_idle_ms=1000) as p:
+        await p.send_and_wait("t", b"a", key=key)
+        await asyncio.sleep(3)  # idle: every connection closed
+        cluster.create_topic("t", 2)
+        cluster._producer_ids = iter(range(2000, 3000))
+        cluster_id["now"] = "cluster-B"
+        await p.send_and_wait("t", b"b0", partition=0)  # a new connection: its check finds B
+        keyed = await p.send_and_wait("t", b"b1", key=key)
+    assert keyed.partition == 1
+    assert cluster.partition("t", 1).values == [b"b1"]
+
+
+async def test_a_leader_hint_before_the_refresh_a_cluster_check_asked_for_keeps_the_new_cluster(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # test_a_leader_hint_after_a_confirmed_cluster_change_does_not_duplicate, with the refresh the
+    # check asked for answered late (a busy broker): a leader hint (KIP-951) comes first, and the
+    # snapshot it installs must name the cluster the check found. Naming the old one, it would be taken
+    # for a change back ("the brokers name different clusters"): the producer would stop.
+    cluster, cluster_id = three_brokers_named(scripted, monkeypatch)
+    handle = ScriptedCluster.handle
+    slow = [False]
+
+    async def slow_refreshes(self: ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        header, body = decode_request_header(frame)
+        if (
+            slow[0]
+            and header.api_key == m.MetadataRequest.API_KEY
+            and decode_request_body(body, header, m.MetadataRequest).allow_auto_topic_creation
+        ):
+            await asyncio.sleep(10)  # a refresh (a connection's check creates no topic)
+        return await handle(self, conn, frame)
+
+    monkeypatch.setattr(ScriptedCluster, "handle", slow_refreshes)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, connections_max_idle_ms=1000) as p:
+        await replaced_while_idle(p, cluster, cluster_id)
+        slow[0] = True
+        x = await p.send("t", b"x", partition=0)  # the check of broker 1's connection finds B
+        await asyncio.sleep(0.5)
+        assert p._sender.idempotence.producer_id == 2000
+        await p.send_and_wait("t", b"y", partition=1)  # to 2: NOT_LEADER_OR_FOLLOWER, CurrentLeader 3
+        ids = (p._sender._cluster_id, p.cluster().cluster_id, p._sender.idempotence.producer_id)
+        fatal = p._sender.fatal
+        await x
+    assert (ids, fatal) == (("cluster-B", "cluster-B", 2000), None)
+    assert (cluster.partition("t", 0).values, cluster.partition("t", 1).values) == ([b"x"], [b"y"])
+
+
+async def test_a_metadata_answer_from_the_old_cluster_arriving_after_the_switch_is_not_taken(
+    scripted: Scripted,
+) -> None:
+    # As above, with a refresh on the old cluster's open connection answered late, after the
+    # check of a new connection has found cluster B: that answer (cluster A's brokers, leaders
+    # and id) must not be installed (taken for a change back, it would stop the producer).
+    a = naming(scripted.cluster, "cluster-A")
+    a.add_node(2)
+    a.create_topic("t", [1, 2])
+    handle = a.handle
+    slow = [False]
+
+    async def slow_metadata(conn: Any, frame: bytes) -> bytes | None:
+        if slow[0] and decode_request_header(frame)[0].api_key == m.MetadataRequest.API_KEY:
+            await asyncio.sleep(10)
+        return await handle(conn, frame)
+
+    a.handle = slow_metadata  # type: ignore[method-assign]
+    async with Producer(bootstrap_servers=a.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"a0", partition=0)
+        await p.send_and_wait("t", b"a1", partition=1)
+        b = naming(ScriptedCluster(scripted.network, nodes=2), "cluster-B")  # B listens at A's addresses
+        b.create_topic("t", [1, 2])
+        slow[0] = True
+        a.disconnect(2)  # the refresh this asks for goes to A's broker 1, and is answered late
+        await p.send_and_wait("t", b"b1", partition=1)  # a new connection to broker 2: B
+        await asyncio.sleep(15)  # A's late answer comes
+        await p.send_and_wait("t", b"b0", partition=0)
+        state = (p._sender._cluster_id, p.cluster().cluster_id, p._sender.fatal)
+    assert state == ("cluster-B", "cluster-B", None)
+    assert (b.partition("t", 0).values, b.partition("t", 1).values) == ([b"b0"], [b"b1"])

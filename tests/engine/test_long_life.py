@@ -16,7 +16,7 @@ from aioprod.net.pool import ConnectionPool
 from aioprod.producer.coordinators import MAX_CACHED
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
-from tests.fakes.cluster import ScriptedCluster
+from tests.fakes.cluster import Partition, ScriptedCluster
 
 
 async def test_one_offline_partition_does_not_keep_the_other_partitions_batches(scripted: Scripted) -> None:
@@ -155,8 +155,11 @@ async def test_a_connection_waiting_for_an_answer_is_not_idle(scripted: Scripted
         held = await p.send("t", b"held")
         await clock.advance(10)  # ten times the idle limit, its request unanswered
         assert not held.done() and node.open_connections == 1
+        connections = len(node.connections)
         node.release()
         assert (await held).offset == 1
+        assert (await p.send_and_wait("t", b"next")).offset == 2
+        assert len(node.connections) == connections  # on the same one: it was never taken for idle
         await clock.advance(2)
         assert node.open_connections == 0
 
@@ -321,7 +324,13 @@ async def test_a_topic_refused_for_authorization_is_asked_about_again(
                 break
             except TopicAuthorizationFailedError:  # at once, from the last answer, which it asks again
                 await clock.advance(1)
+        # Nor is the refusal kept once an answer has the topic: a partition added since is
+        # waited for, not refused with it.
+        parts = cluster.topics["tenant"]
+        parts.append(Partition(1, parts[0].topic_id))
+        await p.send_and_wait("tenant", b"added", partition=1)
     assert cluster.partition("tenant").values == [b"later"]
+    assert cluster.partition("tenant", 1).values == [b"added"]
 
 
 async def test_the_coordinators_of_many_groups_are_not_all_kept(scripted: Scripted) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import random
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -50,26 +51,63 @@ async def test_a_lagging_broker_does_not_take_the_producer_back_to_an_old_leader
     # The partition moved from node 1 (epoch 0) to node 2 (epoch 1); nodes 1 and 3 lag and
     # still say node 1 at epoch 0. Refreshes go to whichever node is least loaded, so some
     # answers are stale: they must not undo what the producer already learned.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.add_node(3)
-    cluster.create_topic("t", leaders=[2])
-    cluster.create_topic("elsewhere", leaders=[1, 3])  # keeps the lagging nodes connected
+    cluster = three_nodes_two_lagging(scripted, leader=2)
     cluster.partition("t").epoch = 1
-    for lagging in (1, 3):
-        cluster.nodes[lagging].stale[("t", 0)] = (1, 0)
+    lag_behind(cluster)
     async with Producer(bootstrap_servers="127.0.0.1:9092", linger_ms=0, metadata_max_age_ms=200) as p:
         await p.send_and_wait("t", b"learn the leader")  # at node 2, epoch 1, one way or another
         learned = len(cluster.requests)
-        for i in range(20):
-            await p.send_and_wait("elsewhere", b"%d" % i, partition=i % 2)
-            await p.send_and_wait("t", b"%d" % i)
-            await asyncio.sleep(0.3)
+        await twenty_beside_lagging_answers(p)
+    assert produced_to_t_after(cluster, learned) == [2] * 20
+
+
+def three_nodes_two_lagging(scripted: Scripted, leader: int) -> ScriptedCluster:
+    """Nodes 1-3; "t" led by ``leader``; "elsewhere" on nodes 1 and 3, which keeps them connected."""
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.add_node(3)
+    cluster.create_topic("t", leaders=[leader])
+    cluster.create_topic("elsewhere", leaders=[1, 3])
+    return cluster
+
+
+def lag_behind(cluster: ScriptedCluster) -> None:
+    """Nodes 1 and 3 answer that node 1 leads "t" at epoch 0."""
+    for lagging in (1, 3):
+        cluster.nodes[lagging].stale[("t", 0)] = (1, 0)
+
+
+async def twenty_beside_lagging_answers(p: Producer) -> None:
+    """Twenty records to "t", each after one to "elsewhere", 0.3 s apart: refreshes (every 0.2 s)
+    go to whichever node is least loaded, so some are answered by the lagging nodes."""
+    for i in range(20):
+        await p.send_and_wait("elsewhere", b"%d" % i, partition=i % 2)
+        await p.send_and_wait("t", b"%d" % i)
+        await asyncio.sleep(0.3)
+
+
+def produced_to_t_after(cluster: ScriptedCluster, learned: int) -> list[int]:
+    """The nodes "t"'s produce requests went to after request ``learned``, once a lagging node
+    answered a refresh among them (without one, the test proves nothing)."""
     later = cluster.requests[learned:]
     stale_answers = [r for r in later if isinstance(r.body, MetadataRequest) and r.node in (1, 3)]
     assert stale_answers, "no refresh reached a lagging node: the test proves nothing"
-    produced_to_t = [r for r in later if isinstance(r.body, ProduceRequest) and r.body.topic_data[0].name == "t"]
-    assert len(produced_to_t) == 20 and {r.node for r in produced_to_t} == {2}
+    return [r.node for r in later if isinstance(r.body, ProduceRequest) and r.body.topic_data[0].name == "t"]
+
+
+async def test_a_lagging_broker_does_not_undo_a_leader_learned_from_a_produce_answer(scripted: Scripted) -> None:
+    # As above, with the new leader learned from the old one's NOT_LEADER_OR_FOLLOWER answer
+    # (KIP-951's CurrentLeader, epoch 1): the lagging answers (node 1 at epoch 0) that follow
+    # must not take the producer back to node 1.
+    cluster = three_nodes_two_lagging(scripted, leader=1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=200) as p:
+        await p.send_and_wait("t", b"at node 1")
+        cluster.move_leader("t", 0, 2)  # epoch 1
+        lag_behind(cluster)
+        learned = len(cluster.requests)
+        await p.send_and_wait("t", b"moved")  # node 1 answers NOT_LEADER, naming node 2 at epoch 1
+        await twenty_beside_lagging_answers(p)
+    assert produced_to_t_after(cluster, learned) == [1] + [2] * 21
 
 
 async def test_metadata_is_not_queued_behind_stuck_produce_requests(scripted: Scripted) -> None:
@@ -144,6 +182,25 @@ async def test_keyless_records_avoid_a_partition_led_by_a_broker_the_answer_does
         futures = [await p.send("t", b"x" * 50) for _ in range(40)]
         results = await asyncio.gather(*futures, return_exceptions=True)
     assert [getattr(r, "partition", r) for r in results] == [0] * 40
+
+
+async def test_a_record_for_a_leader_the_answer_does_not_name_goes_once_a_refresh_names_it(
+    scripted: Scripted,
+) -> None:
+    # Java's Cluster has no leader node for such a partition: its records wait, asking for
+    # refreshes (backed off), and go as soon as one names the leader (a broker still joining),
+    # not at the next periodic refresh (metadata_max_age_ms, 5 minutes).
+    cluster = scripted.cluster
+    cluster.create_topic("t", [1, 7])  # partition 1's leader, broker 7, is not among the brokers
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_max_ms=1000) as p:
+        waiting = await p.send("t", b"for 7", partition=1)
+        await asyncio.sleep(2)
+        cluster.add_node(7)
+        joined = scripted.clock.now
+        await waiting
+        took = scripted.clock.now - joined
+    assert cluster.partition("t", 1).values == [b"for 7"]
+    assert took <= 1.0 + 0.5, took  # the next refresh, at most retry_backoff_max_ms away
 
 
 async def test_refreshes_for_a_leaderless_partition_back_off_while_records_wait(scripted: Scripted) -> None:
@@ -277,6 +334,59 @@ async def test_throttled_broker_gets_no_requests_until_the_throttle_ends(scripte
         await p.send_and_wait("t", b"after")
     produced = cluster.requests_of(ProduceRequest)
     assert produced[-1].at - throttled_at >= 0.5
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_throttle_outlives_the_connection_it_came_on(scripted: Scripted, idempotent: bool) -> None:
+    # KIP-219: the broker mutes the client, not one connection. A connection lost inside the
+    # throttle must not let the next one send at once (with idempotence the cluster check waits
+    # it out first; without, nothing else does).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    loop = asyncio.get_running_loop()
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, enable_idempotence=idempotent) as p:
+        cluster.nodes[1].throttle_ms = 10_000
+        await p.send_and_wait("t", b"one")
+        throttled_until = loop.time() + 10
+        cluster.nodes[1].throttle_ms = 0
+        cluster.disconnect(1)  # lost inside the throttle
+        await asyncio.sleep(0.01)
+        await (await p.send("t", b"two"))
+    produced = [r.at for r in cluster.requests_of(ProduceRequest)]
+    assert produced[-1] >= throttled_until - 0.01, (produced[-1], throttled_until)
+
+
+async def test_a_shorter_throttle_answered_later_does_not_cut_a_longer_one_short(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two answers read one after the other, the first asking for 10 s, the second for 1 s: the
+    # client keeps to the longer (Java's ClusterConnectionStates.throttle takes the max).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 2)
+    loop = asyncio.get_running_loop()
+    throttles = deque([10_000, 1_000])
+    produce = ScriptedCluster._produce
+
+    def throttling(self: ScriptedCluster, node: Any, request: ProduceRequest, version: int) -> Any:
+        response, hold = produce(self, node, request, version)
+        if throttles:
+            response.throttle_time_ms = throttles.popleft()
+        return response, hold
+
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"warm-up", partition=0)
+        await p.send_and_wait("t", b"warm-up", partition=1)
+        monkeypatch.setattr(ScriptedCluster, "_produce", throttling)
+        cluster.nodes[1].holding = True
+        first = await p.send("t", b"10 s", partition=0)
+        await asyncio.sleep(0.01)
+        second = await p.send("t", b"1 s", partition=1)
+        await asyncio.sleep(0.01)
+        cluster.nodes[1].release()
+        await asyncio.gather(first, second)
+        throttled_until = loop.time() + 10
+        await p.send_and_wait("t", b"after", partition=0)
+    assert cluster.requests_of(ProduceRequest)[-1].at >= throttled_until - 0.01
 
 
 async def test_a_round_in_a_throttle_plans_the_next_one_for_its_end(scripted: Scripted) -> None:
@@ -442,6 +552,31 @@ async def test_one_failed_refresh_long_after_the_last_does_not_abandon_a_healthy
     assert cluster.partition("t2").values == [b"after"]
 
 
+async def test_a_refresh_failure_the_next_refresh_recovered_from_is_no_outage_later(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rebootstrap trigger counts from the first failure of refreshes failing since the last
+    # one that worked: one failed refresh, retried successfully, must not send the producer to
+    # the bootstrap name alone (here a broker gone) once the trigger's time has passed.
+    cluster, network = scripted.cluster, scripted.network
+    cluster.add_node(2)
+    cluster.create_topic("t", [2])
+    cluster.create_topic("x", [2])
+    network.listen("kafka.example", 9092, cluster.nodes[1])
+    lose = lose_one_metadata_answer(monkeypatch)
+    async with Producer(bootstrap_servers="kafka.example:9092", linger_ms=0, metadata_max_age_ms=10_000) as p:
+        await p.send_and_wait("t", b"before")
+        lose[0] = True
+        await p.send_and_wait("x", b"x")  # its first refresh fails (the answer lost), the next works
+        assert not lose[0]
+        cluster.stop(1)
+        network.stop_listening("kafka.example", 9092)  # the bootstrap name's broker is gone
+        await asyncio.sleep(400)  # virtual: longer than metadata_recovery_rebootstrap_trigger_ms
+        cluster.create_topic("t2", [2])
+        await p.send_and_wait("t2", b"after")
+    assert cluster.partition("t2").values == [b"after"]
+
+
 async def test_a_partition_added_since_the_last_refresh_is_waited_for_by_send(scripted: Scripted) -> None:
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
@@ -534,6 +669,35 @@ async def test_one_lagging_answer_does_not_make_an_added_partition_bad_input(
         record = await p.send("t", b"to an added partition", partition=3)
         assert (await record).partition == 3
         await busy
+
+
+async def test_a_refresh_from_before_a_send_is_no_proof_its_partition_is_missing(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only refreshes asked for after the send began count against its partition: the last one
+    # before it may be from before the partition was added. Counted, one lagging answer since
+    # (a broker still on the old count) would make the partition "not exist".
+    cluster = scripted.cluster
+    parts = cluster.create_topic("t", 1)
+    answer_of = ScriptedCluster._metadata
+    lagging = [0]  # answers still to come with the old count
+
+    def lagging_answers(self: ScriptedCluster, node: Any, request: MetadataRequest) -> Any:
+        answer = answer_of(self, node, request)
+        if lagging[0]:
+            lagging[0] -= 1
+            for topic in answer.topics:
+                topic.partitions = topic.partitions[:1]
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", lagging_answers)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, max_block_ms=10_000) as p:
+        await p.send_and_wait("t", b"warm-up")  # described with one partition
+        await asyncio.sleep(1.5)  # longer than retry_backoff_max_ms (1 s)
+        parts.append(Partition(1, parts[0].topic_id))
+        lagging[0] = 1  # the first answer after the send began still has one partition
+        assert (await p.send_and_wait("t", b"to the added partition", partition=1)).partition == 1
+    assert cluster.partition("t", 1).values == [b"to the added partition"]
 
 
 async def test_a_partition_added_after_a_refusal_is_found(scripted: Scripted) -> None:
@@ -757,3 +921,100 @@ async def test_new_topics_coming_faster_than_the_max_age_do_not_put_off_the_refr
         age = p.metrics()["metadata-age"]
     assert any("t" in names for names in asked), f"only partial refreshes in 18 s: {asked}"
     assert age <= 3.0, f"metadata-age {age:.1f}s with metadata_max_age_ms=2000"
+
+
+async def test_the_periodic_refresh_is_due_by_the_last_full_one_after_a_new_topic(scripted: Scripted) -> None:
+    # A new topic's refresh describes it alone: the next periodic refresh is still due
+    # metadata_max_age_ms after the last one of every topic (Java's timeToNextUpdate), not
+    # after the new topic's.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.create_topic("new", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, metadata_max_age_ms=2000) as p:
+        await p.send_and_wait("t", b"v")
+        described_t = [
+            r.at for r in cluster.requests_of(MetadataRequest) if r.body.topics and r.body.topics[0].name == "t"
+        ]
+        await asyncio.sleep(1.5)
+        await p.send_and_wait("new", b"v")  # described alone
+        await asyncio.sleep(3)
+        full = [
+            r.at
+            for r in cluster.requests_of(MetadataRequest)
+            if r.at > described_t[-1] and "t" in [t.name for t in r.body.topics or []]
+        ]
+    assert full and full[0] - described_t[-1] <= 2.0 + 0.01, (full, described_t)
+
+
+async def test_a_lookup_goes_to_the_broker_with_fewest_requests_in_flight(scripted: Scripted) -> None:
+    # Java's leastLoadedNode: a request any broker can answer waits behind as few requests as it
+    # can. Broker 1 has two produce requests held for 10 s, broker 2 one, answered in 0.1 s.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 1, 2])
+    cluster.create_topic("u", [2])
+    loop = asyncio.get_running_loop()
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        for partition in range(3):
+            await p.send_and_wait("t", b"warm-up", partition=partition)
+        cluster.nodes[1].holding = cluster.nodes[2].holding = True
+        held = []
+        for partition in range(3):
+            held.append(await p.send("t", b"held", partition=partition))
+            await asyncio.sleep(0.01)  # on the wire: one request each
+        loop.call_later(0.1, cluster.nodes[2].release)
+        loop.call_later(10, cluster.nodes[1].release)
+        started = loop.time()
+        assert await p.partitions_for("u") == [0]  # a topic not known yet: a metadata request
+        took = loop.time() - started
+        await asyncio.gather(*held)
+    assert took < 1, took
+
+
+async def test_a_bootstrap_server_that_refuses_does_not_keep_the_others_untried(scripted: Scripted) -> None:
+    # Of the bootstrap servers, the one tried longest ago goes first: three that refuse
+    # connections must not be tried again and again while the fourth is never tried.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    dead = ",".join(f"127.0.0.1:{port}" for port in (9201, 9202, 9203))  # nothing listens there
+    for seed in range(4):  # the servers are shuffled: whichever comes first
+        random.seed(seed)
+        async with Producer(bootstrap_servers=f"{dead},{cluster.bootstrap}", linger_ms=0, max_block_ms=5000) as p:
+            await p.send_and_wait("t", b"v")
+
+
+async def test_failed_refreshes_back_off_afresh_once_one_has_worked(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The backoff between failed refreshes grows with the failures in a row; a refresh that
+    # works ends the row. Counted on, a second outage, however much later, would wait the first
+    # one's longest backoff before its second refresh.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.create_topic("u", 1)
+    answer_of = ScriptedCluster._metadata
+    starting_up = [False]
+
+    def no_brokers_while_starting_up(self: ScriptedCluster, node: Any, request: MetadataRequest) -> Any:
+        answer = answer_of(self, node, request)
+        if starting_up[0]:
+            answer.brokers = []  # a broker starting up: a failed refresh, retried after a backoff
+        return answer
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", no_brokers_while_starting_up)
+    options = {"linger_ms": 0, "retry_backoff_ms": 100, "retry_backoff_max_ms": 10_000, "max_block_ms": 60_000}
+    async with Producer(bootstrap_servers=cluster.bootstrap, **options) as p:
+        starting_up[0] = True
+        first = asyncio.ensure_future(p.send_and_wait("t", b"v"))
+        await asyncio.sleep(15)  # seven failures in a row: 0.1 s doubling to 6.4 s
+        starting_up[0] = False
+        await first
+        await asyncio.sleep(5)
+        starting_up[0] = True  # a second outage
+        before = len(cluster.requests_of(MetadataRequest))
+        second = asyncio.ensure_future(p.send_and_wait("u", b"v"))
+        await asyncio.sleep(1)
+        failed = len(cluster.requests_of(MetadataRequest)) - before
+        starting_up[0] = False
+        await second
+    assert failed >= 3, f"{failed} refreshes in the first second of the second outage"

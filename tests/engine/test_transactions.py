@@ -1150,3 +1150,87 @@ async def test_abort_completes_when_a_partition_being_added_was_deleted(scripted
             await p.send("t", b"after", partition=0)
     finally:
         await p.close(0)
+
+
+async def test_a_coordinator_whose_broker_is_gone_is_looked_up_again(cluster: ScriptedCluster) -> None:
+    # The coordinator's broker dies and another takes over: the connection to the old one is
+    # refused, and the coordinator is found again, within the call.
+    cluster.coordinator.move_to(2)
+    async with producer(cluster, max_block_ms=30_000) as p:
+        async with p.transaction():
+            await p.send("t", b"one", partition=0)  # the coordinator found at broker 2
+        p.begin_transaction()
+        await (await p.send("t", b"two", partition=0))  # its partition added at broker 2
+        cluster.stop(2)
+        cluster.coordinator.move_to(1)
+        cluster.move_leader("t", 1, 1)
+        await asyncio.sleep(0.1)  # the connection to broker 2 is lost; reconnecting is refused
+        await p.commit_transaction()
+    assert cluster.partition("t", 0).committed == [b"one", b"two"]
+
+
+async def test_a_group_coordinator_look_up_refused_for_authorization_fails_at_once(cluster: ScriptedCluster) -> None:
+    # GROUP_AUTHORIZATION_FAILED is no answer to wait out: the call says so, not a timeout
+    # after max_block_ms of asking again.
+    loop = asyncio.get_running_loop()
+    async with producer(cluster, max_block_ms=30_000) as p:
+        p.begin_transaction()
+        await p.send("t", b"v", partition=0)
+        cluster.coordinator.script[m.FindCoordinatorRequest.API_KEY] = deque([GroupAuthorizationFailedError.code])
+        started = loop.time()
+        with pytest.raises(KafkaError) as info:
+            await p.send_offsets_to_transaction({TopicPartition("t", 0): OffsetAndMetadata(5)}, "g")
+        took = loop.time() - started
+        await p.abort_transaction()
+    assert isinstance(info.value, GroupAuthorizationFailedError), repr(info.value)
+    assert took < 1, took
+
+
+async def test_a_committed_offset_of_0_is_read_back(cluster: ScriptedCluster) -> None:
+    # Offset 0 is an offset (the first record); only a negative one means "none committed".
+    async with producer(cluster) as p:
+        async with p.transaction():
+            await p.send("t", b"v", partition=0)
+            await p.send_offsets_to_transaction({TopicPartition("t", 0): OffsetAndMetadata(0)}, "g")
+        assert await p._committed_offsets("g") == {TopicPartition("t", 0): 0}
+
+
+async def test_a_partition_refused_for_authorization_among_others_not_attempted_fails_at_once(
+    cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kafka answers an AddPartitionsToTxn naming a topic the producer may not write to with
+    # TOPIC_AUTHORIZATION_FAILED for its partitions and OPERATION_NOT_ATTEMPTED for the others:
+    # the refusal decides, whichever partition comes first (not a retry until max_block_ms).
+    cluster.create_topic("denied", leaders=[1])
+    add = type(cluster.coordinator).add_partitions
+    asked: list[list[str]] = []
+
+    def refusing_denied(self: Any, request: m.AddPartitionsToTxnRequest) -> m.AddPartitionsToTxnResponse:
+        names = [t.name for t in request.v3_and_below_topics]
+        asked.append(names)
+        if "denied" not in names:
+            return add(self, request)
+        results = [
+            m.AddPartitionsToTxnResponseTopicResult(
+                t.name,
+                [
+                    m.AddPartitionsToTxnResponsePartitionResult(p, 29 if t.name == "denied" else 55)
+                    for p in t.partitions
+                ],
+            )
+            for t in sorted(request.v3_and_below_topics, key=lambda t: t.name == "denied")  # the others first
+        ]
+        return m.AddPartitionsToTxnResponse(results_by_topic_v3_and_below=results)
+
+    monkeypatch.setattr(type(cluster.coordinator), "add_partitions", refusing_denied)
+    loop = asyncio.get_running_loop()
+    async with producer(cluster, max_block_ms=30_000) as p:
+        p.begin_transaction()
+        started = loop.time()
+        allowed, refused = await asyncio.gather(p.send("t", b"allowed", partition=0), p.send("denied", b"refused"))
+        outcomes = await asyncio.gather(allowed, refused, return_exceptions=True)
+        took = loop.time() - started
+        await p.abort_transaction()
+    assert asked == [["denied", "t"]]  # one request, answered 55 for "t" (first), 29 for "denied"
+    assert all(isinstance(o, TransactionAbortedError) and "TOPIC_AUTHORIZATION_FAILED" in str(o) for o in outcomes)
+    assert took < 1, took

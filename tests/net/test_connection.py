@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import socket
 import ssl
 import threading
@@ -440,3 +441,79 @@ async def test_a_retired_connection_closed_by_its_own_reader_ends_the_reader_on_
     tansu_broker: TansuBroker,
 ) -> None:
     assert await retire_with_an_answer_in_flight("127.0.0.1", tansu_broker.port) == []
+
+
+async def test_an_answer_to_a_request_whose_caller_stopped_waiting_does_not_stop_the_reader(
+    scripted: Scripted,
+) -> None:
+    # A coordinator request or a metadata refresh cancelled (a commit given up, close()) leaves
+    # its request in flight: its answer comes all the same, and the requests behind it on the
+    # connection must still get theirs.
+    conn = await connected(scripted)
+    abandoned = asyncio.ensure_future(conn.send(MetadataRequest(topics=[])))
+    await asyncio.sleep(0)  # written, unanswered
+    abandoned.cancel()
+    assert isinstance(await conn.send(MetadataRequest(topics=[])), MetadataResponse)
+    assert not conn.closed
+    conn.close()
+
+
+async def test_a_request_waits_while_the_last_one_is_still_being_written(scripted: Scripted) -> None:
+    # What a broker that stopped reading has not read stays one request: the next one waits in
+    # the producer, where it is known never to have been sent, not in the socket's buffer.
+    conn = await connected(scripted)
+    (server,) = scripted.cluster.nodes[1].connections
+    server.side.reading = False
+    readied = asyncio.Event()
+    conn._on_ready = readied.set
+    conn.send_nowait(MetadataRequest(topics=[]), lambda _answer: None)
+    assert conn.in_flight_count == 1 and not conn.flushed
+    assert not conn.can_send_more()  # a place in flight is free, the write is not done
+    server.side.reading = True
+    await readied.wait()
+    assert conn.flushed and conn.can_send_more()
+    conn.close()
+
+
+async def test_an_acks_0_record_whose_bytes_never_left_is_not_reported_sent(scripted: Scripted) -> None:
+    # An acks=0 request is done once its bytes have left: before, the record may still be lost
+    # with the connection, and is sent again on the next one.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, acks=0, linger_ms=0) as p:
+        await (await p.send("t", b"warm-up"))
+        cluster.nodes[1].stop_reading()
+        stuck = await p.send("t", b"stuck")
+        await asyncio.sleep(1)
+        cluster.disconnect(1)  # what was not read is gone with the connection
+        await stuck
+    assert cluster.partition("t").values == [b"warm-up", b"stuck"]  # sent again, not taken for sent
+
+
+async def test_correlation_ids_wrap_at_int32_max_and_answers_still_match(scripted: Scripted) -> None:
+    # The id is an int32, counted per connection: a connection that lives long and busy (10,000
+    # requests a second for 60 hours) passes 2^31 - 1, and goes on at 0.
+    conn = await connected(scripted)
+    conn._correlation = itertools.count(2**31 - 2)  # as if 2^31 - 3 requests had been sent on it
+    for _ in range(4):
+        assert isinstance(await conn.send(MetadataRequest(topics=[])), MetadataResponse)
+    assert not conn.closed
+    conn.close()
+
+
+@pytest.mark.parametrize("error", [None, KafkaConnectionError("lost")])
+async def test_a_connection_closed_and_dropped_at_once_leaves_no_task_to_be_destroyed_pending(
+    scripted: Scripted, error: KafkaConnectionError | None
+) -> None:
+    # The pool drops a connection as it closes. Its reader, left waiting for the transport's
+    # connection_lost (which reaches the StreamReader only by a weak reference), would be freed
+    # by a collection before it: "Task was destroyed but it is pending!".
+    loop = asyncio.get_running_loop()
+    errors: list[str] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context["message"]))
+    conn = await connected(scripted)
+    conn.close(error)
+    del conn
+    gc.collect()
+    await asyncio.sleep(0.1)
+    assert errors == []

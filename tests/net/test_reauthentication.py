@@ -562,3 +562,29 @@ async def test_closing_the_producer_stops_its_provider_call(
         await sending
     assert stopped.is_set()
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "aioprod-token-refresh" and not t.done()]
+
+
+async def test_credentials_refused_for_a_while_do_not_refuse_new_topics_once_accepted_again(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # While the refreshes fail to authenticate, a send to a topic not known yet is refused at
+    # once (waiting cannot fix credentials). Once a refresh authenticates again, it waits for
+    # the topic as usual: the refusal is not kept.
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    refused = [False]
+    answer_sasl_with(monkeypatch, 58, refused)  # SASL_AUTHENTICATION_FAILED while refused
+    cluster.create_topic("t", 1)
+    cluster.create_topic("u", 1)
+    token = lambda: OAuthBearerToken("token", time.time() + 3600)  # noqa: E731
+    async with oauth_producer(cluster, token, linger_ms=0, metadata_max_age_ms=1000) as p:
+        await (await p.send("t", b"first"))
+        refused[0] = True
+        cluster.disconnect(1)  # reconnections refused: the refreshes fail to authenticate
+        await scripted.clock.advance(3)
+        with pytest.raises(AuthenticationError):
+            await p.send("u", b"while refused")
+        refused[0] = False
+        await scripted.clock.advance(3)  # a refresh authenticates again
+        assert (await (await p.send("u", b"accepted again"))).topic == "u"
+    assert cluster.partition("u").values == [b"accepted again"]
