@@ -634,10 +634,68 @@ def _spawn(
         raise RuntimeError("the producer's event loop is not running")
     coro = fn(*args)
     try:
-        return gate.track(asyncio.run_coroutine_threadsafe(coro, loop), coro)  # type: ignore[arg-type]
+        return gate.track(_run_soon(coro, loop), coro)  # type: ignore[arg-type]
     except RuntimeError:
         coro.close()  # type: ignore[attr-defined]
         raise
+
+
+def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> concurrent.futures.Future[T]:
+    """``asyncio.run_coroutine_threadsafe``, except that work given up before the loop got to it
+    (its future cancelled: the caller timed out or was interrupted) never starts.
+
+    asyncio's cancels the task from the loop's queue, behind the task's first step: a ``send()``
+    whose caller was told "gave up waiting" (the loop was busy for longer) still queued its
+    record once the loop was free, and the caller's retry wrote it twice.
+    """
+    if not asyncio.iscoroutine(coro):
+        raise TypeError("A coroutine object is required")  # as asyncio's, in the caller's thread
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    async def unless_given_up() -> T:
+        # Checked again at the task's first step, the one a send queues its record in: the loop
+        # may have been held up between start() and it, and the cancel from the caller's thread
+        # comes behind it in the loop's queue.
+        if future.cancelled():
+            raise asyncio.CancelledError
+        return await coro
+
+    def start() -> None:
+        if future.cancelled():
+            coro.close()  # withdrawn before it began
+            return
+        try:
+            task = asyncio.ensure_future(unless_given_up())
+        except BaseException as exc:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(exc)
+            raise
+
+        def settle(_: asyncio.Future[T]) -> None:
+            if task.cancelled():
+                coro.close()  # (never begun: no "never awaited" warning)
+                future.cancel()
+            elif future.set_running_or_notify_cancel():
+                error = task.exception()
+                if error is None:
+                    future.set_result(task.result())
+                else:
+                    future.set_exception(error)
+
+        def withdraw(_: concurrent.futures.Future[T]) -> None:
+            if not future.cancelled() or task.done():
+                return
+            if asyncio._get_running_loop() is loop:
+                task.cancel()  # cancelled as this begins: before the task's first step
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop closed: its tasks went with it
+                    loop.call_soon_threadsafe(task.cancel)
+
+        task.add_done_callback(settle)
+        future.add_done_callback(withdraw)
+
+    loop.call_soon_threadsafe(start)
+    return future
 
 
 def _start_close(

@@ -214,7 +214,9 @@ def test_a_thread_that_reuses_the_ended_loop_threads_id_may_still_call_close(tan
         except BaseException as exc:
             outcomes.append(exc)
 
-    for _ in range(100):  # until the system hands the ended thread's id out again
+    # Until the system hands the ended thread's id out again: at once, unless another thread of
+    # the process took it first.
+    for _ in range(1000):
         thread = threading.Thread(target=close_if_id_reused)
         thread.start()
         thread.join()
@@ -231,7 +233,11 @@ def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: Tansu
     with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=600_000) as producer:
 
         def callback(_: concurrent.futures.Future[RecordMetadata]) -> None:
-            for call in (lambda: producer.send(topic, b"from the callback"), lambda: producer.submit(_noop)):
+            for call in (
+                lambda: producer.send(topic, b"from the callback"),
+                lambda: producer.submit(_noop),
+                lambda: producer.close(0),  # it waited for itself (delivery_timeout_ms), then gave up
+            ):
                 try:
                     call()
                 except BaseException as exc:
@@ -243,7 +249,7 @@ def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: Tansu
         future.add_done_callback(callback)
         producer.flush(30)  # bounded: with the refusal gone, the callback would wait for itself
         assert done.wait(30)
-    assert len(seen) == 2 and all(isinstance(exc, RuntimeError) for exc in seen)
+    assert len(seen) == 3 and all(isinstance(exc, RuntimeError) for exc in seen), seen
     assert all("its own thread" in str(exc) for exc in seen)
 
 
@@ -1050,3 +1056,129 @@ def test_ctrl_c_taken_by_another_thread_interrupts_a_wait_of_the_main_thread() -
     finally:
         signal.signal(signal.SIGINT, previous)
     assert unanswered == []
+
+
+def test_a_queued_records_future_cannot_be_cancelled(tansu_broker: TansuBroker, topic: str) -> None:
+    # "The future cannot be cancelled: a queued record is delivered or fails on its own." A
+    # cancel() that succeeded left the future saying cancelled of a record that was written.
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=600_000) as producer:
+        single, many = producer.send(topic, b"one"), producer.send_many(topic, [b"two"])
+        assert not single.done() and not many.done()  # lingering
+        assert not single.cancel() and not many.cancel()
+        producer.flush(30)
+        assert single.result(0).offset == 0 and many.result(0)[0].offset == 1
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"one", b"two"]
+
+
+def test_close_returns_once_the_producers_thread_has_ended(tansu_broker: TansuBroker, topic: str) -> None:
+    # "Deliver what is queued, then stop the producer and its thread."
+    producer = SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=200)
+    future = producer.send(topic, b"v")
+    producer.close()
+    assert future.result(0).offset == 0
+    assert not producer_threads()
+    with pytest.raises(ProducerClosedError, match="the producer is closed"):  # not "its loop is not running"
+        producer.send(topic, b"later")
+
+
+def test_a_producer_whose_start_fails_leaves_no_thread_behind() -> None:
+    with pytest.raises(KafkaTimeoutError, match="could not initialise within max_block_ms"):
+        SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", transactional_id="tx", max_block_ms=300)
+    assert not producer_threads()
+
+
+def test_a_producer_left_open_at_exit_delivers_its_records(tansu_broker: TansuBroker, topic: str) -> None:
+    # Not dropped (a module's global, still referenced at exit) and never closed: interpreter
+    # exit closes it, within its bound, instead of killing the loop thread with the record queued.
+    code = f"""
+from aioprod import SyncProducer
+producer = SyncProducer(bootstrap_servers="{tansu_broker.bootstrap}", linger_ms=200)
+producer.send("{topic}", b"queued")  # not yet acknowledged when the program ends
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"queued"]
+
+
+@pytest.mark.parametrize("how", ["send timed out", "send interrupted", "send_many timed out"])
+def test_a_send_given_up_while_the_loop_is_blocked_is_never_queued(
+    tansu_broker: TansuBroker, topic: str, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caller was told the send failed (KafkaTimeoutError, or its own interrupt) before the
+    # loop took it: the work must be withdrawn, not run once the loop is free again. It ran: the
+    # record the caller took for not sent was written (and a retry wrote it twice).
+    monkeypatch.setattr(sync, "_GRACE", 0.5)
+    release, blocking = threading.Event(), threading.Event()
+
+    async def block_the_loop(_producer: Any) -> None:
+        blocking.set()
+        release.wait(120)  # blocks the event loop's thread
+
+    previous = signal.signal(signal.SIGUSR1, _interrupt)
+    max_block_ms = 20_000 if how == "send interrupted" else 200
+    try:
+        with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, max_block_ms=max_block_ms, linger_ms=0) as producer:
+            producer.send_and_wait(topic, b"warm-up")
+            producer.submit(block_the_loop)
+            assert blocking.wait(60)
+            try:
+                if how == "send timed out":
+                    with pytest.raises(KafkaTimeoutError, match="gave up waiting"):
+                        producer.send(topic, b"given up")
+                elif how == "send_many timed out":
+                    with pytest.raises(KafkaTimeoutError, match="gave up waiting"):
+                        producer.send_many(topic, [b"given up"])
+                else:
+                    # (whenever it comes: the loop stays blocked until the send was given up)
+                    timer = threading.Timer(0.3, signal.pthread_kill, (threading.get_ident(), signal.SIGUSR1))
+                    timer.start()
+                    with pytest.raises(Interrupted):
+                        producer.send(topic, b"given up")
+                    timer.join()
+            finally:
+                release.set()
+            producer.flush(30)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"warm-up"]
+
+
+def test_work_given_up_between_its_start_and_its_first_step_never_runs() -> None:
+    # As above, with the loop held up after it took the work but before the task's first step
+    # (a callback behind it in the same turn): the cancel from the caller's thread came behind
+    # that step in the loop's queue, and a send queued its record there.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    ran: list[str] = []
+    held, given_up = threading.Event(), threading.Event()
+    taken: list[concurrent.futures.Future[None]] = []
+
+    async def work() -> None:
+        ran.append("ran")
+
+    def hold_up() -> None:
+        held.set()
+        given_up.wait(30)
+
+    def take() -> None:
+        taken.append(sync._run_soon(work(), loop))  # begins next turn...
+        loop.call_soon(hold_up)  # ...and this runs right after, in the same turn
+
+    try:
+        loop.call_soon_threadsafe(take)
+        assert held.wait(30)
+        (future,) = taken
+        assert future.cancel()  # the caller's wait ran out
+        given_up.set()
+        for _ in range(3):  # every turn the loop has queued
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(30)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+    assert ran == []
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise Interrupted
