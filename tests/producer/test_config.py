@@ -87,6 +87,13 @@ def test_config_is_frozen() -> None:
         ({"bootstrap_servers": "h:1", "lingr.ms": 5}, "unknown option 'lingr.ms' (did you mean 'linger.ms'?)"),
         ({"bootstrap_servers": "h:1", "linger_ms": -1}, "linger_ms must be >= 0, got -1"),
         ({"bootstrap_servers": "h:1", "batch_size": 0}, "batch_size must be >= 1"),
+        (  # nothing would ever be sent
+            {"bootstrap_servers": "h:1", "max_in_flight_requests_per_connection": 0},
+            "max_in_flight_requests_per_connection must be >= 1",
+        ),
+        ({"bootstrap_servers": "h:1", "linger_ms": True}, "linger_ms must be an integer, got True"),
+        ({"bootstrap_servers": "h:1", "linger_ms": 1.5}, "linger_ms must be an integer, got 1.5"),  # not cut to 1
+        ({"bootstrap_servers": "h:1", "client_id": "\u00e9" * 20_000}, "client_id must be at most 32767 bytes"),
         ({"bootstrap_servers": "h:1", "linger_ms": "soon"}, "linger_ms must be an integer"),
         ({"bootstrap_servers": "h:1", "acks": 2}, "acks must be"),
         ({"bootstrap_servers": "h:1", "compression_type": "brotli"}, "compression_type must be one of"),
@@ -473,3 +480,10 @@ def test_a_duration_beyond_javas_long_is_a_config_error(name: str) -> None:
     # It passed, then failed as an OverflowError in the constructor, at start(), or in a task.
     with pytest.raises(ConfigError, match=f"{name} must be <= {2**63 - 1}"):
         ProducerConfig.from_options(bootstrap_servers="h:1", **{name: 10**400})
+
+
+@pytest.mark.parametrize("servers", ["h:1,", "h:1,,h2:2", " h:1 , h2:2 ,"])
+def test_empty_entries_of_a_bootstrap_list_are_skipped(servers: str) -> None:
+    # A list written by hand, ending in a comma or with one doubled: its empty entries are skipped.
+    expected = (("h", 1),) if servers == "h:1," else (("h", 1), ("h2", 2))
+    assert ProducerConfig.from_options(bootstrap_servers=servers).bootstrap_servers == expected

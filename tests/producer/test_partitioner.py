@@ -128,3 +128,50 @@ def test_user_partitioner_decides() -> None:
     assert p.partition("t", b"k", [0, 1, 2], [0, 1, 2]) == 2
     assert p.keyless("t", 10, [0, 1, 2], [0, 1, 2]) == 2
     assert calls[0] == ("t", b"k", (0, 1, 2))
+
+
+def test_round_robin_takes_every_partition_in_turn_and_skips_those_without_a_leader() -> None:
+    # Java's RoundRobinPartitioner: each available partition once per cycle, an even count too.
+    p = Partitioner("round_robin", 16384, rng=random.Random(3))
+    parts = [0, 1, 2, 3]
+    assert sorted(p.partition("t", None, parts, parts) for _ in range(4)) == parts
+    assert sorted(p.partition("t", b"k", parts, [0, 2, 3]) for _ in range(3)) == [0, 2, 3]
+
+
+def test_send_manys_sticky_partition_stays_while_it_has_a_leader_and_leaves_when_not() -> None:
+    # sticky() (send_many's runs of keyless records) checks the partition as keyless() does:
+    # against each new snapshot's partitions, kept while it is among them.
+    p = Partitioner("default", batch_size=10_000, rng=random.Random(3))
+    parts = (0, 1, 2, 3)
+    first = p.sticky("t", parts, parts)
+    assert {p.sticky("t", parts, tuple(list(parts))) for _ in range(10)} == {first}  # equal, from new snapshots
+    without = tuple(x for x in parts if x != first)
+    moved = p.sticky("t", parts, without)
+    assert moved in without
+    assert p.sticky("t", parts, without) == moved
+
+
+@pytest.mark.parametrize("answer", [3, -1, True, False])
+def test_a_user_partitioners_answer_must_name_one_of_the_topics_partitions(answer: object) -> None:
+    p = Partitioner(lambda topic, key, partitions: answer, 16384)  # type: ignore[arg-type,return-value]
+    message = f"the partitioner returned {answer!r} for topic 't', which has partitions 0-2"
+    with pytest.raises(ValueError, match=message):
+        p.partition("t", b"k", [0, 1, 2], [0, 1, 2])
+
+
+@pytest.mark.parametrize("path", ["send", "send_many"])
+async def test_consistent_random_places_keyed_records_sent_as_confluent_kafka_does(
+    scripted: Scripted, path: str
+) -> None:
+    # The partitioner's own answer (above) must be what send() and send_many() use, not murmur2.
+    parts = scripted.cluster.create_topic("t", 6)
+    keys = [b"key-%d" % i for i in range(30)]
+    expected = [confluent_kafka.consistent(key, 6) for key in keys]  # type: ignore[attr-defined]
+    assert expected != [partition_for_key(key, 6) for key in keys]
+    async with Producer(bootstrap_servers=scripted.cluster.bootstrap, partitioner="consistent_random") as producer:
+        if path == "send":
+            chosen = [(await producer.send_and_wait("t", b"v", key=key)).partition for key in keys]
+        else:
+            chosen = [m.partition for m in await (await producer.send_many("t", [b"v"] * len(keys), keys=keys))]
+    assert chosen == expected
+    assert sum(len(part.values) for part in parts) == len(keys)

@@ -195,6 +195,24 @@ async def test_cancel_runs_callbacks_and_later_outcome_changes_nothing() -> None
     assert "cancelled" in repr(future)
 
 
+async def test_a_settled_record_keeps_its_outcome_whatever_comes_later() -> None:
+    # A record reported delivered stays delivered (and a failed one failed), whatever reaches
+    # its batch later: an answer after the batch expired, or a close failing what is left.
+    done = batch()
+    future = RecordFuture(done, 1, TS)
+    calls: list[RecordMetadata] = []
+    future.add_done_callback(lambda f: calls.append(f.result()))
+    acked(done, base_offset=100)
+    failed(done, DeliveryTimeoutError("expired", possibly_persisted=True))
+    acked(done, base_offset=500)
+    await asyncio.sleep(0)
+    assert future.result() == RecordMetadata("t", 2, 101, TS)
+    assert RecordFuture(done, 0, TS).result() == RecordMetadata("t", 2, 100, TS)  # read after, too
+    assert calls == [RecordMetadata("t", 2, 101, TS)]
+    assert not future.cancel()  # as asyncio.Future: a settled future cannot be cancelled
+    assert not future.cancelled() and future.result() == RecordMetadata("t", 2, 101, TS)
+
+
 async def test_repr_says_where_it_stands() -> None:
     done = batch()
     future = RecordFuture(done, 1, TS)
