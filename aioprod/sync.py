@@ -27,9 +27,10 @@ import logging
 import os
 import threading
 import time
+import types
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -641,32 +642,66 @@ def _spawn(
 
 
 def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> concurrent.futures.Future[T]:
-    """``asyncio.run_coroutine_threadsafe``, except that work given up before the loop got to it
-    (its future cancelled: the caller timed out or was interrupted) never starts.
+    """``asyncio.run_coroutine_threadsafe``, except that work given up (its future cancelled: the
+    caller timed out or was interrupted) takes no further step, and work that ends settles its
+    future in its last step.
 
-    asyncio's cancels the task from the loop's queue, behind the task's first step: a ``send()``
-    whose caller was told "gave up waiting" (the loop was busy for longer) still queued its
-    record once the loop was free, and the caller's retry wrote it twice.
+    asyncio's cancels the task from the loop's queue, behind whatever step of it is queued (its
+    first, or its wake-up once what it waited for came), and sets the future in a callback after
+    the last: a ``send()`` whose caller was told "gave up waiting" (the loop was busy for longer)
+    still queued its record, and the caller's retry wrote it twice.
     """
     if not asyncio.iscoroutine(coro):
         raise TypeError("A coroutine object is required")  # as asyncio's, in the caller's thread
     future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    withdrawn = False  # the caller's give-up was thrown into the work (so not cancelled again)
+
+    @types.coroutine
+    def stepped() -> Generator[Any, Any, T]:
+        # ``await coro``, one step at a time, each checked first: the loop may have been held up
+        # between the give-up and this step (a send queues its record in its first step, or in the
+        # one its wake-up runs), and the cancel from the caller's thread comes behind it.
+        nonlocal withdrawn
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            if not withdrawn and future.cancelled():
+                withdrawn = True
+                error = error or asyncio.CancelledError()
+            try:
+                step = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                # Settled in this step, before any other callback runs: the caller's wait can no
+                # longer run out on work that is done.
+                if future.set_running_or_notify_cancel():
+                    future.set_result(stop.value)
+                return stop.value  # type: ignore[no-any-return]
+            except asyncio.CancelledError:
+                raise  # the task is cancelled: settle() cancels the future
+            except BaseException as exc:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
+                raise
+            try:
+                value, error = (yield step), None
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # thrown into the task (its cancel): on into the work
+                value, error = None, exc
 
     async def unless_given_up() -> T:
-        # Checked again at the task's first step, the one a send queues its record in: the loop
-        # may have been held up between start() and it, and the cancel from the caller's thread
-        # comes behind it in the loop's queue.
-        if future.cancelled():
-            raise asyncio.CancelledError
-        return await coro
+        return await stepped()
 
     def start() -> None:
         if future.cancelled():
             coro.close()  # withdrawn before it began
             return
+        wrapper = unless_given_up()
         try:
-            task = asyncio.ensure_future(unless_given_up())
+            task = asyncio.ensure_future(wrapper)
         except BaseException as exc:
+            wrapper.close()
             if future.set_running_or_notify_cancel():
                 future.set_exception(exc)
             raise
@@ -675,21 +710,29 @@ def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> 
             if task.cancelled():
                 coro.close()  # (never begun: no "never awaited" warning)
                 future.cancel()
-            elif future.set_running_or_notify_cancel():
-                error = task.exception()
+                return
+            error = task.exception()  # retrieved even if unused: no "Task exception was never retrieved"
+            if not future.done() and future.set_running_or_notify_cancel():  # (else settled in its step)
                 if error is None:
                     future.set_result(task.result())
                 else:
                     future.set_exception(error)
 
+        def cancel() -> None:
+            if not withdrawn:
+                task.cancel()
+
         def withdraw(_: concurrent.futures.Future[T]) -> None:
             if not future.cancelled() or task.done():
                 return
             if asyncio._get_running_loop() is loop:
-                task.cancel()  # cancelled as this begins: before the task's first step
+                cancel()  # cancelled as this begins: before the task's next step
             else:
-                with contextlib.suppress(RuntimeError):  # the loop closed: its tasks went with it
-                    loop.call_soon_threadsafe(task.cancel)
+                try:
+                    loop.call_soon_threadsafe(cancel)
+                except RuntimeError:  # the loop closed: its tasks went with it
+                    if inspect.getcoroutinestate(wrapper) == inspect.CORO_CREATED:
+                        wrapper.close()  # (never begun: no "never awaited" warning)
 
         task.add_done_callback(settle)
         future.add_done_callback(withdraw)

@@ -1182,3 +1182,154 @@ def test_work_given_up_between_its_start_and_its_first_step_never_runs() -> None
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise Interrupted
+
+
+def test_a_send_whose_record_was_queued_is_not_reported_given_up(
+    tansu_broker: TansuBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The send's task queued its record, and a callback of the same turn (a slow delivery callback)
+    # held the loop until the caller's wait ran out: the future was settled by a callback behind
+    # it, so the caller was told "gave up waiting" of a record that was then written (and its
+    # retry wrote it twice). Whatever the caller is told must be what happened.
+    monkeypatch.setattr(sync, "_GRACE", 0.5)
+    release, blocking, tracked, told = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    async def block_the_loop(_producer: Any) -> None:
+        blocking.set()
+        release.wait(120)  # blocks the event loop's thread
+
+    async def hold_up(_producer: Any) -> None:
+        told.wait(120)  # the send's step is just ahead of this one, in the same turn
+
+    def send(producer: SyncProducer) -> None:
+        try:
+            outcome.append(producer.send(topic, b"late"))
+        except BaseException as exc:
+            outcome.append(exc)
+        told.set()
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, max_block_ms=2000, linger_ms=0) as producer:
+        producer.send_and_wait(topic, b"warm-up")
+        track = producer._gate.track
+
+        def tracking(future: concurrent.futures.Future[Any], coro: Any) -> concurrent.futures.Future[Any]:
+            track(future, coro)
+            if coro.__qualname__ == "_enqueue":
+                tracked.set()
+            return future
+
+        monkeypatch.setattr(producer._gate, "track", tracking)
+        producer.submit(block_the_loop)
+        assert blocking.wait(60)
+        sender = threading.Thread(target=send, args=(producer,))
+        try:
+            sender.start()
+            assert tracked.wait(60)  # the send's start is queued, and now this one behind it
+            producer.submit(hold_up)
+        finally:
+            release.set()
+        sender.join(120)
+        producer.flush(30)
+    (result,) = outcome
+    written = [r.value for r in read_topic(tansu_broker.bootstrap, topic)]
+    if isinstance(result, concurrent.futures.Future):
+        assert written == [b"warm-up", b"late"]
+    else:
+        assert written == [b"warm-up"], f"told {result!r}, yet the record was written"
+
+
+@pytest.mark.parametrize("where", ["its last step done", "its wake-up queued"])
+def test_work_given_up_is_not_run_on_nor_reported_given_up_once_done(where: str) -> None:
+    # A callback held the loop until the caller's wait ran out, (a) right after the work's last step
+    # (its future was set by a callback behind that one), or (b) right after the work's wake-up was
+    # queued (what it waited for came: metadata, buffer memory; the cancel came behind the wake-up,
+    # and the work went on). Either way the caller was told "gave up waiting" of work that ran.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    ran: list[str] = []
+    held, given_up = threading.Event(), threading.Event()
+    told: list[object] = []
+    waited_for = loop.create_future()
+
+    async def work() -> str:
+        if where == "its wake-up queued":
+            await waited_for
+        ran.append("ran")
+        return "done"
+
+    def hold_up() -> None:
+        held.set()
+        given_up.wait(30)
+
+    try:
+        future = sync._run_soon(work(), loop)
+        if where == "its last step done":
+            # start() runs in the next turn and the task's step in the one after: this behind it
+            loop.call_soon_threadsafe(loop.call_soon, hold_up)
+        else:
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(30)  # it waits now
+            loop.call_soon_threadsafe(lambda: (waited_for.set_result(None), hold_up()))
+        assert held.wait(30)
+        try:
+            told.append(sync.SyncProducer._wait(future, 0, "the producer"))
+        except KafkaTimeoutError as exc:
+            told.append(exc)
+        given_up.set()
+        for _ in range(3):  # every turn the loop has queued
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(30)
+    finally:
+        given_up.set()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+    if ran:
+        assert told == ["done"], "told it was given up, yet it ran"
+    else:
+        (error,) = told
+        assert isinstance(error, KafkaTimeoutError)
+
+
+def test_work_the_loop_took_in_its_last_turn_leaves_no_never_awaited_warning() -> None:
+    # A call racing the loop's close: start() created the task in the loop's last turn, and the
+    # task never stepped. The gate cancels its future and closes the work's coroutine once the
+    # loop closed; the coroutine _run_soon wrapped it in was left to warn "never awaited".
+    loop = asyncio.new_event_loop()
+    gate = sync._Gate()
+    coros = [_noop(None)]
+
+    def take() -> None:
+        gate.track(sync._run_soon(coros[0], loop), coros[0])  # start() runs next turn...
+        loop.call_soon(loop.stop)  # ...the last
+
+    loop.call_soon(take)
+    loop.run_forever()
+    loop.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gate.end()
+        coros.clear()
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+
+
+def test_work_that_fails_logs_no_unretrieved_task_exception(caplog: pytest.LogCaptureFixture) -> None:
+    # Its future is set in its last step; the task's exception is retrieved all the same.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+
+    async def fails() -> None:
+        raise ValueError("the work's own")
+
+    try:
+        with pytest.raises(ValueError, match="the work's own"):
+            sync._run_soon(fails(), loop).result(30)
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(30)  # settle() has run
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+    gc.collect()
+    assert "never retrieved" not in caplog.text
