@@ -550,27 +550,27 @@ def record_outcomes(outcomes: Any) -> None:
         ctx.meta[OUTCOMES_META] = outcomes
 
 
-def stdout_gone() -> None:
-    """The reader of stdout went away (``| head``): the rest of the output goes nowhere, and
-    the command goes on to its own result, as the Unix tools do (not rich's SystemExit(1))."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+def output_gone(err: bool = False) -> None:
+    """The reader of stdout (``err``: stderr) went away (``| head``, ``2>&1 | head``): the rest
+    of that output goes nowhere, and the command goes on to its own result, as the Unix tools
+    do (not rich's SystemExit(1); not ``produce`` stopped at its next failing line, the rest of
+    its input never sent)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), (sys.stderr if err else sys.stdout).fileno())
 
 
 def echo(text: str, *, err: bool = False) -> None:
-    """``click.echo`` that survives its reader going away (``| head``; ``2>&1 | head`` for
-    stderr, where a BrokenPipeError had stopped ``produce`` at its next failing line, the rest
-    of its input never sent): the rest goes nowhere, and the command goes on."""
+    """``click.echo`` that survives its reader going away (see :func:`output_gone`)."""
     try:
         click.echo(text, err=err)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), (sys.stderr if err else sys.stdout).fileno())
+        output_gone(err)
 
 
 class _Console(Console):
     def on_broken_pipe(self) -> None:
         self.quiet = True
         if self.file is sys.stdout or not self.stderr:
-            stdout_gone()
+            output_gone()
 
 
 def plain_output(out: Console) -> bool:

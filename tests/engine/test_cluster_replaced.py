@@ -849,6 +849,24 @@ def naming(cluster: ScriptedCluster, cluster_id: str) -> ScriptedCluster:
     return cluster
 
 
+def cluster_a(scripted: Scripted) -> ScriptedCluster:
+    """Cluster A: brokers 1 and 2, leading "t"'s partitions 0 and 1."""
+    a = naming(scripted.cluster, "cluster-A")
+    a.add_node(2)
+    a.create_topic("t", [1, 2])
+    return a
+
+
+async def written_in_a_then_b_listens(p: Producer, scripted: Scripted) -> ScriptedCluster:
+    """a0 and a1 written to "t" in cluster A; then cluster B, returned, listening at A's
+    addresses: the connections made from now on reach it."""
+    await p.send_and_wait("t", b"a0", partition=0)
+    await p.send_and_wait("t", b"a1", partition=1)
+    b = naming(ScriptedCluster(scripted.network, nodes=2), "cluster-B")
+    b.create_topic("t", [1, 2])
+    return b
+
+
 async def test_the_connections_left_open_to_the_old_cluster_are_closed_once_another_is_found(
     scripted: Scripted,
 ) -> None:
@@ -856,14 +874,9 @@ async def test_the_connections_left_open_to_the_old_cluster_are_closed_once_anot
     # producer's connections to cluster A stay open. Once a new connection finds B, the old ones
     # must go: records sent on them would go on being written in the cluster left, numbered under
     # B's producer id.
-    a = naming(scripted.cluster, "cluster-A")
-    a.add_node(2)
-    a.create_topic("t", [1, 2])
+    a = cluster_a(scripted)
     async with Producer(bootstrap_servers=a.bootstrap, linger_ms=0) as p:
-        await p.send_and_wait("t", b"a0", partition=0)
-        await p.send_and_wait("t", b"a1", partition=1)
-        b = naming(ScriptedCluster(scripted.network, nodes=2), "cluster-B")  # B listens at A's addresses
-        b.create_topic("t", [1, 2])
+        b = await written_in_a_then_b_listens(p, scripted)
         a.disconnect(2)  # A's broker 2 goes: the next connection to broker 2 reaches B
         await p.send_and_wait("t", b"b1", partition=1)
         assert p._sender._cluster_id == "cluster-B"
@@ -937,9 +950,7 @@ async def test_a_metadata_answer_from_the_old_cluster_arriving_after_the_switch_
     # As above, with a refresh on the old cluster's open connection answered late, after the
     # check of a new connection has found cluster B: that answer (cluster A's brokers, leaders
     # and id) must not be installed (taken for a change back, it would stop the producer).
-    a = naming(scripted.cluster, "cluster-A")
-    a.add_node(2)
-    a.create_topic("t", [1, 2])
+    a = cluster_a(scripted)
     handle = a.handle
     slow = [False]
 
@@ -950,10 +961,7 @@ async def test_a_metadata_answer_from_the_old_cluster_arriving_after_the_switch_
 
     a.handle = slow_metadata  # type: ignore[method-assign]
     async with Producer(bootstrap_servers=a.bootstrap, linger_ms=0) as p:
-        await p.send_and_wait("t", b"a0", partition=0)
-        await p.send_and_wait("t", b"a1", partition=1)
-        b = naming(ScriptedCluster(scripted.network, nodes=2), "cluster-B")  # B listens at A's addresses
-        b.create_topic("t", [1, 2])
+        b = await written_in_a_then_b_listens(p, scripted)
         slow[0] = True
         a.disconnect(2)  # the refresh this asks for goes to A's broker 1, and is answered late
         await p.send_and_wait("t", b"b1", partition=1)  # a new connection to broker 2: B

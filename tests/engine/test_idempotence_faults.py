@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -75,8 +77,10 @@ async def test_a_batch_in_doubt_keeps_its_identity_when_another_partition_fails(
     assert (md.offset, after.offset) == (1, 2)
 
 
-async def test_retries_of_a_partition_survive_an_identity_change_caused_elsewhere(scripted: Scripted) -> None:
-    cluster = scripted.cluster
+@contextlib.asynccontextmanager
+async def two_partitions_written(cluster: ScriptedCluster) -> AsyncIterator[Producer]:
+    """A producer (retry backoff 100 ms) that wrote w0 and w1 to partitions 0 and 1 of "t", led
+    by nodes 1 and 2."""
     cluster.add_node(2)
     cluster.create_topic("t", leaders=[1, 2])
     async with Producer(
@@ -84,19 +88,29 @@ async def test_retries_of_a_partition_survive_an_identity_change_caused_elsewher
     ) as p:
         await p.send_and_wait("t", b"w0", partition=0)
         await p.send_and_wait("t", b"w1", partition=1)
+        yield p
+
+
+async def a_new_identity_for_partition_1(p: Producer, cluster: ScriptedCluster) -> None:
+    """Partition 1 fails a batch (C) for good: its sequence is in doubt, and its next batch (D)
+    makes the producer take a new identity (the epoch bumped, as Java)."""
+    cluster.nodes[2].script = deque([InvalidRecordError.code])
+    c = await p.send("t", b"C", partition=1)
+    await asyncio.gather(c, return_exceptions=True)
+    await p.send_and_wait("t", b"D", partition=1)
+    assert p.metrics()["producer-id-reset-total"] == 1
+
+
+async def test_retries_of_a_partition_survive_an_identity_change_caused_elsewhere(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    async with two_partitions_written(cluster) as p:
         node1 = cluster.nodes[1]
         node1.stalling = True  # A and B both go out before node 1 looks at either
         a = await p.send("t", b"A", partition=0)
         await asyncio.sleep(0.05)
         b = await p.send("t", b"B", partition=0)
         await asyncio.sleep(0.05)
-        # Partition 1 fails a batch for good: its sequence is in doubt, and the next batch
-        # there makes the producer take a new identity.
-        cluster.nodes[2].script = deque([InvalidRecordError.code])
-        c = await p.send("t", b"C", partition=1)
-        await asyncio.gather(c, return_exceptions=True)
-        await p.send_and_wait("t", b"D", partition=1)
-        assert p.metrics()["producer-id-reset-total"] == 1  # a new identity (the epoch bumped, as Java)
+        await a_new_identity_for_partition_1(p, cluster)
         # Node 1 answers A with a retriable error (not written); B's answer is lost.
         node1.script = deque([NOT_ENOUGH_REPLICAS, Hold])
         node1.release()
@@ -115,21 +129,11 @@ async def test_a_partition_starts_its_sequences_again_only_once_its_batch_on_the
     # numbers from 0 under the new epoch: sent at once, B was written first, and A's retry, under
     # the old epoch, was refused (INVALID_PRODUCER_EPOCH) and lost.
     cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", leaders=[1, 2])
-    async with Producer(
-        bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=100, retry_backoff_max_ms=100
-    ) as p:
-        await p.send_and_wait("t", b"w0", partition=0)
-        await p.send_and_wait("t", b"w1", partition=1)
+    async with two_partitions_written(cluster) as p:
         node1 = cluster.nodes[1]
         node1.stalling = True  # A waits on the wire
         a = await p.send("t", b"A", partition=0)
-        cluster.nodes[2].script = deque([InvalidRecordError.code])
-        c = await p.send("t", b"C", partition=1)
-        await asyncio.gather(c, return_exceptions=True)
-        await p.send_and_wait("t", b"D", partition=1)  # under a new identity
-        assert p.metrics()["producer-id-reset-total"] == 1
+        await a_new_identity_for_partition_1(p, cluster)
         b = await p.send("t", b"B", partition=0)
         flushing = asyncio.ensure_future(p.flush())  # B goes as soon as it may (not with A's answer)
         await asyncio.sleep(0.05)
