@@ -129,10 +129,15 @@ async def read_transactional_log(bootstrap: str, topic: str, partitions: int) ->
             log = TransactionalLog([], [], [])
             pending: dict[int, list[bytes | None]] = {}
             offset, high = 0, None
+            # min_bytes 0 asks for an answer at once, but Tansu waits out max_wait on an empty
+            # partition (1 s a partition, at 1000 ms), and at 0 ms leaves the partition out of its
+            # answer; at 1 ms a loaded broker may answer before it read the log. So 1 ms first,
+            # and the full second only after an answer that brought nothing.
+            wait_ms = 1
             # A broker answers one fetch with part of a large log: fetch on from the next offset
             # until the high watermark, so nothing past the first answer goes unread.
             while high is None or offset < high:
-                request = FetchRequest(1000, 0, 64 << 20, 0, [(topic, [(partition, offset, 64 << 20)])])  # no wait
+                request = FetchRequest(wait_ms, 0, 64 << 20, 0, [(topic, [(partition, offset, 64 << 20)])])
                 response = await client.send(leader, request)
                 progressed = False
                 for _name, parts in response.topics:
@@ -157,6 +162,9 @@ async def read_transactional_log(bootstrap: str, topic: str, partitions: int) ->
                             else:
                                 log.committed.extend(r.value for r in batch)
                 if not progressed and (high is None or offset < high):
+                    if wait_ms < 1000:
+                        wait_ms = 1000
+                        continue
                     raise AssertionError(f"read-back of {topic}-{partition} stopped at offset {offset} of {high}")
             log.open = [value for values in pending.values() for value in values]
             logs[partition] = log
