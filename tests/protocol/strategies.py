@@ -30,6 +30,43 @@ def case_id(case: tuple[type[Message], int]) -> str:
     return f"{case[0].__name__}-v{case[1]}"
 
 
+def layout(cls: type[Struct], version: int) -> tuple[Any, ...]:
+    """What the codec of ``cls`` at ``version`` is compiled from: each field present there, with its
+    wire type, nullability and tag, nested structs likewise. The version reaches the codec only
+    through these (and flexibility), so two versions with one layout encode alike."""
+
+    def of_type(wire: WireType) -> Any:
+        if isinstance(wire, Array):
+            return ("array", of_type(wire.item))
+        if isinstance(wire, StructType):
+            return layout(wire.cls, version)
+        return wire.name
+
+    fields = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        spec: FieldSpec = f.metadata["kafka"]
+        if version in spec.versions:
+            tagged = version in spec.tagged
+            fields.append((f.name, of_type(spec.type), version in spec.nullable, spec.tag if tagged else None))
+    return tuple(fields)
+
+
+def _split_by_layout() -> tuple[list[tuple[type[Message], int]], list[tuple[type[Message], int]]]:
+    first: list[tuple[type[Message], int]] = []
+    again: list[tuple[type[Message], int]] = []
+    seen: set[Any] = set()
+    for cls, version in CASES:
+        key = (cls, cls.is_flexible(version), layout(cls, version))
+        (again if key in seen else first).append((cls, version))
+        seen.add(key)
+    return first, again
+
+
+#: CASES split: each message's first version of every layout, and the versions laid out as an
+#: earlier one (which differ from it only in the version number a frame carries).
+NEW_LAYOUT_CASES, REPEATED_LAYOUT_CASES = _split_by_layout()
+
+
 # --- value strategies derived from the schema -------------------------------------------------
 
 _INT_RANGES = {
