@@ -378,20 +378,20 @@ blobs = st.none() | st.binary(max_size=300)
 @given(
     values=st.lists(blobs, min_size=1, max_size=120),
     with_keys=st.booleans(),
-    keys_seed=st.lists(blobs, min_size=120, max_size=120),
     batch_size=st.integers(80, 6000),
     codec=st.sampled_from(["none", "lz4", "zstd"]),
     preexisting=st.integers(0, 3),
+    data=st.data(),
 )
 def test_bulk_equals_per_record(
     values: list[bytes | None],
     with_keys: bool,
-    keys_seed: list[bytes | None],
     batch_size: int,
     codec: str,
     preexisting: int,
+    data: st.DataObject,
 ) -> None:
-    keys = keys_seed[: len(values)] if with_keys else None
+    keys = data.draw(st.lists(blobs, min_size=len(values), max_size=len(values)), label="keys") if with_keys else None
     ts = 1_700_000_000_123
     one = RecordBatchBuilder(codec, batch_size)
     bulk = RecordBatchBuilder(codec, batch_size)
