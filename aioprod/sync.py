@@ -260,8 +260,11 @@ class SyncProducer:
         try:
             while not _settled(queuing, self._max_block + _GRACE):
                 self._call(_GRACE, _nothing)  # the loop answers: the call is still on its way
+        except KafkaTimeoutError:
+            if queuing.cancel():  # a stuck loop (refused: the records were queued as it ran out)
+                raise
         except BaseException:
-            queuing.cancel()  # a stuck loop, or KeyboardInterrupt: what is queued stays queued
+            queuing.cancel()  # KeyboardInterrupt: what is queued stays queued
             raise
         self._wait(queuing, 0, "the producer")
         return delivery
@@ -469,8 +472,10 @@ class SyncProducer:
             # has not started (a record already queued stays queued).
             future.cancel()
             raise
-        if not settled and not future.done():  # (done since: the work ended as the wait ran out)
-            future.cancel()
+        # A call's cancel refused is work that ended as the wait ran out (a step under way is
+        # waited for): the caller gets its outcome, not a timeout for a record that was queued. A
+        # delivery is never cancelled (it runs until the broker answers): only its wait ends.
+        if not settled and (future.cancel() or not future.done()):
             raise KafkaTimeoutError(f"gave up waiting for {what} after {timeout:.1f}s")
         try:
             return future.result(0)
@@ -641,6 +646,23 @@ def _spawn(
         raise
 
 
+class _Work(concurrent.futures.Future[T]):
+    """A call's future on the loop (see :func:`_run_soon`), whose ``cancel()`` waits for a step of
+    the call under way on the loop. A caller's wait can run out during a step (a send's serializer
+    or partitioner runs in one): cancelled then, the step still queued the record, and the caller
+    told "gave up waiting" wrote it twice with a retry. Now the cancel is refused if the step ended
+    the call, as when the caller's own thread ran that step (the Java client's send)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Held by the loop's thread through each step of the call, and while it settles this future.
+        self.stepping = threading.RLock()
+
+    def cancel(self) -> bool:
+        with self.stepping:
+            return super().cancel()
+
+
 def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> concurrent.futures.Future[T]:
     """``asyncio.run_coroutine_threadsafe``, except that work given up (its future cancelled: the
     caller timed out or was interrupted) takes no further step, and work that ends settles its
@@ -653,35 +675,37 @@ def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> 
     """
     if not asyncio.iscoroutine(coro):
         raise TypeError("A coroutine object is required")  # as asyncio's, in the caller's thread
-    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    future: _Work[T] = _Work()
     withdrawn = False  # the caller's give-up was thrown into the work (so not cancelled again)
 
     @types.coroutine
     def stepped() -> Generator[Any, Any, T]:
         # ``await coro``, one step at a time, each checked first: the loop may have been held up
         # between the give-up and this step (a send queues its record in its first step, or in the
-        # one its wake-up runs), and the cancel from the caller's thread comes behind it.
+        # one its wake-up runs), and the cancel from the caller's thread comes behind it. A give-up
+        # while a step runs waits for it (``_Work.cancel``), and is refused if the step ended it.
         nonlocal withdrawn
         value: Any = None
         error: BaseException | None = None
         while True:
-            if not withdrawn and future.cancelled():
-                withdrawn = True
-                error = error or asyncio.CancelledError()
-            try:
-                step = coro.send(value) if error is None else coro.throw(error)
-            except StopIteration as stop:
-                # Settled in this step, before any other callback runs: the caller's wait can no
-                # longer run out on work that is done.
-                if future.set_running_or_notify_cancel():
-                    future.set_result(stop.value)
-                return stop.value  # type: ignore[no-any-return]
-            except asyncio.CancelledError:
-                raise  # the task is cancelled: settle() cancels the future
-            except BaseException as exc:
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(exc)
-                raise
+            with future.stepping:
+                if not withdrawn and future.cancelled():
+                    withdrawn = True
+                    error = error or asyncio.CancelledError()
+                try:
+                    step = coro.send(value) if error is None else coro.throw(error)
+                except StopIteration as stop:
+                    # Settled in this step, before any other callback runs: the caller's wait can
+                    # no longer run out on work that is done.
+                    if future.set_running_or_notify_cancel():
+                        future.set_result(stop.value)
+                    return stop.value  # type: ignore[no-any-return]
+                except asyncio.CancelledError:
+                    raise  # the task is cancelled: settle() cancels the future
+                except BaseException as exc:
+                    if future.set_running_or_notify_cancel():
+                        future.set_exception(exc)
+                    raise
             try:
                 value, error = (yield step), None
             except GeneratorExit:
@@ -702,8 +726,9 @@ def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> 
             task = asyncio.ensure_future(wrapper)
         except BaseException as exc:
             wrapper.close()
-            if future.set_running_or_notify_cancel():
-                future.set_exception(exc)
+            with future.stepping:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
             raise
 
         def settle(_: asyncio.Future[T]) -> None:
@@ -712,11 +737,12 @@ def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> 
                 future.cancel()
                 return
             error = task.exception()  # retrieved even if unused: no "Task exception was never retrieved"
-            if not future.done() and future.set_running_or_notify_cancel():  # (else settled in its step)
-                if error is None:
-                    future.set_result(task.result())
-                else:
-                    future.set_exception(error)
+            with future.stepping:  # (a cancel refused finds the future done, not running)
+                if not future.done() and future.set_running_or_notify_cancel():  # (else settled in its step)
+                    if error is None:
+                        future.set_result(task.result())
+                    else:
+                        future.set_exception(error)
 
         def cancel() -> None:
             if not withdrawn:

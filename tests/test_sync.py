@@ -1291,6 +1291,102 @@ def test_work_given_up_is_not_run_on_nor_reported_given_up_once_done(where: str)
         assert isinstance(error, KafkaTimeoutError)
 
 
+def test_a_send_whose_wait_runs_out_during_its_step_is_told_what_the_step_did(
+    tansu_broker: TansuBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caller's wait ran out while the loop ran the send's own step (a slow serializer): the
+    # cancel from the caller's thread landed in the middle of it, the step queued the record all
+    # the same, and the caller, told "gave up waiting", wrote it twice with a retry. The give-up
+    # now waits for the step, and the caller gets its future.
+    in_step, cancelling = threading.Event(), threading.Event()
+    armed = threading.Event()
+    real_settled = sync._settled
+
+    def slow(value: bytes) -> bytes:
+        if value == b"slow":
+            in_step.set()
+            cancelling.wait(60)  # the caller gives up while this step runs
+        return value
+
+    def runs_out_during_the_step(future: concurrent.futures.Future[Any], timeout: float | None) -> bool:
+        if not armed.is_set():
+            return real_settled(future, timeout)
+        armed.clear()
+        real_cancel = future.cancel
+
+        def cancel() -> bool:
+            cancelling.set()
+            return real_cancel()
+
+        future.cancel = cancel  # type: ignore[method-assign]
+        assert in_step.wait(60)
+        return False  # as if max_block_ms and the grace ran out now
+
+    monkeypatch.setattr(sync, "_settled", runs_out_during_the_step)
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, value_serializer=slow, linger_ms=0) as producer:
+        producer.send_and_wait(topic, b"warm-up")
+        armed.set()
+        try:
+            told: object = producer.send(topic, b"slow")
+        except KafkaTimeoutError as exc:
+            told = exc
+        producer.flush(30)
+    assert isinstance(told, concurrent.futures.Future), f"told {told!r}, though its step queued the record"
+    assert told.result(0).offset == 1
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"warm-up", b"slow"]
+
+
+class _EndsAsTheCancelComes(concurrent.futures.Future[str]):
+    """Work that ends just before the caller's cancel reaches it: the cancel is refused."""
+
+    def cancel(self) -> bool:
+        if not self.done():
+            self.set_running_or_notify_cancel()
+            self.set_result("queued")
+        return super().cancel()
+
+
+def test_work_that_ends_as_the_caller_cancels_gives_its_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Between the wait's last look (not done) and its cancel, the work ended: the cancel was
+    # refused, its answer not read, and the caller told "gave up waiting" of a queued record.
+    monkeypatch.setattr(sync, "_settled", lambda future, timeout: False)  # the wait ran out
+    assert SyncProducer._wait(_EndsAsTheCancelComes(), 1.0, "the producer") == "queued"
+
+
+def test_a_send_many_queued_as_its_wait_runs_out_is_not_reported_given_up(
+    tansu_broker: TansuBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # send_many's wait for its records to queue ran out just as they were queued, and the check
+    # that the loop still answers ran out too: the caller got "gave up waiting" (its cancel came
+    # too late, unread) for records that were then written, and a retry wrote them twice.
+    armed = threading.Event()
+    real_settled = sync._settled
+
+    def runs_out_as_it_ends(future: concurrent.futures.Future[Any], timeout: float | None) -> bool:
+        if not armed.is_set():
+            return real_settled(future, timeout)
+        armed.clear()
+        assert real_settled(future, 60)  # queued...
+        return False  # ...as the wait ran out
+
+    async def unanswered() -> None:
+        raise KafkaTimeoutError("gave up waiting for the producer after 5.0s")
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=0) as producer:
+        producer.send_and_wait(topic, b"warm-up")
+        monkeypatch.setattr(sync, "_settled", runs_out_as_it_ends)
+        monkeypatch.setattr(sync, "_nothing", unanswered)
+        armed.set()
+        try:
+            told: object = producer.send_many(topic, [b"a", b"b"])
+        except KafkaTimeoutError as exc:
+            told = exc
+        monkeypatch.undo()
+        producer.flush(30)
+    assert not isinstance(told, BaseException), f"told {told!r}, though the records were queued"
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"warm-up", b"a", b"b"]
+
+
 def test_work_the_loop_took_in_its_last_turn_leaves_no_never_awaited_warning() -> None:
     # A call racing the loop's close: start() created the task in the loop's last turn, and the
     # task never stepped. The gate cancels its future and closes the work's coroutine once the
