@@ -537,7 +537,8 @@ async def open_producer(
         yield producer
     except asyncio.CancelledError as exc:
         if outcomes is not None and outcomes.outstanding and exc.args != (_BROKER_DIED,):
-            warn(f"interrupted: delivering the {outcomes.outstanding:,} records queued (Ctrl-C again to abandon them)")
+            queued = f"{outcomes.outstanding:,} record{'' if outcomes.outstanding == 1 else 's'}"
+            warn(f"interrupted: delivering the {queued} queued (Ctrl-C again to abandon them)")
         raise
     finally:
         await producer.close()

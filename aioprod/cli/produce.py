@@ -13,7 +13,6 @@ import asyncio
 import functools
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -32,6 +31,7 @@ from aioprod.cli.common import (
     describe,
     echo,
     open_producer,
+    output_gone,
     parse_delimiter,
     parse_pairs,
     record_outcomes,
@@ -399,7 +399,7 @@ def produce(
         except BrokenPipeError:
             # The reader went away (`... --report | head`): stop reporting, keep producing.
             reporting = False
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+            output_gone()  # no error at exit's flush
             warn("standard output closed: no more delivery reports")
 
     def on_ack(metadata: RecordMetadata, line_number: int) -> None:
@@ -416,5 +416,7 @@ def produce(
     run(produce_lines(options, topic, input_file, record_delimiter, line_format, partition, tracker, delimiter is None))
     summary = f"{tracker.acked:,} record{'' if tracker.acked == 1 else 's'} produced to {topic!r}"
     if tracker.failed or tracker.unsent:
-        raise CliError(f"{summary}; {tracker.failed + tracker.unsent:,} failed (lines above)")
+        failed = f"{tracker.failed:,} failed (lines above)" if tracker.failed else ""
+        unsent = f"{tracker.unsent:,} not sent (the producer closed first)" if tracker.unsent else ""
+        raise CliError(f"{summary}; {', '.join(filter(None, (failed, unsent)))}")
     echo(f"aioprod: {summary}", err=True)
