@@ -154,6 +154,22 @@ def as_dict(result: SmokeResult, cluster: str, embedded: bool, problems: list[st
     }
 
 
+def unfinished(
+    cluster: str, embedded: bool, topic: str, records: int, tracker: AckTracker, error: str
+) -> dict[str, Any]:
+    """The ``--json`` form of a run that could not finish: the counts so far, and why."""
+    return {
+        "ok": False,
+        "cluster": cluster,
+        "embedded_broker": embedded,
+        "topic": topic,
+        "records": records,
+        "acked": tracker.acked,
+        "failed": tracker.failed,
+        "problems": [error],
+    }
+
+
 def report(result: SmokeResult, cluster: str, problems: list[str]) -> list[tuple[str, str]]:
     """The report's (label, text) rows."""
     latency = result.latency or LatencySummary(0, 0, 0, 0, 0, 0, 0)
@@ -228,12 +244,16 @@ def smoke(client: ClientOptions, records: int, topic: str, as_json: bool) -> Non
                 ),
                 broker,
             )
-        except CliError as exc:
-            if broker is not None and not broker.running:  # what became of the records, as docs/cli.md says
-                raise CliError(f"{exc.message}; {tracker.counts()}") from exc
-            raise
         except Exception as exc:
-            raise CliError(f"smoke test failed on {target}: {describe(exc)}{embedded_hint(broker)}") from exc
+            if isinstance(exc, CliError):
+                failure = exc
+                if broker is not None and not broker.running:  # what became of the records, as docs/cli.md says
+                    failure = CliError(f"{exc.message}; {tracker.counts()}")
+            else:
+                failure = CliError(f"smoke test failed on {target}: {describe(exc)}{embedded_hint(broker)}")
+            if as_json:  # a script reading the report gets one, saying what went wrong
+                echo(json.dumps(unfinished(cluster, broker is not None, topic, records, tracker, failure.message)))
+            raise failure from exc
     problems = result.problems()
     if as_json:
         echo(json.dumps(as_dict(result, cluster, broker is not None, problems)))

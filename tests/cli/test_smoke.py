@@ -49,6 +49,26 @@ def test_smoke_fails_with_one_line_when_the_cluster_is_unreachable() -> None:
     assert "Traceback" not in result.output
 
 
+def test_json_still_reports_a_run_that_could_not_finish() -> None:
+    """A script reading `smoke --json` got nothing on stdout when the run failed (here: no broker)."""
+    port = refused_port()
+    result = aioprod("smoke", "-b", f"127.0.0.1:{port}", "-X", "max.block.ms=500", "-n", "7", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    (problem,) = report.pop("problems")
+    assert problem.startswith(f"smoke test failed on 127.0.0.1:{port}: KafkaTimeoutError")
+    assert report == {
+        "ok": False,
+        "cluster": f"127.0.0.1:{port}",
+        "embedded_broker": False,
+        "topic": "aioprod-smoke",
+        "records": 7,
+        "acked": 0,
+        "failed": 0,
+    }
+    assert result.stderr.splitlines()[-1] == f"aioprod: error: {problem}"
+
+
 def test_json_report(bootstrap: str, topic: str) -> None:
     """Point 4: --json is the report as one object, nothing else on stdout."""
     result = aioprod("smoke", "-b", bootstrap, "--topic", topic, "--records", "120", "--json")
