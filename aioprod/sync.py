@@ -418,11 +418,12 @@ class SyncProducer:
         with self._lock:
             if self._closing is None:
                 self._finalizer.detach()
-                _live.discard(self)
                 self._closing = _start_close(self._portal, self._loop, self._gate, self._producer, timeout)
                 # Exit waits for it, within its one bound, whoever waits for it now: a close()
                 # interrupted (even before its wait began), or one in a daemon thread exit ends.
                 _wait_at_exit(self._closing, self._thread, self._pid)
+                # Only now: a Ctrl-C landing before this line leaves the producer to exit's close.
+                _live.discard(self)
             return self._closing
 
     def _check_thread(self) -> None:

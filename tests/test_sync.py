@@ -946,6 +946,30 @@ else:
     _a_close_left_under_way_delivers_before_exit(topic, interrupted_close, "interrupted")
 
 
+def test_a_close_interrupted_as_it_begins_still_delivers_before_exit(topic: str) -> None:
+    # A Ctrl-C landing in close() after it started the close and before it told exit to wait for
+    # it: the producer had left the open producers already, so exit neither closed it nor waited,
+    # and the daemon loop thread died with the record queued. Fault injected: the interrupt is
+    # raised where the exit wait would be registered.
+    interrupted_as_it_begins = """
+from aioprod import sync
+register = sync._wait_at_exit
+
+def interrupted_first(*args):
+    sync._wait_at_exit = register
+    raise KeyboardInterrupt
+
+sync._wait_at_exit = interrupted_first
+try:
+    producer.close()
+except KeyboardInterrupt:
+    pass
+else:
+    sys.exit("close() was not interrupted")
+"""
+    _a_close_left_under_way_delivers_before_exit(topic, interrupted_as_it_begins, "interrupted")
+
+
 def test_a_close_under_way_in_a_daemon_thread_delivers_before_exit(topic: str) -> None:
     # A worker (daemon) thread's close() was under way when the program ended: it had left the
     # open producers, and registered with the exit wait only once interrupted (as a KeyboardInterrupt
