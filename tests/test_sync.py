@@ -925,33 +925,22 @@ sys.stdin.readline()  # the broker is back: exit now
         broker.stop()
 
 
-def test_an_interrupted_close_still_delivers_before_exit(topic: str) -> None:
-    # docs/sync.md: a close() interrupted by Ctrl-C "goes on in the background". Interpreter exit
-    # did not wait for it (the producer was no longer open, nor dropped unclosed): the daemon loop
-    # thread died mid-delivery and the queued record was lost without a word.
-    interrupted_close = """
+#: Ctrl-C once the close is under way, from another thread (docs/sync.md: a close() interrupted
+#: "goes on in the background"). Interpreter exit did not wait for it (the producer was no longer
+#: open, nor dropped unclosed): the daemon loop thread died mid-delivery, the record lost unsaid.
+_CTRL_C_WHILE_IT_WAITS = """
 def interrupt_once_closing():
     while not producer.closed:
         pass
     os.kill(os.getpid(), signal.SIGINT)
 
 threading.Thread(target=interrupt_once_closing).start()
-try:
-    producer.close()
-except KeyboardInterrupt:
-    pass
-else:
-    sys.exit("close() was not interrupted")
 """
-    _a_close_left_under_way_delivers_before_exit(topic, interrupted_close, "interrupted")
 
-
-def test_a_close_interrupted_as_it_begins_still_delivers_before_exit(topic: str) -> None:
-    # A Ctrl-C landing in close() after it started the close and before it told exit to wait for
-    # it: the producer had left the open producers already, so exit neither closed it nor waited,
-    # and the daemon loop thread died with the record queued. Fault injected: the interrupt is
-    # raised where the exit wait would be registered.
-    interrupted_as_it_begins = """
+#: Ctrl-C landing after close() started the close and before it told exit to wait for it: the
+#: producer had left the open producers already, so exit neither closed it nor waited. Fault
+#: injected: the interrupt is raised where the exit wait is registered.
+_CTRL_C_AS_IT_BEGINS = """
 from aioprod import sync
 register = sync._wait_at_exit
 
@@ -960,6 +949,17 @@ def interrupted_first(*args):
     raise KeyboardInterrupt
 
 sync._wait_at_exit = interrupted_first
+"""
+
+
+@pytest.mark.parametrize(
+    "interrupt",
+    [pytest.param(_CTRL_C_WHILE_IT_WAITS, id="while it waits"), pytest.param(_CTRL_C_AS_IT_BEGINS, id="as it begins")],
+)
+def test_an_interrupted_close_still_delivers_before_exit(topic: str, interrupt: str) -> None:
+    interrupted_close = (
+        interrupt
+        + """
 try:
     producer.close()
 except KeyboardInterrupt:
@@ -967,7 +967,8 @@ except KeyboardInterrupt:
 else:
     sys.exit("close() was not interrupted")
 """
-    _a_close_left_under_way_delivers_before_exit(topic, interrupted_as_it_begins, "interrupted")
+    )
+    _a_close_left_under_way_delivers_before_exit(topic, interrupted_close, "interrupted")
 
 
 def test_a_close_under_way_in_a_daemon_thread_delivers_before_exit(topic: str) -> None:
