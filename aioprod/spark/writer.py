@@ -406,7 +406,19 @@ class PartitionWrite:
         tally.topics.update(result.topics)
         self._add_failures(chunk, result.failures)
         if self.on_progress is not None:
-            self.on_progress(tally.written, tally.failed)
+            try:
+                self.on_progress(tally.written, tally.failed)
+            except Exception as exc:
+                # It stops the write, and no report comes back: say what was done, as executors mode
+                # does for a progress() that raises once the write is done.
+                done = (
+                    "its transaction is aborted: nothing of it is visible"
+                    if self.plan.exactly_once
+                    else f"{tally.written:,} rows were written and {tally.failed:,} failed so far, and the rows"
+                    " queued meanwhile are delivered: they are in Kafka, and a rerun writes them again"
+                )
+                exc.add_note(f"raised by progress(): the write stopped there; {done}")
+                raise
 
     def _add_failures(self, chunk: Chunk, failures: list[tuple[int, str | None, bytes | None, BaseException]]) -> None:
         tally = self.tally
@@ -483,6 +495,36 @@ class TransactionalPartitionWrite(PartitionWrite):
             return False
         producer.begin_transaction()
         return True
+
+    def _close(self, timeout: float | None) -> None:
+        """Abort a transaction still open (a failed row or input, Ctrl-C) before closing, within
+        ``max_block_ms`` whatever ``timeout`` is, and say so when that fails.
+
+        The close alone aborts it only within ``timeout``: ``close(0)`` (Ctrl-C, or
+        ``close_timeout=0``) gave up while records were in flight, before the abort was sent,
+        and the transaction stayed open, holding every read_committed reader of its partitions
+        for ``transaction_timeout_ms``, while the report said it was aborted.
+        """
+        producer = self._producer
+        try:
+            if producer is not None and producer._producer.in_transaction:
+                try:
+                    producer.abort_transaction()
+                except KafkaError as exc:
+                    self._abort_failed(exc)
+        finally:
+            super()._close(timeout)
+
+    def _abort_failed(self, error: KafkaError) -> None:
+        reason = (
+            f"transaction {self.transactional_id!r} was not committed, and its abort could not be confirmed"
+            f" ({_explain(error)}): nothing of it is visible, but if it is still open, read_committed readers of"
+            f" its partitions wait at its first row until a run with write_id={self.plan.write_id!r} aborts it, or"
+            " the coordinator does after transaction_timeout_ms"
+        )
+        self._state.stopped = True
+        tally = self.tally
+        tally.aborted = reason if tally.aborted is None else f"{tally.aborted}; {reason}"
 
     def _complete(self) -> None:
         producer, tally = self._producer, self.tally

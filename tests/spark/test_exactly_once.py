@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -28,7 +29,8 @@ from aioprod.spark.chunks import Chunk
 from aioprod.spark.executors import FencedAttemptError
 from aioprod.spark.plan import Plan, producer_options
 from aioprod.spark.writer import TransactionalPartitionWrite, write_partition
-from tests.brokers import TansuBroker
+from tests.brokers import TansuBroker, free_port
+from tests.chaos.proxy import FaultProxy
 from tests.readback import TransactionalLog, read_transactional_log
 from tests.spark.test_write import MODES, UNREACHABLE, create_topic
 
@@ -408,6 +410,83 @@ def _recording(init: Any, opened: list[SyncProducer]) -> Any:
         opened.append(self)
 
     return recorded
+
+
+@pytest.fixture
+def proxied_tansu() -> Iterator[tuple[str, FaultProxy, asyncio.AbstractEventLoop]]:
+    """A Tansu broker behind the fault proxy (run on a loop of its own thread): its bootstrap, the
+    proxy, and that loop (to wait on the proxy)."""
+    proxy_port = free_port()
+    broker = TansuBroker(advertised_port=proxy_port).start()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="eos-fault-proxy", daemon=True)
+    thread.start()
+    proxy = asyncio.run_coroutine_threadsafe(FaultProxy(broker.port, proxy_port).start(), loop).result(10)
+    try:
+        yield f"127.0.0.1:{proxy_port}", proxy, loop
+    finally:
+        asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        broker.stop()
+
+
+def _delivered(unit: TransactionalPartitionWrite) -> None:
+    """Wait for every chunk handed to ``unit`` to be acknowledged."""
+    while unit._pending:
+        unit._collect_oldest()
+
+
+def test_ctrl_c_in_a_driver_write_aborts_its_transaction_with_records_in_flight(
+    proxied_tansu: tuple[str, FaultProxy, asyncio.AbstractEventLoop],
+) -> None:
+    # Ctrl-C closed the driver's producer with close(0): its abort waited for the records in
+    # flight, gave up at once, and never sent EndTxn. The transaction stayed open, holding every
+    # read_committed reader of its partitions for transaction_timeout_ms (15 minutes by default).
+    bootstrap, proxy, loop = proxied_tansu
+    topic = new_topic(bootstrap)
+    plan = exactly_once_plan(bootstrap, topic, request_timeout_ms=1000, max_block_ms=5000, linger_ms=0)
+    unit = TransactionalPartitionWrite(plan, "driver", commit=True)
+    assert unit.open()
+    assert unit.write(Chunk(0, [b"%d" % i for i in range(50)], partitions=[0] * 50))
+    _delivered(unit)  # in the transaction, on the broker
+    proxy.mute_answers = True
+    assert unit.write(Chunk(50, [b"%d" % i for i in range(50, 100)], partitions=[0] * 50))
+    # The broker wrote the second chunk; its answer is dropped: the chunk is in flight for the producer.
+    asyncio.run_coroutine_threadsafe(proxy.until(lambda: proxy.produce_answers_dropped > 0), loop).result(30)
+    proxy.mute_answers = False
+    unit.abort(interrupted=True)  # what write_partition does on KeyboardInterrupt
+    log = logs(bootstrap, topic)
+    assert (log.committed, log.open) == ([], [])
+    assert set(range(51)) <= set(numbers(log.aborted)) <= set(range(100))  # the rest was not sent yet
+
+
+def test_a_transaction_whose_abort_fails_is_not_reported_aborted(
+    proxied_tansu: tuple[str, FaultProxy, asyncio.AbstractEventLoop],
+) -> None:
+    # A row failed, and the broker stopped answering: the abort on close failed (a warning in the
+    # producer's log), and the driver reported "the transaction was aborted: nothing is visible"
+    # while it stayed open, holding read_committed readers, with nothing saying how to end it.
+    bootstrap, proxy, _ = proxied_tansu
+    topic = new_topic(bootstrap)
+    plan = dataclasses.replace(exactly_once_plan(bootstrap, topic, max_block_ms=1500), close_timeout=1)
+    unit = TransactionalPartitionWrite(plan, "driver", commit=True)
+    values = [b"%d" % i for i in range(50)]
+
+    def chunks() -> Iterator[Chunk]:
+        yield Chunk(0, values, partitions=[0] * 50)
+        _delivered(unit)
+        proxy.black_hole = True  # the broker stops answering
+        yield Chunk(50, [b"x" * (2 << 20)])  # larger than max_request_size: refused before it is queued
+
+    tally = write_partition(unit, chunks())
+    proxy.black_hole = False
+    assert tally.failed == 1
+    assert tally.aborted is not None
+    assert f"{unit.transactional_id!r} was not committed, and its abort could not be confirmed (" in tally.aborted
+    assert f"write_id={plan.write_id!r}" in tally.aborted
+    assert logs(bootstrap, topic).open == values  # as the report says
 
 
 def test_ctrl_c_during_an_executors_write_aborts_what_its_tasks_prepared(

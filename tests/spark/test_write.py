@@ -38,7 +38,7 @@ from aioprod.spark.driver import ArrowUnavailable
 from aioprod.spark.executors import executor_arrow_task
 from aioprod.spark.plan import SPARK_PRODUCER_DEFAULTS, Plan, producer_options
 from aioprod.spark.schema import check_schema
-from aioprod.spark.writer import PartitionWrite
+from aioprod.spark.writer import PartitionWrite, write_partition
 from tests.brokers import TansuBroker, free_port, refused_port
 from tests.chaos.proxy import FaultProxy
 from tests.readback import read_topic
@@ -950,6 +950,26 @@ def test_driver_progress_callback_and_bounded_in_flight(spark: Any, tansu_broker
     assert len(calls) >= 3
     assert calls == sorted(calls)
     assert calls[-1] == (25_000, 0)
+
+
+def test_a_progress_callback_that_raises_says_what_the_write_had_done(tansu_broker: TansuBroker) -> None:
+    # It stops a driver-mode write, and no report comes back: the bare error left the caller to
+    # guess that rows were in Kafka already (a rerun writes them twice). Executors mode said so.
+    topic = new_topic("progress-raises")
+    plan = Plan(producer_options(tansu_broker.bootstrap, {}), topic, False, False, False, False, "raise", 20, 50, None)
+
+    def closed_bar(written: int, failed: int) -> None:
+        raise RuntimeError("the progress bar is closed")
+
+    unit = PartitionWrite(plan, on_progress=closed_bar)
+    chunks = [Chunk(c * 50, [b"%d" % (c * 50 + i) for i in range(50)]) for c in range(3)]
+    with pytest.raises(RuntimeError, match="the progress bar is closed") as info:
+        write_partition(unit, chunks)
+    assert info.value.__notes__ == [
+        "raised by progress(): the write stopped there; 50 rows were written and 0 failed so far, and the rows"
+        " queued meanwhile are delivered: they are in Kafka, and a rerun writes them again"
+    ]
+    assert len(read_topic(tansu_broker.bootstrap, topic)) == 50  # max_in_flight_rows=50: nothing was queued meanwhile
 
 
 def test_progress_is_shown_by_the_caller_only(
