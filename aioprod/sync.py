@@ -259,10 +259,17 @@ class SyncProducer:
         queuing = self._submit(_enqueue, send_many, delivery)
         try:
             while not _settled(queuing, self._max_block + _GRACE):
-                self._call(_GRACE, _nothing)  # the loop answers: the call is still on its way
-        except KafkaTimeoutError:
-            if queuing.cancel():  # a stuck loop (refused: the records were queued as it ran out)
-                raise
+                steps = queuing.steps
+                try:
+                    self._answers()  # the loop answers: the call is still on its way
+                except KafkaTimeoutError:
+                    # A step of this call under way (its serializer) is waited for, and one run
+                    # meanwhile is the loop answering: the call queues records in a step and then
+                    # yields, so a cancel after it is accepted with records queued.
+                    with queuing.between_steps():
+                        if queuing.steps == steps and queuing.cancel():
+                            raise  # a stuck loop: the call takes no further step
+                    # (else the loop ran a step of the call meanwhile: it goes on; or it ended: its outcome)
         except BaseException:
             queuing.cancel()  # KeyboardInterrupt: what is queued stays queued
             raise
@@ -442,7 +449,7 @@ class SyncProducer:
                 "forked child process: create a new SyncProducer after fork"
             )
 
-    def _submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
+    def _submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> _Work[T]:
         self._check_process()
         self._escaped.raise_pending()
         if self._closing is not None:
@@ -451,6 +458,17 @@ class SyncProducer:
             return _spawn(self._loop, self._gate, fn, *args)
         except RuntimeError:  # the portal stopped (anyio's RunFinishedError is one too)
             raise ProducerClosedError("the producer's event loop is not running") from None
+
+    def _answers(self) -> None:
+        """Whether the loop answers within ``_GRACE`` (KafkaTimeoutError if not): not a call of the
+        producer, so not refused by a close under way (which settles the call waited for)."""
+        self._check_process()
+        self._escaped.raise_pending()
+        try:
+            probe = _spawn(self._loop, self._gate, _nothing)
+        except RuntimeError:  # the portal stopped (the gate cancels what it had not answered)
+            raise ProducerClosedError("the producer's event loop is not running") from None
+        self._wait(probe, _GRACE, "the producer")
 
     def _call(self, timeout: float | None, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``await fn(*args)`` on the producer's loop, waiting at most ``timeout`` seconds."""
@@ -627,9 +645,7 @@ def _thread_timeout(seconds: float | None) -> float | None:
     return None if seconds is None or seconds >= threading.TIMEOUT_MAX else seconds
 
 
-def _spawn(
-    loop: asyncio.AbstractEventLoop, gate: _Gate, fn: Callable[..., Awaitable[T]], *args: Any
-) -> concurrent.futures.Future[T]:
+def _spawn(loop: asyncio.AbstractEventLoop, gate: _Gate, fn: Callable[..., Awaitable[T]], *args: Any) -> _Work[T]:
     """``fn(*args)`` as a task on the portal's loop, without waiting for the loop to answer.
 
     ``BlockingPortal.start_task_soon`` waits, with no timeout, for the loop to spawn the
@@ -641,10 +657,12 @@ def _spawn(
         raise RuntimeError("the producer's event loop is not running")
     coro = fn(*args)
     try:
-        return gate.track(_run_soon(coro, loop), coro)  # type: ignore[arg-type]
+        work: _Work[T] = _run_soon(coro, loop)  # type: ignore[arg-type]
     except RuntimeError:
         coro.close()  # type: ignore[attr-defined]
         raise
+    gate.track(work, coro)  # type: ignore[arg-type]
+    return work
 
 
 class _Work(concurrent.futures.Future[T]):
@@ -658,13 +676,30 @@ class _Work(concurrent.futures.Future[T]):
         super().__init__()
         #: Held by the loop's thread through each step of the call, and while it settles this future.
         self.stepping = threading.RLock()
+        #: How many steps of the call the loop has run (counted under ``stepping``).
+        self.steps = 0
 
     def cancel(self) -> bool:
-        with self.stepping:
+        with self.between_steps():
             return super().cancel()
 
+    @contextlib.contextmanager
+    def between_steps(self) -> Iterator[None]:
+        """Once a step of the call under way has ended, holds off its next one. The main thread
+        waits in slices, as in ``_settled``: a Ctrl-C the kernel handed to another thread runs its
+        handler only once the main thread runs again (after a stuck step: never)."""
+        if threading.current_thread() is threading.main_thread():
+            while not self.stepping.acquire(timeout=_SLICE):
+                pass
+        else:
+            self.stepping.acquire()
+        try:
+            yield
+        finally:
+            self.stepping.release()
 
-def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> concurrent.futures.Future[T]:
+
+def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> _Work[T]:
     """``asyncio.run_coroutine_threadsafe``, except that work given up (its future cancelled: the
     caller timed out or was interrupted) takes no further step, and work that ends settles its
     future in its last step.
@@ -695,6 +730,7 @@ def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> 
                     error = error or asyncio.CancelledError()
                 try:
                     step = coro.send(value) if error is None else coro.throw(error)
+                    future.steps += 1
                 except StopIteration as stop:
                     # Settled in this step, before any other callback runs: the caller's wait can
                     # no longer run out on work that is done.

@@ -18,7 +18,7 @@ import types
 import warnings
 import weakref
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any, TypeVar
 
@@ -1410,6 +1410,160 @@ def test_a_send_many_queued_as_its_wait_runs_out_is_not_reported_given_up(
         producer.flush(30)
     assert not isinstance(told, BaseException), f"told {told!r}, though the records were queued"
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"warm-up", b"a", b"b"]
+
+
+class _HeldStep:
+    """Fakes for a send_many whose wait runs out while the loop runs the call's own first step
+    (held by its serializer, on the value ``b"slow"``): the caller's first wait runs out once the
+    serializer has begun and ``when_it_runs_out()`` returned, and any give-up (a cancel: the probe
+    of the loop's or the call's) lets the serializer return. ``decided``: the caller cancelled the
+    call, or went back to waiting for it."""
+
+    def __init__(self, *, hold_the_loop_after_it: bool = False) -> None:
+        self.entered, self.release, self.decided = threading.Event(), threading.Event(), threading.Event()
+        self.hold_the_loop_after_it = hold_the_loop_after_it
+
+    def serializer(self, value: bytes) -> bytes:
+        if value == b"slow":
+            if self.hold_the_loop_after_it:
+                # Another callback holds the loop right after this step, until the caller has
+                # decided: the call's next step comes after the give-up, as on a busy loop.
+                asyncio.get_running_loop().call_soon(self.decided.wait, 60)
+            self.entered.set()
+            self.release.wait(60)
+        return value
+
+    def install(self, monkeypatch: pytest.MonkeyPatch, when_it_runs_out: Callable[[], None] = lambda: None) -> None:
+        armed = threading.Event()
+        armed.set()
+        queuing: list[concurrent.futures.Future[Any]] = []
+        real_settled, real_cancel = sync._settled, sync._Work.cancel
+
+        def settled(future: concurrent.futures.Future[Any], timeout: float | None) -> bool:
+            if armed.is_set():
+                armed.clear()
+                queuing.append(future)
+                assert self.entered.wait(60)
+                when_it_runs_out()
+                return False
+            if queuing and future is queuing[0]:
+                self.decided.set()  # back to waiting for the call
+            return real_settled(future, timeout)
+
+        def cancel(work: sync._Work[Any]) -> bool:
+            self.release.set()
+            try:
+                return real_cancel(work)
+            finally:
+                if queuing and work is queuing[0]:
+                    self.decided.set()
+
+        monkeypatch.setattr(sync, "_settled", settled)
+        monkeypatch.setattr(sync._Work, "cancel", cancel)
+        monkeypatch.setattr(sync, "_GRACE", 0.2)  # the probe of a loop the serializer holds runs out sooner
+
+
+def test_a_send_many_whose_step_queues_its_records_as_its_wait_runs_out_is_not_given_up(
+    tansu_broker: TansuBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The wait ran out during send_many's own step (a slow serializer), and the probe of the loop
+    # too. The give-up waited for the step, which queued every record and then yielded (a run
+    # queued: the sender's turn): the cancel was accepted, and the caller told "gave up waiting" of
+    # records that were then written (a retry wrote them twice). A step of the call is the loop
+    # answering: the caller goes on waiting for the call.
+    held = _HeldStep(hold_the_loop_after_it=True)
+    with SyncProducer(
+        bootstrap_servers=tansu_broker.bootstrap, value_serializer=held.serializer, linger_ms=0, max_block_ms=100
+    ) as producer:
+        producer.send_and_wait(topic, b"warm-up")
+        held.install(monkeypatch)
+        try:
+            told: object = producer.send_many(topic, [b"slow", b"b"])
+        except KafkaTimeoutError as exc:
+            told = exc
+        monkeypatch.undo()
+        producer.flush(30)
+    assert isinstance(told, concurrent.futures.Future), f"told {told!r}, though its step queued the records"
+    assert [m.offset for m in told.result(0)] == [1, 2]
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"warm-up", b"slow", b"b"]
+
+
+def test_a_send_many_whose_wait_runs_out_during_a_close_gets_its_outcome(
+    tansu_broker: TansuBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # send_many's wait ran out while another thread's close() was under way: the probe of the loop
+    # was refused as a call of a closed producer, and send_many raised "the producer is closed; no
+    # more records are accepted" though its call queued its records, which the close then wrote.
+    held = _HeldStep()
+    producer = SyncProducer(bootstrap_servers=tansu_broker.bootstrap, value_serializer=held.serializer, linger_ms=0)
+    closer = threading.Thread(target=producer.close, args=(30,))
+
+    def close_under_way() -> None:
+        closer.start()
+        while not producer.closed:  # (set by close() at once, before its wait)
+            closer.join(0.01)
+
+    try:
+        producer.send_and_wait(topic, b"warm-up")
+        held.install(monkeypatch, close_under_way)
+        try:
+            told: object = producer.send_many(topic, [b"slow", b"b"])
+        except ProducerClosedError as exc:
+            told = exc
+        monkeypatch.undo()
+    finally:
+        held.release.set()
+        if closer.ident is not None:
+            closer.join(60)
+        producer.close(30)
+    assert isinstance(told, concurrent.futures.Future), f"told {told!r}, though its records were queued"
+    assert [m.offset for m in told.result(0)] == [1, 2]
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"warm-up", b"slow", b"b"]
+
+
+class _CancelSays(sync._Work[str]):
+    """A call whose ``cancel()`` says when it begins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelling = threading.Event()
+
+    def cancel(self) -> bool:
+        self.cancelling.set()
+        return super().cancel()
+
+
+def test_ctrl_c_taken_by_another_thread_interrupts_a_wait_for_the_calls_step() -> None:
+    # The main thread's give-up waits for a step of the call under way on the loop (its serializer),
+    # and that wait, unlike the main thread's others, was not cut into slices: a Ctrl-C the kernel
+    # handed to another thread ran its handler only once the step ended (a stuck one: never).
+    work = _CancelSays()
+    held, interrupted = threading.Event(), threading.Event()
+    unanswered: list[bool] = []
+
+    def the_loop_in_the_calls_step() -> None:
+        with work.stepping:
+            held.set()
+            work.cancelling.wait(60)
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # the main thread is not woken
+            if not interrupted.wait(60):  # a hung main thread: end the step, so that the test fails
+                unanswered.append(True)
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGINT, handler)
+    loop_thread = threading.Thread(target=the_loop_in_the_calls_step)
+    try:
+        loop_thread.start()
+        assert held.wait(60)
+        with pytest.raises(_Interrupted):
+            work.cancel()  # the caller's give-up, its wait run out
+        interrupted.set()
+        loop_thread.join(60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert unanswered == []
 
 
 def test_work_the_loop_took_in_its_last_turn_leaves_no_never_awaited_warning() -> None:
