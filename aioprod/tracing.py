@@ -221,7 +221,10 @@ class SendTelemetry:
             span_error = span_error or error
             self._sent.add(count, attributes)
             self._duration.record(duration, attributes)
-        if len(partitions) == 1:
+        # Records that failed are of no known partition (but send()'s): a call with some of them
+        # names no partition (nor leader) for the span, though its other records had but one.
+        unplaced = failed_partition < 0 and any(md is None for md, _, _ in outcomes)
+        if len(partitions) == 1 and not unplaced:
             md = next(md for md, _, _ in outcomes if md is not None)
             span.set_attribute("messaging.destination.partition.id", str(md.partition))
             if md.offset >= 0 and len(outcomes) == 1:

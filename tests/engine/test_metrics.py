@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from collections import deque
 from types import SimpleNamespace
 from typing import Any
@@ -16,20 +17,26 @@ import aioprod.metrics as metrics_module
 from aioprod import Producer
 from aioprod.errors import (
     DeliveryTimeoutError,
+    InvalidRecordError,
     KafkaTimeoutError,
     MessageTooLargeError,
     NotLeaderOrFollowerError,
     PartitionNotFoundError,
     ProducerClosedError,
     RecordTooLargeError,
+    SaslAuthenticationFailedError,
     SendManyError,
 )
 from aioprod.metrics import BROKER_METRICS, PRODUCER_METRICS, TOPIC_METRICS, MetricsSnapshot
+from aioprod.protocol import messages as m_
+from aioprod.protocol.framing import decode_request_header, encode_response
 from aioprod.protocol.records import RecordBatchBuilder
 from tests.brokers import refused_port
 from tests.conftest import Scripted
+from tests.fakes import cluster as fake_cluster
 
 NOT_LEADER = NotLeaderOrFollowerError.code
+SASL_AUTHENTICATION_FAILED = SaslAuthenticationFailedError.code
 TS = 1_700_000_000_000
 
 
@@ -98,6 +105,18 @@ async def test_a_known_workload_reads_as_java_would(scripted: Scripted) -> None:
         assert m["request-total"] == sum(b["request-total"] for b in snapshot.brokers.values())
         assert m["outgoing-byte-total"] == sum(b["outgoing-byte-total"] for b in snapshot.brokers.values())
         assert m["outgoing-byte-total"] > wire
+        # ... and their answers: producer-wide, the sum of the brokers'.
+        assert m["response-total"] == sum(b["response-total"] for b in snapshot.brokers.values()) > 0
+        assert m["incoming-byte-total"] == sum(b["incoming-byte-total"] for b in snapshot.brokers.values()) > 0
+        # Rates over the same window: the topic's bytes as its records, requests as their bytes.
+        assert snapshot.topics["t"]["record-send-rate"] == pytest.approx(3 / 30.020, rel=1e-9)
+        assert snapshot.topics["t"]["byte-rate"] == pytest.approx(wire / 30.020, rel=1e-9)
+        assert m["request-rate"] / m["outgoing-byte-rate"] == pytest.approx(
+            m["request-total"] / m["outgoing-byte-total"]
+        )
+        assert m["response-rate"] / m["incoming-byte-rate"] == pytest.approx(
+            m["response-total"] / m["incoming-byte-total"]
+        )
 
         # 40 s on: a whole window back, the rate is over the real elapsed time; 70 s on the
         # samples have expired: rates read 0, averages NaN, totals stay.
@@ -224,6 +243,8 @@ async def test_buffer_waits_and_exhaustion(scripted: Scripted) -> None:
         assert m["bufferpool-wait-total"] == 1
         assert m["bufferpool-wait-time-ns-total"] == pytest.approx(0.5e9, rel=1e-3)
         assert m["bufferpool-wait-time-total"] == m["bufferpool-wait-time-ns-total"]
+        # Java's ratio: the time waited over the window (here one padding window of 30 s).
+        assert m["bufferpool-wait-ratio"] == pytest.approx(0.5 / 30, rel=1e-3)
         assert m["waiting-threads"] == 0
         assert m["buffer-exhausted-total"] == 0
 
@@ -306,9 +327,11 @@ async def test_metrics_before_start_and_after_close(scripted: Scripted) -> None:
     assert p.metrics()["buffer-available-bytes"] == 32 * 1024 * 1024
     async with p:
         await p.send_and_wait("t", b"v")
-    m = p.metrics()
+    m, brokers = p.metrics(), p.metrics_snapshot().brokers
     assert m["record-send-total"] == 1
     assert m["connection-count"] == 0 and m["connection-close-total"] == m["connection-creation-total"] > 0
+    assert brokers and all(b["connection-count"] == 0 for b in brokers.values())  # none open now
+    assert m["successful-authentication-total"] == m["failed-authentication-total"] == 0  # PLAINTEXT
 
 
 async def test_one_request_of_several_batches_and_topics(scripted: Scripted) -> None:
@@ -336,22 +359,24 @@ async def test_one_request_of_several_batches_and_topics(scripted: Scripted) -> 
     assert (topics["t"]["byte-total"], topics["u"]["byte-total"]) == (sizes[0] + sizes[1], sizes[2])
 
 
-def test_metrics_from_another_thread_while_the_loop_stops_are_the_final_figures() -> None:
+def test_metrics_from_another_thread_while_the_loop_stops_are_the_final_figures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A scrape from another thread (Prometheus, a SyncProducer's caller) asked the producer's
     # loop for the figures; a loop that stopped before running that request (a SyncProducer
     # closing) never answered, and the scrape failed after 10 s, or at once with CancelledError.
+    # (FAKE: the request is dropped, as one queued behind the stop; asyncio may still run a
+    # callback queued during its last iteration, which left the case to chance.)
+    monkeypatch.setattr(metrics_module, "SNAPSHOT_TIMEOUT", 5.0)
     loop = asyncio.new_event_loop()
     runner = threading.Thread(target=loop.run_forever)
     runner.start()
     producer = Producer(bootstrap_servers=f"127.0.0.1:{refused_port()}")
     asyncio.run_coroutine_threadsafe(producer.start(), loop).result()
     scheduled = threading.Event()
-    schedule = loop.call_soon_threadsafe
 
-    def noting(callback: Any, *args: Any, **kwargs: Any) -> Any:
-        handle = schedule(callback, *args, **kwargs)
+    def noting(callback: Any, *args: Any, **kwargs: Any) -> Any:  # queued behind the stop: never run
         scheduled.set()
-        return handle
 
     def stop_once_the_scrape_is_scheduled() -> None:  # the loop is busy here meanwhile
         scheduled.wait()
@@ -573,3 +598,108 @@ async def test_records_refused_for_a_partition_the_topic_lacks_count_as_errors(s
         with pytest.raises(PartitionNotFoundError):
             await p.send_many("t", [b"a", b"b", b"c"], partition=5)
         assert p.metrics()["record-error-total"] == 1 + 3
+
+
+async def test_averages_and_maxima_of_requests_that_differ(scripted: Scripted) -> None:
+    # Two produce requests, answered 10 ms and 30 ms after they were written, throttled 0 and
+    # 40 ms: the averages are 20, the maxima 30 and 40, producer-wide and per broker.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    node = cluster.nodes[1]
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.partitions_for("t")
+        node.delay = 0.010
+        await p.send_and_wait("t", b"a")
+        node.delay, node.throttle_ms = 0.030, 40
+        await p.send_and_wait("t", b"b")
+        m, broker = p.metrics(), p.metrics_snapshot().brokers[1]
+    assert m["request-latency-avg"] == broker["request-latency-avg"] == pytest.approx(20.0, abs=1e-6)
+    assert m["request-latency-max"] == broker["request-latency-max"] == pytest.approx(30.0, abs=1e-6)
+    assert (m["produce-throttle-time-avg"], m["produce-throttle-time-max"]) == (20, 40)
+
+
+async def test_a_batch_that_fails_counts_each_of_its_records_for_its_topic(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=50) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].script = deque([InvalidRecordError.code])  # not retriable: the batch fails
+        futures = [await p.send("t", b"%d" % i) for i in range(3)]  # one batch
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        m, topic = p.metrics(), p.metrics_snapshot().topics["t"]
+    assert all(isinstance(r, InvalidRecordError) for r in results)
+    assert m["record-error-total"] == topic["record-error-total"] == 3
+
+
+async def test_bytes_out_and_in_are_the_bytes_on_the_wire(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What the broker read from the producer's connections and wrote to them, size prefixes
+    # included, is what outgoing-byte-total and incoming-byte-total say, producer-wide and per broker.
+    from tests.fakes import network
+
+    wire = {"in": 0, "out": 0}
+    deliver, send = network.MemoryTransport.write, network.ServerSide.send
+
+    def written(self: network.MemoryTransport, data: Any) -> None:
+        wire["out"] += len(data)
+        deliver(self, data)
+
+    def answered(self: network.ServerSide, data: bytes) -> None:
+        wire["in"] += len(data)
+        send(self, data)
+
+    monkeypatch.setattr(network.MemoryTransport, "write", written)
+    monkeypatch.setattr(network.ServerSide, "send", answered)
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        for i in range(3):
+            await p.send_and_wait("t", b"v" * (10 * i))
+        m, brokers = p.metrics(), p.metrics_snapshot().brokers
+    assert (m["outgoing-byte-total"], m["incoming-byte-total"]) == (wire["out"], wire["in"])
+    assert sum(b["outgoing-byte-total"] for b in brokers.values()) == wire["out"]
+    assert sum(b["incoming-byte-total"] for b in brokers.values()) == wire["in"]
+
+
+async def test_authentications_count_as_they_went(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SASL (OAUTHBEARER) on the scripted cluster: accepted, refused, and a broker not there at all.
+    from aioprod.errors import AuthenticationError
+    from aioprod.net.auth import OAuthBearerToken
+    from tests.net.test_reauthentication import accept_every_sasl_client, oauth_producer
+
+    cluster = scripted.cluster
+    accept_every_sasl_client(monkeypatch, cluster)
+    cluster.create_topic("t", 1)
+
+    def token() -> OAuthBearerToken:
+        return OAuthBearerToken("token", time.time() + 3600)
+
+    async with oauth_producer(cluster, token, linger_ms=0) as p:
+        await p.send_and_wait("t", b"v")
+        m = p.metrics()
+    assert m["successful-authentication-total"] == m["connection-creation-total"] >= 1
+    assert m["failed-authentication-total"] == 0
+
+    cluster.stop(1)  # refused: no authentication at all
+    async with oauth_producer(cluster, token, max_block_ms=500) as p:
+        with pytest.raises(KafkaTimeoutError):
+            await p.send("t", b"v")
+        m = p.metrics()
+    assert m["successful-authentication-total"] == m["failed-authentication-total"] == 0
+
+    cluster.start(1)
+    handle = fake_cluster.ScriptedCluster.handle
+
+    async def refusing(self: fake_cluster.ScriptedCluster, conn: Any, frame: bytes) -> bytes | None:
+        header, _ = decode_request_header(frame)
+        if header.api_key == m_.SaslAuthenticateRequest.API_KEY:
+            answer = m_.SaslAuthenticateResponse(SASL_AUTHENTICATION_FAILED, "bad token", b"")
+            return encode_response(answer, header.api_version, header.correlation_id)
+        return await handle(self, conn, frame)
+
+    monkeypatch.setattr(fake_cluster.ScriptedCluster, "handle", refusing)
+    async with oauth_producer(cluster, token, max_block_ms=500) as p:
+        with pytest.raises((AuthenticationError, KafkaTimeoutError)):
+            await p.send("t", b"v")
+        m = p.metrics()
+    assert m["failed-authentication-total"] >= 1
+    assert m["successful-authentication-total"] == m["connection-creation-total"] == 0

@@ -227,3 +227,48 @@ async def test_every_line_a_producer_logs_names_it_at_every_level(
     by_producer = [r for r in caplog.records if r.name.startswith("aioprod.")]
     assert {"aioprod.config", "aioprod.net.pool", "aioprod.producer.transactions"} <= {r.name for r in by_producer}
     assert [r.getMessage() for r in by_producer if not r.getMessage().startswith("[orders-svc] ")] == []
+
+
+async def test_a_recovery_is_said_once_and_a_client_id_with_a_percent_sign_is_text(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    # The producer's [client_id] starts every line's format string: a "%" in it must stay text.
+    # Once a broker's refusals ended (one INFO line), a later reconnection within the interval,
+    # with no refusal between, is no recovery to announce again.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, client_id="50%-off", max_block_ms=20_000, reconnect_backoff_max_ms=500
+    ) as p:
+        await p.send_and_wait("t", b"v")
+        cluster.stop(1)  # the broker goes: its connection is cut, new ones refused
+        sending = asyncio.ensure_future(p.send_and_wait("t", b"w"))
+        await clock.advance(1.0)
+        cluster.start(1)
+        await sending
+        cluster.disconnect(1)  # the broker drops the connection; the next one is accepted
+        await clock.advance(1.0)
+        await p.send_and_wait("t", b"x")
+    refused = lines(logs, logging.WARNING, "refused")
+    assert refused and all(line.startswith("[50%-off] ") for line in refused)
+    recovered = lines(logs, logging.INFO, "failed attempts")
+    assert len(recovered) == 1 and recovered[0].startswith("[50%-off] connected to broker 1")
+
+
+async def test_one_brokers_retries_ending_leaves_another_brokers_retries_as_they_were(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    from aioprod.event_log import EventLog
+
+    events, log = EventLog("c"), logging.getLogger("aioprod.test")
+    for node in (1, 2):
+        events.problem(log, ("retry", node, "NotLeaderOrFollowerError"), "", "retrying from broker %d", node)
+    events.resolved_all(log, ("retry", 1), "broker 1 acknowledged again")
+    await scripted.clock.advance(1)
+    events.problem(log, ("retry", 2, "NotLeaderOrFollowerError"), "", "retrying from broker %d", 2)  # rate-limited
+    events.resolved_all(log, ("retry", 2), "broker 2 acknowledged again")
+    assert lines(logs, logging.WARNING, "retrying from broker 2") == ["[c] retrying from broker 2"]
+    assert lines(logs, logging.INFO, "acknowledged again") == [
+        "[c] broker 1 acknowledged again",
+        "[c] broker 2 acknowledged again (1 more after the last warning)",
+    ]

@@ -4,9 +4,12 @@ the scripted cluster (a failure the broker answers, a failure send() raises)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,10 +20,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+import aioprod.tracing
 from aioprod import Producer
-from aioprod.errors import ConfigError, InvalidRecordError, RecordTooLargeError
+from aioprod.errors import ConfigError, InvalidRecordError, RecordTooLargeError, SendManyError
+from aioprod.producer.partitioner import partition_for_key
+from aioprod.protocol import messages as m
+from aioprod.protocol.records import read_batches
 from aioprod.tracing import Telemetry
 from tests.conftest import Scripted
+from tests.fakes.cluster import ScriptedCluster
 
 
 @dataclass
@@ -75,6 +83,7 @@ async def test_a_failed_delivery_ends_its_span_with_the_error(scripted: Scripted
     assert "messaging.kafka.offset" not in span.attributes
     (sent,) = otel.points("messaging.client.sent.messages")
     assert sent.value == 1 and sent.attributes["error.type"] == "aioprod.errors.InvalidRecordError"
+    assert sent.attributes["messaging.destination.partition.id"] == "0"
 
 
 async def test_an_error_raised_by_send_ends_its_span(scripted: Scripted, otel: Otel) -> None:
@@ -87,6 +96,7 @@ async def test_an_error_raised_by_send_ends_its_span(scripted: Scripted, otel: O
     (span,) = otel.finished()
     assert span.attributes is not None and span.attributes["error.type"] == "aioprod.errors.RecordTooLargeError"
     assert span.events[0].name == "exception"
+    assert "messaging.destination.partition.id" not in span.attributes  # it never had one
 
 
 async def test_send_many_is_one_span_and_counts_every_record(scripted: Scripted, otel: Otel) -> None:
@@ -115,7 +125,7 @@ async def test_telemetry_option_is_checked(scripted: Scripted, monkeypatch: pyte
 
 
 async def test_a_cancelled_send_many_future_still_ends_its_span_with_the_outcome(
-    scripted: Scripted, otel: Otel
+    scripted: Scripted, otel: Otel, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The caller's future was the one watched: cancelled (asyncio.wait_for timing out, say), the
     # span ended with no outcome and the records, which still went and failed, were not counted.
@@ -130,6 +140,7 @@ async def test_a_cancelled_send_many_future_still_ends_its_span_with_the_outcome
     (span,) = otel.finished()
     assert span.attributes is not None and span.attributes.get("error.type") == "aioprod.errors.InvalidRecordError"
     assert sum(point.value for point in otel.points("messaging.client.sent.messages")) == 2
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # the cancelled copy is left alone
 
 
 async def test_send_many_takes_a_generator_with_telemetry_on(scripted: Scripted, otel: Otel) -> None:
@@ -170,3 +181,151 @@ async def test_a_send_many_cancelled_part_way_counts_the_records_it_queued_by_th
     )
     (span,) = otel.finished()
     assert span.status.status_code is not StatusCode.ERROR
+
+
+def written(cluster: ScriptedCluster) -> dict[bytes | None, list[tuple[str, bytes]]]:
+    """Each record's headers as the broker got them, in order, by the record's value."""
+    records = {}
+    for request in cluster.requests_of(m.ProduceRequest):
+        for topic in request.body.topic_data:
+            for part in topic.partition_data:
+                for batch in read_batches(part.records):
+                    for record in batch.records:
+                        records[record.value] = [tuple(h) for h in record.headers]
+    return records
+
+
+async def test_a_sends_span_and_metrics_name_its_partition_offset_and_leader(
+    scripted: Scripted, otel: Otel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The operation's duration on the loop's (virtual) clock: the broker answers 20 ms after.
+    monkeypatch.setattr(aioprod.tracing, "time", SimpleNamespace(monotonic=scripted.clock.time))
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.nodes[1].delay = 0.020
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, client_id="svc", linger_ms=0, telemetry=otel.telemetry
+    ) as p:
+        await p.partitions_for("t")
+        md = await p.send_and_wait("t", b"v")
+    assert md.offset == 0  # the first record: offset 0 is an offset too
+    (span,) = otel.finished()
+    leader = {"server.address": "127.0.0.1", "server.port": 9091}
+    common = {
+        "messaging.system": "kafka",
+        "messaging.operation.name": "send",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": "t",
+        "messaging.destination.partition.id": "0",
+    }
+    assert span.attributes == {**common, **leader, "messaging.client.id": "svc", "messaging.kafka.offset": 0}
+    (sent,) = otel.points("messaging.client.sent.messages")
+    assert sent.value == 1 and sent.attributes == {**common, **leader}
+    (duration,) = otel.points("messaging.client.operation.duration")
+    assert (duration.count, duration.sum) == (1, pytest.approx(0.020))
+    assert duration.attributes == {**common, **leader}
+    # The semantic conventions' advice for this histogram, in seconds.
+    assert tuple(duration.explicit_bounds) == (
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.075,
+        0.1,
+        0.25,
+        0.5,
+        0.75,
+        1,
+        2.5,
+        5,
+        7.5,
+        10,
+    )
+
+
+def keys_on(partition: int, count: int) -> list[bytes]:
+    """``count`` keys the default partitioner puts on ``partition`` of 2."""
+    return [k for k in (b"k%d" % i for i in range(100)) if partition_for_key(k, 2) == partition][:count]
+
+
+async def test_send_many_over_partitions_is_one_span_and_one_duration_per_partition(
+    scripted: Scripted, otel: Otel
+) -> None:
+    # Keys spread the call over partitions 0 (led by broker 1) and 1 (broker 2): its span names
+    # neither, the metrics count each partition's records, with one duration for each.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, telemetry=otel.telemetry) as p:
+        await (await p.send_many("t", [b"v"] * 5, keys=keys_on(0, 2) + keys_on(1, 3)))
+    (span,) = otel.finished()
+    assert span.attributes is not None and span.attributes["messaging.batch.message_count"] == 5
+    assert "messaging.destination.partition.id" not in span.attributes and "server.port" not in span.attributes
+    sent = {
+        pt.attributes["messaging.destination.partition.id"]: pt for pt in otel.points("messaging.client.sent.messages")
+    }
+    assert (sent["0"].value, sent["0"].attributes["server.port"]) == (2, 9091)
+    assert (sent["1"].value, sent["1"].attributes["server.port"]) == (3, 9092)
+    durations = otel.points("messaging.client.operation.duration")
+    assert sorted(pt.attributes["messaging.destination.partition.id"] for pt in durations) == ["0", "1"]
+    assert [pt.count for pt in durations] == [1, 1]
+
+
+async def test_a_send_many_that_fails_in_part_is_failed_and_names_no_partition_of_its_successes(
+    scripted: Scripted, otel: Otel
+) -> None:
+    # Partition 0's records (broker 1) are refused, partition 1's (broker 2) written: the span
+    # named partition 1 and broker 2, whose records were fine, beside the other broker's error.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, telemetry=otel.telemetry) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].script = deque([InvalidRecordError.code])
+        with pytest.raises(SendManyError):
+            await (await p.send_many("t", [b"v"] * 5, keys=keys_on(0, 2) + keys_on(1, 3)))
+    (span,) = otel.finished()
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes is not None and span.attributes["error.type"] == "aioprod.errors.InvalidRecordError"
+    assert "messaging.destination.partition.id" not in span.attributes and "server.address" not in span.attributes
+    sent = {pt.attributes.get("error.type"): pt for pt in otel.points("messaging.client.sent.messages")}
+    assert sent["aioprod.errors.InvalidRecordError"].value == 2
+    assert sent[None].value == 3 and sent[None].attributes["messaging.destination.partition.id"] == "1"
+
+
+async def test_trace_context_headers_replace_the_records_own_and_keep_the_rest(scripted: Scripted, otel: Otel) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    stale = b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01"
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, telemetry=otel.telemetry) as p:
+        await p.send_and_wait("t", b"listed", headers=[("app", b"x"), ("traceparent", stale)])
+        await p.send_and_wait("t", b"mapping", headers={"app": b"y"})
+        await (await p.send_many("t", [b"many-1", b"many-2"], headers=[[("app", b"1")], [("app", b"2")]]))
+        await p.send_and_wait("t", b"")  # an empty value, not a tombstone
+        await p.send_and_wait("t", None)
+    spans = otel.finished()
+    records = written(cluster)
+    for value, app, span in [
+        (b"listed", b"x", spans[0]),
+        (b"mapping", b"y", spans[1]),
+        (b"many-1", b"1", spans[2]),
+        (b"many-2", b"2", spans[2]),
+    ]:
+        context = span.context
+        traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}".encode()
+        assert records[value] == [("app", app), ("traceparent", traceparent)], value
+    assert [s.attributes is not None and s.attributes.get("messaging.kafka.message.tombstone") for s in spans[3:]] == [
+        None,
+        True,
+    ]
+
+
+async def test_without_propagation_records_carry_no_trace_context(scripted: Scripted, otel: Otel) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    telemetry = dataclasses.replace(otel.telemetry, propagate=False)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, telemetry=telemetry) as p:
+        await p.send_and_wait("t", b"one", headers=[("app", b"x")])
+        await (await p.send_many("t", [b"two"]))
+    assert written(cluster) == {b"one": [("app", b"x")], b"two": []}
+    assert len(otel.finished()) == 2  # still traced

@@ -51,3 +51,22 @@ def test_many_values_at_once_read_as_if_recorded_one_by_one() -> None:
     for sensor in (one_by_one, at_once):
         assert (sensor.total, sensor.count, sensor.avg(4.0), sensor.max(4.0)) == (75, 3, 25, 40)
         assert sensor.rate(4.0) == pytest.approx(75 / 31)
+
+
+def test_a_sample_is_complete_after_exactly_one_window_as_in_java() -> None:
+    # Java's SampledStat.isComplete: now - start >= window. A record exactly a window after the
+    # first starts the second sample, so the first can expire on its own.
+    sensor = Sensor(window=30.0, samples=2)
+    sensor.record(10, now=0.0)
+    sensor.record(1, now=30.0)
+    assert sensor.rate(61.0) == pytest.approx(1 / 31)  # the first sample (10) expired at 60 s
+    assert sensor.max(61.0) == 1
+
+
+def test_a_rate_read_as_its_only_sample_begins_is_over_one_millisecond() -> None:
+    # metrics_num_samples=1: no padding window, and a read in the instant of the first record
+    # has no elapsed time at all; Java's Rate takes 1 ms then, never a division by zero.
+    sensor = Sensor(window=30.0, samples=1)
+    sensor.record(5, now=10.0)
+    assert sensor.rate(10.0) == pytest.approx(5 / 0.001)
+    assert sensor.rate(12.0) == pytest.approx(5 / 2)
