@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -29,10 +28,10 @@ from aioprod.spark.chunks import Chunk
 from aioprod.spark.executors import FencedAttemptError
 from aioprod.spark.plan import Plan, producer_options
 from aioprod.spark.writer import TransactionalPartitionWrite, write_partition
-from tests.brokers import TansuBroker, free_port
+from tests.brokers import TansuBroker
 from tests.chaos.proxy import FaultProxy
 from tests.readback import TransactionalLog, read_transactional_log
-from tests.spark.test_write import MODES, UNREACHABLE, create_topic
+from tests.spark.test_write import MODES, UNREACHABLE, create_topic, tansu_behind_a_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -414,22 +413,9 @@ def _recording(init: Any, opened: list[SyncProducer]) -> Any:
 
 @pytest.fixture
 def proxied_tansu() -> Iterator[tuple[str, FaultProxy, asyncio.AbstractEventLoop]]:
-    """A Tansu broker behind the fault proxy (run on a loop of its own thread): its bootstrap, the
-    proxy, and that loop (to wait on the proxy)."""
-    proxy_port = free_port()
-    broker = TansuBroker(advertised_port=proxy_port).start()
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="eos-fault-proxy", daemon=True)
-    thread.start()
-    proxy = asyncio.run_coroutine_threadsafe(FaultProxy(broker.port, proxy_port).start(), loop).result(10)
-    try:
-        yield f"127.0.0.1:{proxy_port}", proxy, loop
-    finally:
-        asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-        broker.stop()
+    """A Tansu broker behind the fault proxy: its bootstrap, the proxy, and the proxy's loop."""
+    with tansu_behind_a_proxy("eos-fault-proxy") as proxied:
+        yield proxied
 
 
 def _delivered(unit: TransactionalPartitionWrite) -> None:

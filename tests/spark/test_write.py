@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import pickle
 import socket
@@ -762,24 +763,32 @@ def test_a_broker_that_never_answers_stops_the_write_after_max_block_ms(
     assert info.value.report.rows_written == 0
 
 
-@pytest.fixture
-def slow_link() -> Iterator[tuple[str, FaultProxy]]:
-    """A broker behind a proxy that forwards at most 64 KiB per 20 ms each way: slow, never idle."""
+@contextlib.contextmanager
+def tansu_behind_a_proxy(name: str) -> Iterator[tuple[str, FaultProxy, asyncio.AbstractEventLoop]]:
+    """A Tansu broker reached through the fault proxy, which runs on a loop of its own thread
+    (``name``): the proxy's bootstrap, the proxy, and that loop (to wait on the proxy)."""
     proxy_port = free_port()
     broker = TansuBroker(advertised_port=proxy_port).start()
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="slow-link-proxy", daemon=True)
+    thread = threading.Thread(target=loop.run_forever, name=name, daemon=True)
     thread.start()
     proxy = asyncio.run_coroutine_threadsafe(FaultProxy(broker.port, proxy_port).start(), loop).result(10)
-    proxy.delay = 0.02
     try:
-        yield f"127.0.0.1:{proxy_port}", proxy
+        yield f"127.0.0.1:{proxy_port}", proxy, loop
     finally:
         asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
         broker.stop()
+
+
+@pytest.fixture
+def slow_link() -> Iterator[tuple[str, FaultProxy]]:
+    """A broker behind a proxy that forwards at most 64 KiB per 20 ms each way: slow, never idle."""
+    with tansu_behind_a_proxy("slow-link-proxy") as (bootstrap, proxy, _):
+        proxy.delay = 0.02
+        yield bootstrap, proxy
 
 
 # A small watchdog: max_block_ms + delivery_timeout_ms with no grace, one second.
