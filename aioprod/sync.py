@@ -266,9 +266,8 @@ class SyncProducer:
                     # A step of this call under way (its serializer) is waited for, and one run
                     # meanwhile is the loop answering: the call queues records in a step and then
                     # yields, so a cancel after it is accepted with records queued.
-                    with queuing.between_steps():
-                        if queuing.steps == steps and queuing.cancel():
-                            raise  # a stuck loop: the call takes no further step
+                    if queuing.cancel(unless_stepped_since=steps):
+                        raise  # a stuck loop: the call takes no further step
                     # (else the loop ran a step of the call meanwhile: it goes on; or it ended: its outcome)
         except BaseException:
             queuing.cancel()  # KeyboardInterrupt: what is queued stays queued
@@ -676,27 +675,25 @@ class _Work(concurrent.futures.Future[T]):
         super().__init__()
         #: Held by the loop's thread through each step of the call, and while it settles this future.
         self.stepping = threading.RLock()
+        #: Set between the steps of the call (cleared by the loop's thread for each step).
+        self.between_steps = threading.Event()
+        self.between_steps.set()
         #: How many steps of the call the loop has run (counted under ``stepping``).
         self.steps = 0
 
-    def cancel(self) -> bool:
-        with self.between_steps():
-            return super().cancel()
-
-    @contextlib.contextmanager
-    def between_steps(self) -> Iterator[None]:
-        """Once a step of the call under way has ended, holds off its next one. The main thread
-        waits in slices, as in ``_settled``: a Ctrl-C the kernel handed to another thread runs its
-        handler only once the main thread runs again (after a stuck step: never)."""
+    def cancel(self, unless_stepped_since: int | None = None) -> bool:
+        """``Future.cancel()`` once a step under way has ended; refused also when the loop ran a
+        step of the call since it had run ``unless_stepped_since`` (it answers: the call goes on)."""
         if threading.current_thread() is threading.main_thread():
-            while not self.stepping.acquire(timeout=_SLICE):
+            # In slices, as in ``_settled``: a Ctrl-C the kernel handed to another thread runs its
+            # handler only once the main thread runs again (after a stuck step: never). Not on the
+            # lock itself: an interrupt right after a timed acquire() took it would keep it.
+            while not self.between_steps.wait(_SLICE):
                 pass
-        else:
-            self.stepping.acquire()
-        try:
-            yield
-        finally:
-            self.stepping.release()
+        with self.stepping:  # (a step begun since is waited out)
+            if unless_stepped_since is not None and self.steps != unless_stepped_since:
+                return False
+            return super().cancel()
 
 
 def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> _Work[T]:
@@ -728,6 +725,7 @@ def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> 
                 if not withdrawn and future.cancelled():
                     withdrawn = True
                     error = error or asyncio.CancelledError()
+                future.between_steps.clear()
                 try:
                     step = coro.send(value) if error is None else coro.throw(error)
                     future.steps += 1
@@ -743,6 +741,8 @@ def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> 
                     if future.set_running_or_notify_cancel():
                         future.set_exception(exc)
                     raise
+                finally:
+                    future.between_steps.set()
             try:
                 value, error = (yield step), None
             except GeneratorExit:

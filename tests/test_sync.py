@@ -1450,10 +1450,10 @@ class _HeldStep:
                 self.decided.set()  # back to waiting for the call
             return real_settled(future, timeout)
 
-        def cancel(work: sync._Work[Any]) -> bool:
+        def cancel(work: sync._Work[Any], unless_stepped_since: int | None = None) -> bool:
             self.release.set()
             try:
-                return real_cancel(work)
+                return real_cancel(work, unless_stepped_since)
             finally:
                 if queuing and work is queuing[0]:
                     self.decided.set()
@@ -1528,9 +1528,9 @@ class _CancelSays(sync._Work[str]):
         super().__init__()
         self.cancelling = threading.Event()
 
-    def cancel(self) -> bool:
+    def cancel(self, unless_stepped_since: int | None = None) -> bool:
         self.cancelling.set()
-        return super().cancel()
+        return super().cancel(unless_stepped_since)
 
 
 def test_ctrl_c_taken_by_another_thread_interrupts_a_wait_for_the_calls_step() -> None:
@@ -1542,7 +1542,8 @@ def test_ctrl_c_taken_by_another_thread_interrupts_a_wait_for_the_calls_step() -
     unanswered: list[bool] = []
 
     def the_loop_in_the_calls_step() -> None:
-        with work.stepping:
+        with work.stepping:  # as the loop's thread runs a step
+            work.between_steps.clear()
             held.set()
             work.cancelling.wait(60)
             signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # the main thread is not woken
