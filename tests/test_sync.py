@@ -1567,6 +1567,34 @@ def test_ctrl_c_taken_by_another_thread_interrupts_a_wait_for_the_calls_step() -
     assert unanswered == []
 
 
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+def test_a_give_up_after_the_call_ended_returns_at_once(ending: str) -> None:
+    # The main thread's give-up first waits for the step under way to end: a call whose last step
+    # ended (returned or raised) must leave nothing to wait for, or the give-up waits for ever.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+
+    async def work() -> str:
+        if ending == "raises":
+            raise ValueError("the work's own")
+        return "done"
+
+    guard = threading.Timer(30, signal.pthread_kill, (threading.get_ident(), signal.SIGUSR1))
+    previous = signal.signal(signal.SIGUSR1, _interrupt)
+    try:
+        future = sync._run_soon(work(), loop)
+        assert future.exception(30) is None if ending == "returns" else isinstance(future.exception(30), ValueError)
+        guard.start()  # a hung give-up is interrupted, and the test fails
+        assert future.cancel() is False
+    finally:
+        guard.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+
+
 def test_work_the_loop_took_in_its_last_turn_leaves_no_never_awaited_warning() -> None:
     # A call racing the loop's close: start() created the task in the loop's last turn, and the
     # task never stepped. The gate cancels its future and closes the work's coroutine once the
