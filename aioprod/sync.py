@@ -448,10 +448,11 @@ class SyncProducer:
                 "forked child process: create a new SyncProducer after fork"
             )
 
-    def _submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> _Work[T]:
+    def _submit(self, fn: Callable[..., Awaitable[T]], *args: Any, while_closing: bool = False) -> _Work[T]:
+        """``fn(*args)`` on the loop; refused once a close has begun, unless ``while_closing``."""
         self._check_process()
         self._escaped.raise_pending()
-        if self._closing is not None:
+        if self._closing is not None and not while_closing:
             raise ProducerClosedError("the producer is closed; no more records are accepted")
         try:
             return _spawn(self._loop, self._gate, fn, *args)
@@ -461,13 +462,7 @@ class SyncProducer:
     def _answers(self) -> None:
         """Whether the loop answers within ``_GRACE`` (KafkaTimeoutError if not): not a call of the
         producer, so not refused by a close under way (which settles the call waited for)."""
-        self._check_process()
-        self._escaped.raise_pending()
-        try:
-            probe = _spawn(self._loop, self._gate, _nothing)
-        except RuntimeError:  # the portal stopped (the gate cancels what it had not answered)
-            raise ProducerClosedError("the producer's event loop is not running") from None
-        self._wait(probe, _GRACE, "the producer")
+        self._wait(self._submit(_nothing, while_closing=True), _GRACE, "the producer")
 
     def _call(self, timeout: float | None, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``await fn(*args)`` on the producer's loop, waiting at most ``timeout`` seconds."""
