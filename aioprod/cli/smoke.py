@@ -245,14 +245,16 @@ def smoke(client: ClientOptions, records: int, topic: str, as_json: bool) -> Non
                 broker,
             )
         except Exception as exc:
-            if isinstance(exc, CliError):
-                failure = exc
-                if broker is not None and not broker.running:  # what became of the records, as docs/cli.md says
-                    failure = CliError(f"{exc.message}; {tracker.counts()}")
-            else:
+            if not isinstance(exc, CliError):
                 failure = CliError(f"smoke test failed on {target}: {describe(exc)}{embedded_hint(broker)}")
+            elif broker is not None and not broker.running:  # what became of the records, as docs/cli.md says
+                failure = CliError(f"{exc.message}; {tracker.counts()}")
+            else:
+                failure = exc
             if as_json:  # a script reading the report gets one, saying what went wrong
                 echo(json.dumps(unfinished(cluster, broker is not None, topic, records, tracker, failure.message)))
+            if failure is exc:
+                raise  # (not "from" itself)
             raise failure from exc
     problems = result.problems()
     if as_json:
