@@ -248,16 +248,26 @@ def keys_on(partition: int, count: int) -> list[bytes]:
     return [k for k in (b"k%d" % i for i in range(100)) if partition_for_key(k, 2) == partition][:count]
 
 
+#: Five records' keys: two on partition 0, three on partition 1.
+KEYS_OVER_TWO_PARTITIONS = keys_on(0, 2) + keys_on(1, 3)
+
+
+def topic_on_two_leaders(scripted: Scripted) -> ScriptedCluster:
+    """Topic "t": partition 0 led by broker 1 (port 9091), partition 1 by broker 2 (9092)."""
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", [1, 2])
+    return cluster
+
+
 async def test_send_many_over_partitions_is_one_span_and_one_duration_per_partition(
     scripted: Scripted, otel: Otel
 ) -> None:
     # Keys spread the call over partitions 0 (led by broker 1) and 1 (broker 2): its span names
     # neither, the metrics count each partition's records, with one duration for each.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
+    cluster = topic_on_two_leaders(scripted)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, telemetry=otel.telemetry) as p:
-        await (await p.send_many("t", [b"v"] * 5, keys=keys_on(0, 2) + keys_on(1, 3)))
+        await (await p.send_many("t", [b"v"] * 5, keys=KEYS_OVER_TWO_PARTITIONS))
     (span,) = otel.finished()
     assert span.attributes is not None and span.attributes["messaging.batch.message_count"] == 5
     assert "messaging.destination.partition.id" not in span.attributes and "server.port" not in span.attributes
@@ -276,14 +286,12 @@ async def test_a_send_many_that_fails_in_part_is_failed_and_names_no_partition_o
 ) -> None:
     # Partition 0's records (broker 1) are refused, partition 1's (broker 2) written: the span
     # named partition 1 and broker 2, whose records were fine, beside the other broker's error.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", [1, 2])
+    cluster = topic_on_two_leaders(scripted)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, telemetry=otel.telemetry) as p:
         await p.partitions_for("t")
         cluster.nodes[1].script = deque([InvalidRecordError.code])
         with pytest.raises(SendManyError):
-            await (await p.send_many("t", [b"v"] * 5, keys=keys_on(0, 2) + keys_on(1, 3)))
+            await (await p.send_many("t", [b"v"] * 5, keys=KEYS_OVER_TWO_PARTITIONS))
     (span,) = otel.finished()
     assert span.status.status_code is StatusCode.ERROR
     assert span.attributes is not None and span.attributes["error.type"] == "aioprod.errors.InvalidRecordError"
