@@ -50,6 +50,7 @@ from aioprod.producer.transactions import (
     as_group,
     as_offsets,
     end_prepared,
+    fence_transactional_id,
 )
 from aioprod.protocol.messages import (
     ListOffsetsRequest,
@@ -969,6 +970,15 @@ class Producer:
         Not public API: aioprod.spark's exactly-once writes read their commit markers with it."""
         return await self._coordinator_call(
             f"OffsetFetch for group {group_id!r}", lambda: committed_offsets(self._coordinators, group_id)
+        )
+
+    async def _fence(self, transactional_id: str) -> None:
+        """Abort what ``transactional_id`` has open and fence its producer, as a new producer of
+        that id would. Not public API: aioprod.spark's exactly-once writes end with it the
+        transactions of tasks they stopped, which never handed theirs back."""
+        await self._coordinator_call(
+            f"InitProducerId for {transactional_id!r}",
+            lambda: fence_transactional_id(self._coordinators, transactional_id, self.config.transaction_timeout_ms),
         )
 
     async def _coordinator_call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:

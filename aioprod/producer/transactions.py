@@ -1001,6 +1001,27 @@ async def end_prepared(
         raise PreparedTransactionError(f"{cannot}: {why} ({exc.name})", prepared) from exc
 
 
+async def fence_transactional_id(
+    coordinators: Coordinators, transactional_id: str, transaction_timeout_ms: int
+) -> None:
+    """What a new producer of ``transactional_id`` does first, and nothing more: InitProducerId,
+    on which the coordinator aborts the transaction the id has open (answering
+    CONCURRENT_TRANSACTIONS, retried, until the abort is written) and fences the producer that
+    had it. An id never used gets its first producer id."""
+    await coordinators.request(
+        TRANSACTION,
+        transactional_id,
+        lambda: InitProducerIdRequest(
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+            producer_id=-1,
+            producer_epoch=-1,
+        ),
+        InitProducerIdResponse,
+        lambda r: [r.error_code],
+    )
+
+
 async def _end_txn(
     coordinators: Coordinators,
     transaction: PreparedTransaction,

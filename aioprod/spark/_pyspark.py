@@ -1,8 +1,9 @@
 """Every call into pyspark's private or undocumented API, in one place.
 
-aioprod uses pyspark's public API everywhere else. The calls here reach below it for three
+aioprod uses pyspark's public API everywhere else. The calls here reach below it for four
 things the public API does not offer: Arrow batches streamed to the driver, ``mapInArrow``
-without pandas, and the Python interpreter a SparkContext gives its executors. Each caller
+without pandas, the Python interpreter a SparkContext gives its executors, and the jobs of a
+tag. Each caller
 falls back or explains itself when one of them is missing (Spark Connect has no JVM on the
 client, and another pyspark version may have moved a name); :func:`untested_note` says so
 in those messages when the running pyspark is not one these calls were tested on.
@@ -104,3 +105,13 @@ def python_exec_set_to(sc: SparkContext, executable: str) -> Iterator[None]:
         yield
     finally:
         sc.pythonExec = saved
+
+
+def job_ids_with_tag(sc: SparkContext, tag: str) -> list[int] | None:
+    """The ids of the jobs tagged ``tag``: ``SparkStatusTracker.getJobIdsForTag``, which neither
+    pyspark's ``StatusTracker`` nor the Java API's tracker it wraps offers; None where the JVM's
+    tracker lacks it."""
+    try:
+        return [int(job) for job in sc._jsc.sc().statusTracker().getJobIdsForTag(tag)]
+    except Exception:
+        return None

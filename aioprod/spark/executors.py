@@ -12,10 +12,12 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from aioprod.config import ProducerConfig
 from aioprod.errors import ConfigError, KafkaError
 from aioprod.spark import _pyspark
 from aioprod.spark.chunks import Chunk, arrow_chunks, row_chunks
 from aioprod.spark.environment import check_executors, executor_python, explain_job_failure, spark_context
+from aioprod.spark.jobs import WriteJob
 from aioprod.spark.plan import Plan
 from aioprod.spark.reports import PartitionReport, RowError, Tally, WriteReport
 from aioprod.spark.transactions import abort_after_failed_job, encode, end_transactions, handle_accumulator
@@ -65,14 +67,19 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
             plan = dataclasses.replace(plan, retry_fenced=True)
     with executor_python(sc):
         arrow = check_executors(sc, need_arrow=transport == "arrow")
+        job = WriteJob(sc)
         try:
-            used, rows = _run_job(df, sc, plan, transport if arrow else "rows", accumulator)
+            with job:
+                used, rows = _run_job(df, sc, plan, transport if arrow else "rows", accumulator)
         except BaseException:
-            # Also on Ctrl-C (pyspark cancels the job and raises KeyboardInterrupt): a prepared
-            # transaction left open pins its partitions' last stable offset, stalling every
-            # read_committed reader for transaction_timeout_ms. A second Ctrl-C abandons the abort.
+            # Ctrl-C (KeyboardInterrupt) left the job running (see aioprod.spark.jobs); a job that
+            # failed may still be stopping tasks. A second Ctrl-C abandons the rest.
+            job.cancel()
             if plan.exactly_once:
-                abort_after_failed_job(plan, accumulator)
+                # A prepared transaction left open pins its partitions' last stable offset, stalling
+                # every read_committed reader for transaction_timeout_ms.
+                timeout = ProducerConfig.from_options(plan.options).max_block_ms / 1000
+                abort_after_failed_job(plan, accumulator, job.wait_for_tasks(timeout))
             raise
     rows = sorted(rows, key=lambda r: r["spark_partition"])
     invisible: set[int] = set()

@@ -14,8 +14,8 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aioprod.errors import KafkaError, PreparedTransactionError
 from aioprod.producer.producer import Producer
@@ -28,8 +28,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: Transactions ended at once from the driver.
 _CONCURRENT_ENDS = 32
+
 _NOTHING_COMMITTED = "no transaction of the write was committed (they are aborted): nothing is visible"
 
 
@@ -57,23 +60,47 @@ def decode(text: str) -> PreparedTransaction:
     return PreparedTransaction(**json.loads(text))
 
 
-def abort_after_failed_job(plan: Plan, accumulator: Accumulator[list[str]] | None) -> None:
-    """The Spark job failed: abort what its finished tasks prepared."""
-    _abort_all(plan, _accumulated(accumulator), "the Spark job failed")
+def abort_after_failed_job(plan: Plan, accumulator: Accumulator[list[str]] | None, partitions: int | None) -> None:
+    """The Spark job failed, or the write stopped it: abort what its finished tasks prepared,
+    and fence the transactional id of each of its ``partitions`` that reported nothing. A task
+    stopped mid-write hands nothing back, and its transaction stays open (its input can even
+    end as if complete, and the task prepare); a new producer of its id aborts it."""
+    handles = _accumulated(accumulator)
+    reported = {prepared.transactional_id for _, prepared in handles}
+    unreported = [plan.transactional_id(str(p)) for p in range(partitions or 0)]
+    _abort_all(plan, handles, "the Spark job failed", fence=[t for t in unreported if t not in reported])
 
 
-def _abort_all(plan: Plan, handles: Sequence[tuple[int, PreparedTransaction]], why: str) -> None:
+def _abort_all(
+    plan: Plan, handles: Sequence[tuple[int, PreparedTransaction]], why: str, *, fence: Sequence[str] = ()
+) -> None:
     """Best effort: the failure the caller reports matters more, and a transaction left open is
     aborted by the coordinator after ``transaction_timeout_ms``, or by a rerun with the same write id."""
-    if not handles:
+    if not handles and not fence:
         return
     try:
         failures = end_all(plan, handles, commit=False)
+        unfenced = _on_the_driver(plan, fence, lambda producer, tid: producer._fence(tid))
     except Exception as exc:
-        log.warning("could not abort the %d transaction(s) of write %s (%s): %r", len(handles), plan.write_id, why, exc)
+        log.warning(
+            "could not abort the transactions of write %s (%s; %d prepared, %d more fenced): %r",
+            plan.write_id,
+            why,
+            len(handles),
+            len(fence),
+            exc,
+        )
         return
     for partition, prepared, error in failures:
         log.info("aborting %s (partition %s; %s): %s", prepared.transactional_id, partition, why, error)
+    for transactional_id, error in unfenced:
+        log.warning(
+            "could not abort what %s may have open (%s): %r; it stays open until transaction_timeout_ms, or a rerun "
+            "with the same write_id",
+            transactional_id,
+            why,
+            error,
+        )
 
 
 def _accumulated(accumulator: Accumulator[list[str]] | None) -> list[tuple[int, PreparedTransaction]]:
@@ -121,29 +148,42 @@ def _outcome(error: BaseException) -> str:
 def end_all(
     plan: Plan, handles: Sequence[tuple[int, PreparedTransaction]], *, commit: bool
 ) -> list[tuple[int, PreparedTransaction, KafkaError]]:
-    """Commit (or abort) every transaction from one producer on the driver, a few at a time;
-    the ones that failed, with their errors."""
-    if not handles:
+    """Commit (or abort) every transaction; the ones that failed, with their errors."""
+
+    def end(producer: Producer, handle: tuple[int, PreparedTransaction]) -> Awaitable[None]:
+        prepared = handle[1]
+        return (
+            producer.commit_prepared_transaction(prepared) if commit else producer.abort_prepared_transaction(prepared)
+        )
+
+    return [(partition, prepared, error) for (partition, prepared), error in _on_the_driver(plan, handles, end)]
+
+
+def _on_the_driver(
+    plan: Plan, items: Sequence[T], call: Callable[[Producer, T], Awaitable[None]]
+) -> list[tuple[T, KafkaError]]:
+    """``call`` for every item, from one producer on the driver, a few at a time; the items
+    whose call failed, with their errors."""
+    if not items:
         return []
     with SyncProducer(plan.options) as producer:
-        waves = -(-len(handles) // _CONCURRENT_ENDS)
+        waves = -(-len(items) // _CONCURRENT_ENDS)
         timeout = waves * (producer.config.max_block_ms / 1000) + 30
-        return producer.submit(_end_all, handles, commit).result(timeout)
+        return producer.submit(_each, items, call).result(timeout)
 
 
-async def _end_all(
-    producer: Producer, handles: Iterable[tuple[int, PreparedTransaction]], commit: bool
-) -> list[tuple[int, PreparedTransaction, KafkaError]]:
+async def _each(
+    producer: Producer, items: Iterable[T], call: Callable[[Producer, T], Awaitable[None]]
+) -> list[tuple[T, KafkaError]]:
     limit = asyncio.Semaphore(_CONCURRENT_ENDS)
-    end = producer.commit_prepared_transaction if commit else producer.abort_prepared_transaction
 
-    async def one(partition: int, prepared: PreparedTransaction) -> tuple[int, PreparedTransaction, KafkaError] | None:
+    async def one(item: T) -> tuple[T, KafkaError] | None:
         async with limit:
             try:
-                await end(prepared)
+                await call(producer, item)
             except KafkaError as exc:
-                return partition, prepared, exc
+                return item, exc
             return None
 
-    outcomes = await asyncio.gather(*(one(p, h) for p, h in handles))
+    outcomes = await asyncio.gather(*(one(item) for item in items))
     return [o for o in outcomes if o is not None]

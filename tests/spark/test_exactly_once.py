@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import re
+import signal
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -497,15 +502,68 @@ def test_ctrl_c_during_an_executors_write_aborts_what_its_tasks_prepared(
     assert numbers(log.aborted) == Counter(range(20))
 
 
-def test_a_failed_job_aborts_what_its_finished_tasks_prepared(tansu_broker: TansuBroker) -> None:
+@pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning")
+def test_ctrl_c_during_an_executors_write_aborts_the_transactions_its_running_tasks_opened(
+    spark: Any, tansu_broker: TansuBroker, tmp_path: Path
+) -> None:
+    # pyspark's SIGINT handler cannot cancel a job while the driver waits in collect() (its call
+    # to the JVM re-enters the one interrupted): the tasks ran on, and their transactions, which
+    # no task had handed back, stayed open and held every read_committed reader.
+    from pyspark.sql import functions as F
+
+    bootstrap = tansu_broker.bootstrap
+    topic = new_topic(bootstrap)
+    release = tmp_path / "release"
+
+    @F.udf("string", useArrow=False)
+    def upstream(n: int) -> str:
+        if n == 10_000:  # Spark partition 10 of 20 waits for the test: the job cannot end before
+            while not release.exists():
+                time.sleep(0.01)
+        return str(n)
+
+    df = spark.range(20_000, numPartitions=20).select(upstream("id").alias("value"))
+    writing = threading.Event()
+    interrupted = threading.Event()
+
+    def ctrl_c_once_records_are_written() -> None:
+        while writing.is_set():
+            if logs(bootstrap, topic).open:  # a task is writing its transaction
+                interrupted.set()
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    writing.set()
+    watcher = threading.Thread(target=ctrl_c_once_records_are_written)
+    watcher.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            write_dataframe(df, bootstrap_servers=bootstrap, topic=topic, mode="executors", exactly_once=True)
+    finally:
+        writing.clear()
+        watcher.join(30)
+        release.touch()  # a job still running (not cancelled) can now end
+    assert interrupted.is_set()
+    tracker = spark.sparkContext.statusTracker()
+    while tracker.getActiveJobsIds():
+        time.sleep(0.05)  # the job still running, if any, writes on until it ends
+    log = logs(bootstrap, topic)
+    assert (log.committed, log.open) == ([], [])
+    assert log.aborted
+
+
+def test_a_failed_job_aborts_what_its_tasks_prepared_reported_or_not(tansu_broker: TansuBroker) -> None:
     bootstrap = tansu_broker.bootstrap
     topic = new_topic(bootstrap)
     plan = exactly_once_plan(bootstrap, topic)
     prepared = run_task(plan, 0, [b"finished"])
     assert prepared is not None
     accumulator = SimpleNamespace(value=[spark_transactions.encode(prepared)])  # what the tasks reported
-    spark_transactions.abort_after_failed_job(plan, accumulator)  # type: ignore[arg-type]
-    assert logs(bootstrap, topic) == TransactionalLog(committed=[], aborted=[b"finished"], open=[])
+    # Partition 1's task prepared too, and was stopped before its result reached the driver.
+    assert run_task(plan, 1, [b"stopped"]) is not None
+    spark_transactions.abort_after_failed_job(plan, accumulator, 2)  # type: ignore[arg-type]
+    log = logs(bootstrap, topic)
+    assert (log.committed, sorted(log.aborted), log.open) == ([], [b"finished", b"stopped"], [])
 
 
 def test_exactly_once_arguments_are_checked_before_anything_runs(spark: Any) -> None:
