@@ -167,6 +167,12 @@ class SyncProducer:
         """True once :meth:`close` has been called (the close may still be running)."""
         return self._closing is not None
 
+    @property
+    def in_transaction(self) -> bool:
+        """A transaction is open (begun, not yet committed or aborted). Read in the caller's
+        thread: a transactional call another thread has running may change it at any moment."""
+        return self._producer.in_transaction
+
     # -- sending ---------------------------------------------------------------------
 
     def send(

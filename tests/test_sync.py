@@ -450,9 +450,12 @@ def test_transactions_from_a_thread(tansu_broker: TansuBroker, topic: str) -> No
             p.send(topic, b"dropped", partition=0)
             p.flush()
             1 / 0  # noqa: B018
+        assert not p.in_transaction  # aborted by the block
         p.begin_transaction()
+        assert p.in_transaction
         p.send(topic, b"also kept", partition=0)
         p.commit_transaction()
+        assert not p.in_transaction
     visible = asyncio.run(read_committed_from_markers(tansu_broker.bootstrap, topic, 1))
     assert visible[0] == [b"kept", b"also kept"]
 

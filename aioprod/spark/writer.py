@@ -507,7 +507,7 @@ class TransactionalPartitionWrite(PartitionWrite):
         """
         producer = self._producer
         try:
-            if producer is not None and producer._producer.in_transaction:
+            if producer is not None and producer.in_transaction:
                 try:
                     producer.abort_transaction()
                 except KafkaError as exc:
