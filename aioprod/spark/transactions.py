@@ -64,7 +64,7 @@ def abort_after_failed_job(plan: Plan, accumulator: Accumulator[list[str]] | Non
     """The Spark job failed, or the write stopped it: abort what its finished tasks prepared,
     and fence the transactional id of each of its ``partitions`` that reported nothing. A task
     stopped mid-write hands nothing back, and its transaction stays open (its input can even
-    end as if complete, and the task prepare); a new producer of its id aborts it."""
+    end as if complete, and the task then prepares); a new producer of its id aborts it."""
     handles = _accumulated(accumulator)
     reported = {prepared.transactional_id for _, prepared in handles}
     unreported = [plan.transactional_id(str(p)) for p in range(partitions or 0)]
