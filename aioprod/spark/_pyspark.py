@@ -1,9 +1,9 @@
 """Every call into pyspark's private or undocumented API, in one place.
 
-aioprod uses pyspark's public API everywhere else. The calls here reach below it for four
+aioprod uses pyspark's public API everywhere else. The calls here reach below it for six
 things the public API does not offer: Arrow batches streamed to the driver, ``mapInArrow``
-without pandas, the Python interpreter a SparkContext gives its executors, and the jobs of a
-tag. Each caller
+without pandas, the Python interpreter a SparkContext gives its executors, the jobs of a
+tag, the JVM thread that runs a call, and the listener bus the status tracker lags. Each caller
 falls back or explains itself when one of them is missing (Spark Connect has no JVM on the
 client, and another pyspark version may have moved a name); :func:`untested_note` says so
 in those messages when the running pyspark is not one these calls were tested on.
@@ -12,12 +12,15 @@ in those messages when the running pyspark is not one these calls were tested on
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 #: pyspark versions (major.minor) that tests/spark passed on with this module: 4.3.0 (what CI
 #: installs today) and 3.5.9 (run by hand; the oldest aioprod[spark] allows).
@@ -115,3 +118,35 @@ def job_ids_with_tag(sc: SparkContext, tag: str) -> list[int] | None:
         return [int(job) for job in sc._jsc.sc().statusTracker().getJobIdsForTag(tag)]
     except Exception:
         return None
+
+
+def jvm_thread(sc: SparkContext) -> Any | None:
+    """The JVM thread that runs this Python thread's calls into the JVM (py4j's pinned thread
+    mode, pyspark's default), or None where it cannot be had."""
+    try:
+        jvm: Any = sc._jvm
+        return jvm.java.lang.Thread.currentThread()
+    except Exception:
+        return None
+
+
+def still_calling(sc: SparkContext, thread: Any) -> bool:
+    """Whether ``thread`` (:func:`jvm_thread`) still runs a call this Python thread stopped
+    waiting for: after Ctrl-C py4j drops the interrupted call's connection and calls on from a
+    new thread, while the JVM finishes the old call (planning it, starting its jobs)."""
+    try:
+        jvm: Any = sc._jvm
+        return bool(thread.isAlive()) and thread.getId() != jvm.java.lang.Thread.currentThread().getId()
+    except Exception:
+        return False
+
+
+def drain_listener_bus(sc: SparkContext, timeout: float) -> None:
+    """Wait (at most ``timeout`` seconds) until Spark's listener bus has delivered every event
+    posted so far (``LiveListenerBus.waitUntilEmpty``, ``private[spark]``): the status tracker
+    reads a store those events update, which lags the scheduler (a job just started and cancelled
+    may not be in it yet). Best effort."""
+    try:
+        sc._jsc.sc().listenerBus().waitUntilEmpty(max(1, int(timeout * 1000)))
+    except Exception as exc:
+        log.debug("could not wait for Spark's listener bus: %r", exc)

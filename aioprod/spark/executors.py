@@ -74,11 +74,11 @@ def write_from_executors(df: DataFrame, plan: Plan, transport: str, progress: Pr
         except BaseException:
             # Ctrl-C (KeyboardInterrupt) left the job running (see aioprod.spark.jobs); a job that
             # failed may still be stopping tasks. A second Ctrl-C abandons the rest.
-            job.cancel()
+            timeout = ProducerConfig.from_options(plan.options).max_block_ms / 1000
+            job.stop(timeout)
             if plan.exactly_once:
                 # A prepared transaction left open pins its partitions' last stable offset, stalling
                 # every read_committed reader for transaction_timeout_ms.
-                timeout = ProducerConfig.from_options(plan.options).max_block_ms / 1000
                 abort_after_failed_job(plan, accumulator, job.wait_for_tasks(timeout))
             raise
     rows = sorted(rows, key=lambda r: r["spark_partition"])

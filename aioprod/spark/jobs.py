@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aioprod.spark import _pyspark
 
@@ -31,10 +31,12 @@ class WriteJob:
     def __init__(self, sc: SparkContext | None) -> None:
         self._sc = sc
         self._tag = f"aioprod-write-{uuid.uuid4().hex}"
+        self._thread: Any = None
 
     def __enter__(self) -> WriteJob:
         if self._sc is not None:
             self._sc.addJobTag(self._tag)
+            self._thread = _pyspark.jvm_thread(self._sc)
         return self
 
     def __exit__(
@@ -43,21 +45,58 @@ class WriteJob:
         if self._sc is not None:
             # After Ctrl-C this may be another JVM thread (py4j dropped the interrupted
             # connection), where the tag is not set: removing it there is harmless.
-            self._sc.removeJobTag(self._tag)
+            try:
+                self._sc.removeJobTag(self._tag)
+            except Exception as exc:  # a stopped SparkContext: the error the block raised matters more
+                log.debug("could not remove job tag %s: %r", self._tag, exc)
 
-    def cancel(self) -> None:
-        """Cancel the write's job, if it still runs."""
+    def cancel(self) -> bool:
+        """Cancel the write's job, if it still runs. Best effort: it runs while an error is
+        raised (the job's, or Ctrl-C), which must reach the caller as it is; a SparkContext that
+        stopped, which failed the job, refuses the call. Whether the call was made."""
         if self._sc is not None:
-            self._sc.cancelJobsWithTag(self._tag)
+            try:
+                self._sc.cancelJobsWithTag(self._tag)
+            except Exception as exc:
+                log.warning("could not cancel the Spark job of the write: %r", exc)
+                return False
+        return True
+
+    def stop(self, timeout: float) -> None:
+        """Cancel the write's job and, after Ctrl-C, every job the interrupted call starts until
+        it returns (at most ``timeout`` seconds): Ctrl-C while the JVM plans the query comes
+        before the job exists, and the JVM, which knows nothing of the Ctrl-C, starts it later."""
+        sc, thread = self._sc, self._thread
+        if not self.cancel() or sc is None or thread is None:
+            return
+        deadline = time.monotonic() + timeout
+        while _pyspark.still_calling(sc, thread):
+            if time.monotonic() > deadline:
+                log.warning(
+                    "the interrupted Spark call of the write still runs after %.0f s: a job it starts later runs",
+                    timeout,
+                )
+                return
+            time.sleep(_POLL_SECONDS)
+            if not self.cancel():
+                return
 
     def wait_for_tasks(self, timeout: float) -> int | None:
         """Wait, at most ``timeout`` seconds, until the tasks of the write's (cancelled or failed)
         job have ended. Returns how many Spark partitions the job writes (the units whose
         transactions may be open), or None when unknown: no SparkContext (Spark Connect), or no
         job started."""
+        try:
+            return self._wait_for_tasks(timeout)
+        except Exception as exc:  # as in cancel()
+            log.warning("could not learn whether the tasks of the stopped write ended: %r", exc)
+            return None
+
+    def _wait_for_tasks(self, timeout: float) -> int | None:
         sc = self._sc
         if sc is None:
             return None
+        _pyspark.drain_listener_bus(sc, timeout)  # a job cancelled as it started: its start is known
         jobs = _pyspark.job_ids_with_tag(sc, self._tag)
         if not jobs:
             return None

@@ -509,6 +509,7 @@ def test_ctrl_c_during_an_executors_write_aborts_the_transactions_its_running_ta
     # pyspark's SIGINT handler cannot cancel a job while the driver waits in collect() (its call
     # to the JVM re-enters the one interrupted): the tasks ran on, and their transactions, which
     # no task had handed back, stayed open and held every read_committed reader.
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
     from pyspark.sql import functions as F
 
     bootstrap = tansu_broker.bootstrap
@@ -517,21 +518,31 @@ def test_ctrl_c_during_an_executors_write_aborts_the_transactions_its_running_ta
 
     @F.udf("string", useArrow=False)
     def upstream(n: int) -> str:
-        if n == 10_000:  # Spark partition 10 of 20 waits for the test: the job cannot end before
+        if n == 1_500:  # Spark partition 3 of 6 waits for the test: the job cannot end before
             while not release.exists():
                 time.sleep(0.01)
         return str(n)
 
-    df = spark.range(20_000, numPartitions=20).select(upstream("id").alias("value"))
+    df = spark.range(3_000, numPartitions=6).select(upstream("id").alias("value"))
     writing = threading.Event()
     interrupted = threading.Event()
 
     def ctrl_c_once_records_are_written() -> None:
-        while writing.is_set():
-            if logs(bootstrap, topic).open:  # a task is writing its transaction
-                interrupted.set()
-                os.kill(os.getpid(), signal.SIGINT)
-                return
+        ends = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends", "isolation.level": "read_uncommitted"})
+        try:
+            while writing.is_set():
+                try:
+                    written = sum(
+                        ends.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(PARTITIONS)
+                    )
+                except KafkaException:
+                    continue  # asked again
+                if written:  # a task is writing its transaction
+                    interrupted.set()
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+        finally:
+            ends.close()
 
     writing.set()
     watcher = threading.Thread(target=ctrl_c_once_records_are_written)
