@@ -121,9 +121,16 @@ def job_ids_with_tag(sc: SparkContext, tag: str) -> list[int] | None:
 
 
 def jvm_thread(sc: SparkContext) -> Any | None:
-    """The JVM thread that runs this Python thread's calls into the JVM (py4j's pinned thread
-    mode, pyspark's default), or None where it cannot be had."""
+    """The JVM thread that runs this Python thread's calls into the JVM, or None where it cannot
+    be had. Only py4j's pinned-thread mode (pyspark's default: a ``ClientServer`` gateway) gives
+    a Python thread a JVM thread of its own. Without it (``PYSPARK_PIN_THREAD=false``) connections
+    are pooled: an interrupted call's connection stays open, its thread idle once the call ends;
+    and pyspark's Ctrl-C handler, not re-entering a call, does cancel the jobs."""
     try:
+        from py4j.clientserver import ClientServer  # type: ignore[import-untyped]
+
+        if not isinstance(sc._gateway, ClientServer):
+            return None
         jvm: Any = sc._jvm
         return jvm.java.lang.Thread.currentThread()
     except Exception:
