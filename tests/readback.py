@@ -70,7 +70,14 @@ def read_topic(
                 continue
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
+                    # The end where a fetch answer's high watermark put it: asked again (ListOffsets,
+                    # uncached) before the partition counts as read. A read-back under load once
+                    # came 3,064 records short of what the writer had acknowledged, unexplained (a
+                    # stale watermark in an answer would do it). Records missing below the
+                    # watermark still fail the read-back, which then never reaches it.
+                    end = consumer.get_watermark_offsets(TopicPartition(topic, msg.partition()), 10, cached=False)[1]
+                    if msg.offset() >= end:
+                        pending.discard(msg.partition())
                     continue
                 raise AssertionError(f"consume error: {msg.error()}")
             records.append(
