@@ -77,7 +77,7 @@ def responses(draw: st.DrawFn, version: int) -> m.ProduceResponse:
     return response
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_generated_answers_decode_as_the_generic_codec_decodes_them(data: st.DataObject) -> None:
     version = data.draw(st.sampled_from(VERSIONS), label="version")
@@ -88,7 +88,7 @@ def test_generated_answers_decode_as_the_generic_codec_decodes_them(data: st.Dat
     assert decoded == response
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_answers_decode_or_fail_as_the_generic_codec_does(data: st.DataObject) -> None:
     version = data.draw(st.sampled_from(VERSIONS), label="version")
