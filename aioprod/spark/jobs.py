@@ -105,7 +105,8 @@ class WriteJob:
         deadline = started + timeout
         while True:
             # A job's end is heard after its tasks' starts: once no job runs, every task started
-            # is counted, and ends when Spark has stopped it (its Python worker killed).
+            # is counted until Spark has stopped it (its Python worker may outlive it a moment:
+            # docs/spark.md says what that leaves).
             infos = [tracker.getJobInfo(job) for job in jobs]
             stages = [tracker.getStageInfo(stage) for info in infos if info is not None for stage in info.stageIds]
             running = any(info is not None and info.status == "RUNNING" for info in infos)
