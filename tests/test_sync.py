@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import concurrent.futures
+import contextlib
 import gc
 import inspect
 import os
@@ -1038,6 +1039,20 @@ class _Interrupted(BaseException):
     """What the test's SIGINT handler raises (a KeyboardInterrupt of its own)."""
 
 
+@contextlib.contextmanager
+def _ctrl_c_raises_interrupted() -> Iterator[None]:
+    """In the block, SIGINT raises :class:`_Interrupted`: a KeyboardInterrupt would stop pytest."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class _Waited(concurrent.futures.Future[str]):
     """A call that never ends; it says when the caller's wait has begun."""
 
@@ -1070,19 +1085,13 @@ def test_ctrl_c_taken_by_another_thread_interrupts_a_wait_of_the_main_thread() -
             unanswered.append(True)
             future.set_result("the wait ended without the interrupt")
 
-    def handler(signum: int, frame: object) -> None:
-        raise _Interrupted
-
-    previous = signal.signal(signal.SIGINT, handler)
     other = threading.Thread(target=ctrl_c_in_this_thread)
-    try:
+    with _ctrl_c_raises_interrupted():
         other.start()
         with pytest.raises(_Interrupted):
             SyncProducer._wait(future, None, "the producer")
         interrupted.set()
         other.join(60)
-    finally:
-        signal.signal(signal.SIGINT, previous)
     assert unanswered == []
 
 
@@ -1553,20 +1562,14 @@ def test_ctrl_c_taken_by_another_thread_interrupts_a_wait_for_the_calls_step() -
             if not interrupted.wait(60):  # a hung main thread: end the step, so that the test fails
                 unanswered.append(True)
 
-    def handler(signum: int, frame: object) -> None:
-        raise _Interrupted
-
-    previous = signal.signal(signal.SIGINT, handler)
     loop_thread = threading.Thread(target=the_loop_in_the_calls_step)
-    try:
+    with _ctrl_c_raises_interrupted():
         loop_thread.start()
         assert held.wait(60)
         with pytest.raises(_Interrupted):
             work.cancel()  # the caller's give-up, its wait run out
         interrupted.set()
         loop_thread.join(60)
-    finally:
-        signal.signal(signal.SIGINT, previous)
     assert unanswered == []
 
 
