@@ -79,8 +79,9 @@ def _abort_all(
     if not handles and not fence:
         return
     try:
-        failures = end_all(plan, handles, commit=False)
-        unfenced = _on_the_driver(plan, fence, lambda producer, tid: producer._fence(tid))
+        with SyncProducer(plan.options) as producer:
+            failures = _end_each(producer, handles, commit=False)
+            unfenced = _each_from(producer, fence, lambda p, tid: p._fence(tid))
     except Exception as exc:
         log.warning(
             "could not abort the transactions of write %s (%s; %d prepared, %d more fenced): %r",
@@ -148,28 +149,34 @@ def _outcome(error: BaseException) -> str:
 def end_all(
     plan: Plan, handles: Sequence[tuple[int, PreparedTransaction]], *, commit: bool
 ) -> list[tuple[int, PreparedTransaction, KafkaError]]:
-    """Commit (or abort) every transaction; the ones that failed, with their errors."""
-
-    def end(producer: Producer, handle: tuple[int, PreparedTransaction]) -> Awaitable[None]:
-        prepared = handle[1]
-        return (
-            producer.commit_prepared_transaction(prepared) if commit else producer.abort_prepared_transaction(prepared)
-        )
-
-    return [(partition, prepared, error) for (partition, prepared), error in _on_the_driver(plan, handles, end)]
-
-
-def _on_the_driver(
-    plan: Plan, items: Sequence[T], call: Callable[[Producer, T], Awaitable[None]]
-) -> list[tuple[T, KafkaError]]:
-    """``call`` for every item, from one producer on the driver, a few at a time; the items
-    whose call failed, with their errors."""
-    if not items:
+    """Commit (or abort) every transaction from one producer on the driver; the ones that
+    failed, with their errors."""
+    if not handles:
         return []
     with SyncProducer(plan.options) as producer:
-        waves = -(-len(items) // _CONCURRENT_ENDS)
-        timeout = waves * (producer.config.max_block_ms / 1000) + 30
-        return producer.submit(_each, items, call).result(timeout)
+        return _end_each(producer, handles, commit=commit)
+
+
+def _end_each(
+    producer: SyncProducer, handles: Sequence[tuple[int, PreparedTransaction]], *, commit: bool
+) -> list[tuple[int, PreparedTransaction, KafkaError]]:
+    def end(p: Producer, handle: tuple[int, PreparedTransaction]) -> Awaitable[None]:
+        prepared = handle[1]
+        return p.commit_prepared_transaction(prepared) if commit else p.abort_prepared_transaction(prepared)
+
+    return [(partition, prepared, error) for (partition, prepared), error in _each_from(producer, handles, end)]
+
+
+def _each_from(
+    producer: SyncProducer, items: Sequence[T], call: Callable[[Producer, T], Awaitable[None]]
+) -> list[tuple[T, KafkaError]]:
+    """``call`` for every item, from ``producer``'s loop, a few at a time; the items whose call
+    failed, with their errors."""
+    if not items:
+        return []
+    waves = -(-len(items) // _CONCURRENT_ENDS)
+    timeout = waves * (producer.config.max_block_ms / 1000) + 30
+    return producer.submit(_each, items, call).result(timeout)
 
 
 async def _each(
