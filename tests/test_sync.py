@@ -204,9 +204,11 @@ def test_a_thread_that_reuses_the_ended_loop_threads_id_may_still_call_close(tan
     ended = producer._thread
     assert not ended.is_alive()
     outcomes: list[BaseException | None] = []
+    release = threading.Event()
 
     def close_if_id_reused() -> None:
         if threading.get_ident() != ended.ident:
+            release.wait()
             return
         try:
             producer.close()
@@ -215,14 +217,22 @@ def test_a_thread_that_reuses_the_ended_loop_threads_id_may_still_call_close(tan
         except BaseException as exc:
             outcomes.append(exc)
 
-    # Until the system hands the ended thread's id out again: at once, unless another thread of
-    # the process took it first.
-    for _ in range(1000):
-        thread = threading.Thread(target=close_if_id_reused)
-        thread.start()
-        thread.join()
-        if outcomes:
-            break
+    # Until the system hands the ended thread's id out again. glibc gives a new thread the stack
+    # (and id) freed last: a thread that ended after the loop thread would be handed out each time
+    # if each probe ended before the next began (seen here: 645 probes). So the probes live on
+    # until one gets the id, each taking the next freed stack.
+    probes: list[threading.Thread] = []
+    try:
+        for _ in range(1000):
+            probes.append(threading.Thread(target=close_if_id_reused))
+            probes[-1].start()
+            if probes[-1].ident == ended.ident:
+                probes[-1].join()
+                break
+    finally:
+        release.set()
+        for probe in probes:
+            probe.join()
     assert outcomes == [None]
 
 
