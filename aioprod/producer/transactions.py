@@ -783,10 +783,7 @@ class TransactionManager:
             # A bump (KIP-360) names the current identity: in another cluster, another producer's.
             build if producer_id < 0 else self._under_identity(build),
             InitProducerIdResponse,
-            # No identity though no error said so (as the idempotent producer's): asked again.
-            lambda r: [
-                r.error_code or (CoordinatorNotAvailableError.code if r.producer_id < 0 or r.producer_epoch < 0 else 0)
-            ],
+            _init_producer_id_errors,
             before=before,
         )
 
@@ -1018,8 +1015,16 @@ async def fence_transactional_id(
             producer_epoch=-1,
         ),
         InitProducerIdResponse,
-        lambda r: [r.error_code],
+        _init_producer_id_errors,
     )
+
+
+def _init_producer_id_errors(response: InitProducerIdResponse) -> list[int]:
+    """An answer without an identity, though no error said so, is retried as a coordinator
+    not available (as the idempotent producer's): a fence it answered so may not have happened."""
+    if response.error_code or (response.producer_id >= 0 and response.producer_epoch >= 0):
+        return [response.error_code]
+    return [CoordinatorNotAvailableError.code]
 
 
 async def _end_txn(

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from aioprod import Producer
+from aioprod.errors import ProducerFatalError
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.engine.test_cluster_replaced import name_cluster
@@ -258,6 +259,37 @@ async def test_a_transactional_init_producer_id_answer_without_an_id_is_not_take
         async with p.transaction():
             await p.send_and_wait("t", b"v")
     assert cluster.partition("t").committed == [b"v"]
+
+
+async def test_a_fence_answered_without_an_id_is_asked_again(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fence a failed Spark write ends its stopped tasks' transactions with took the broken
+    # answer as done: the old producer's transaction stayed open, and its commit went through.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    init = FakeCoordinator.init_producer_id
+    broken = {"left": 0}
+
+    def answering(self: FakeCoordinator, txn_id: str, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
+        if broken["left"]:
+            broken["left"] -= 1
+            return m.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)  # error_code 0, nothing done
+        return init(self, txn_id, request)
+
+    monkeypatch.setattr(FakeCoordinator, "init_producer_id", answering)
+    async with (
+        Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, transactional_id="task-3") as old,
+        Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, transactional_id="driver") as driver,
+    ):
+        await old.begin_transaction()
+        await old.send_and_wait("t", b"of the stopped task")
+        broken["left"] = 1
+        await driver._fence("task-3")
+        assert broken["left"] == 0
+        with pytest.raises(ProducerFatalError, match="PRODUCER_FENCED"):
+            await old.commit_transaction()
+    assert cluster.partition("t").committed == []
 
 
 async def test_a_partition_replaced_by_a_bad_id_in_one_answer_is_still_sent_to(
