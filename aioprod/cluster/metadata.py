@@ -361,6 +361,9 @@ class Metadata:
             return f" (no broker reachable: {seen[0]})"
         if self._refresh_error is not None:
             return f" (metadata refresh failing: {self._refresh_error})"
+        under_way = [a for a in map(self._pool.attempt_under_way, self._bootstrap_ids) if a is not None]
+        if under_way:
+            return f" (no broker answered yet: {under_way[0]})"
         return ""
 
     def least_loaded_node(self) -> int | None:

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from aioprod.net.auth import ConnectionSecurity
 
 log = logging.getLogger(__name__)
+#: With TLS, a connection's setup covers the handshake, which a plaintext listener that waits
+#: for the rest of what it took for a request's size (Tansu does) leaves hanging.
+_TLS_WAIT_HINT = "with TLS, a plaintext listener can leave the handshake waiting: check security_protocol"
 
 R = TypeVar("R", bound=Response)
 
@@ -204,6 +207,15 @@ class BrokerConnection:
         return self._writer is not None
 
     @property
+    def setting_up(self) -> str:
+        """What open() is at ("in its ..."), for a wait that runs out before it ends."""
+        if self.established:
+            return f"in its {self.phase}"
+        if self._security is not None and self._security.tls_context is not None:
+            return f"in its TCP connection and TLS handshake; {_TLS_WAIT_HINT}"
+        return "in its TCP connection"
+
+    @property
     def in_flight_count(self) -> int:
         return len(self._in_flight)
 
@@ -315,13 +327,10 @@ class BrokerConnection:
                     **options,
                 )
         except TimeoutError as exc:
-            # With TLS the timeout covers the handshake too, which a plaintext listener that
-            # waits for more bytes (Tansu does) leaves hanging.
-            hint = "; with TLS, a plaintext listener can leave the handshake waiting: check security_protocol"
             raise KafkaConnectionError(
                 f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: "
                 f"no connection within {setup_timeout:.3g}s (socket_connection_setup_timeout_ms)"
-                + (hint if tls is not None else "")
+                + (f"; {_TLS_WAIT_HINT}" if tls is not None else "")
             ) from exc
         except OSError as exc:
             failure = connection_error(exc, self.host, self.port, f"connecting to broker {self.node_id} at")

@@ -182,6 +182,16 @@ class ConnectionPool:
         state = self._nodes.get(node_id)
         return state is not None and state.connection is None and state.next_attempt > now
 
+    def attempt_under_way(self, node_id: int) -> str | None:
+        """The node's connection attempt under way, what it is at and for how long: a wait that
+        runs out before the attempt's first failure has nothing else to say."""
+        state = self._nodes.get(node_id)
+        conn = None if state is None else state.opening
+        if state is None or conn is None:
+            return None
+        waited = asyncio.get_running_loop().time() - state.last_attempt
+        return f"{state.host}:{state.port}, {waited * 1000:.0f} ms {conn.setting_up}"
+
     def last_error(self, node_id: int) -> KafkaError | None:
         state = self._nodes.get(node_id)
         return None if state is None else state.last_error

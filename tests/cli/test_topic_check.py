@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 
 import pytest
 
@@ -42,6 +43,19 @@ async def test_produce_fails_when_max_block_ms_runs_out_not_a_head_start_later(s
     with pytest.raises(CliError, match=f"topic 't' not present in metadata after {MAX_BLOCK_MS} ms"):
         await produce_lines(options, "t", io.BytesIO(b"one\n"), b"\n", LineFormat(), None, AckTracker())
     assert scripted.clock.now - start == pytest.approx(MAX_BLOCK_MS / 1000)
+
+
+async def test_a_wait_that_ends_during_the_first_attempt_says_what_the_attempt_is_at(scripted: Scripted) -> None:
+    # Before that attempt's own timeout (request_timeout_ms) the error had no reason to give.
+    with pytest.raises(CliError) as info:
+        options = silent_cluster(scripted)
+        await produce_lines(options, "t", io.BytesIO(b"one\n"), b"\n", LineFormat(), None, AckTracker())
+    # (The producer's attempt began after the check's head start.)
+    assert re.search(
+        rf"topic 't' not present in metadata after {MAX_BLOCK_MS} ms "
+        r"\(no broker answered yet: silent\.example:9092, \d+ ms in its ApiVersions handshake\)$",
+        str(info.value),
+    )
 
 
 async def test_produce_says_why_the_topic_was_not_found_as_the_producer_would(scripted: Scripted) -> None:

@@ -46,6 +46,7 @@ from aioprod.errors import (
     ConfigError,
     KafkaConnectionError,
     KafkaError,
+    KafkaTimeoutError,
     SaslMechanismNotEnabledError,
     SslAuthenticationError,
 )
@@ -543,6 +544,20 @@ async def test_a_tls_client_on_a_plaintext_listener_is_told_to_check_security_pr
     finally:
         server.close()
     assert "check security_protocol" in str(error)
+
+
+async def test_a_tls_client_on_a_plaintext_listener_that_waits_is_told_before_the_setup_timeout(
+    tansu_broker: EmbeddedBroker,
+) -> None:
+    # Tansu waits for the rest of what the ClientHello's first bytes gave as a size: the
+    # handshake hangs until socket_connection_setup_timeout_ms (10 s). A max_block_ms shorter
+    # than that ended with "not present in metadata" and nothing else.
+    error = await _mismatch_error(tansu_broker.bootstrap, security_protocol="SSL")
+    assert isinstance(error, KafkaTimeoutError)
+    assert f"(no broker answered yet: {tansu_broker.bootstrap}, " in str(error)
+    assert "ms in its TCP connection and TLS handshake; with TLS, a plaintext listener can leave the handshake " in (
+        str(error)
+    )
 
 
 async def test_a_sasl_client_on_a_listener_without_sasl_is_not_told_a_contradiction(
