@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aioprod.cluster.metadata import Metadata
 from aioprod.config import ProducerConfig
@@ -164,18 +164,27 @@ class Coordinators:
         tolerate: frozenset[int] = frozenset(),
         concurrent_backoff: float | None = None,
         before: Callable[[BrokerConnection], Awaitable[None]] | None = None,
+        on_wire: Callable[[asyncio.Future[R]], None] | None = None,
     ) -> R:
         """Send to the coordinator of ``key`` until it answers without a retriable error.
         An answer in ``tolerate`` is returned as it is; after CONCURRENT_TRANSACTIONS the wait
         is at most ``concurrent_backoff`` seconds, when given. ``before`` is awaited on the
-        connection each try is sent on, first (it may raise to stop the request)."""
+        connection each try is sent on, first (it may raise to stop the request). ``on_wire``
+        is given each try as it is sent: a try outlives the call's cancellation, so that its
+        caller can wait for the answer to what was written."""
         failures = 0
         while True:
             conn = await self.connection(key_type, key)
             try:
                 if before is not None:
                     await before(conn)
-                response: R = await conn.send(build(), max_version=max_version)
+                if on_wire is None:
+                    response: R = await conn.send(build(), max_version=max_version)
+                else:
+                    sent: asyncio.Future[R] = asyncio.ensure_future(conn.send(build(), max_version=max_version))
+                    sent.add_done_callback(_retrieved)
+                    on_wire(sent)
+                    response = await asyncio.shield(sent)
             except KafkaError as exc:
                 failures += 1
                 await self.unreachable(key_type, key, exc, failures)
@@ -228,6 +237,11 @@ class Coordinators:
             self._config.retry_backoff_ms / 1000, self._config.retry_backoff_max_ms / 1000, failures
         )
         await asyncio.sleep(delay if cap is None else min(cap, delay))
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # its caller may be gone (cancelled): not "exception was never retrieved"
 
 
 async def committed_offsets(coordinators: Coordinators, group_id: str) -> dict[TopicPartition, int]:

@@ -174,6 +174,8 @@ class Producer:
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
         self._txn: TransactionManager | None = None
+        #: Handles (and whether to commit) whose end_prepared call gave up before an answer came.
+        self._ends_unanswered: set[tuple[PreparedTransaction, bool]] = set()
         # Sends since the last look at the clock (see _clock_check), counted by send()'s own
         # path and every compiled lane alike; and when send() last let the loop run.
         self._sends = _SendCount() if speedups is None else speedups.SendCount()
@@ -958,12 +960,26 @@ class Producer:
             raise TypeError(f"{name}() takes a PreparedTransaction, got {type(prepared).__name__}")
         if self._txn is not None:
             self._txn.check_handle(prepared)
-        await self._coordinator_call(
-            f"{name}({prepared.transactional_id!r})",
-            lambda: end_prepared(
-                self._coordinators, prepared, commit=commit, cluster_named_by=self._metadata.cluster_named_by
-            ),
-        )
+        key = (prepared, commit)
+        sent_before = key in self._ends_unanswered
+        self._ends_unanswered.add(key)
+        try:
+            await self._coordinator_call(
+                f"{name}({prepared.transactional_id!r})",
+                lambda: end_prepared(
+                    self._coordinators,
+                    prepared,
+                    commit=commit,
+                    cluster_named_by=self._metadata.cluster_named_by,
+                    sent_before=sent_before,
+                ),
+            )
+        except (KafkaTimeoutError, asyncio.CancelledError):
+            raise  # its EndTxn may have reached the coordinator: a repeat must know (see end_prepared)
+        except BaseException:
+            self._ends_unanswered.discard(key)
+            raise
+        self._ends_unanswered.discard(key)
 
     async def _committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The offsets committed for a consumer group (stable: waits out transactions ending).

@@ -230,6 +230,8 @@ class TransactionManager:
         #: Partitions in the AddPartitionsToTxn under way.
         self._pending: set[TopicPartition] = set()
         self._adding: asyncio.Task[None] | None = None
+        #: The last TxnOffsetCommit written to the group coordinator: an abort waits for its answer.
+        self._offsets_on_wire: asyncio.Future[Any] | None = None
         #: The coordinator has a transaction open (a partition or offsets were added) ...
         self._started = False
         #: ... or may have: a request that would open it went out without its answer.
@@ -625,6 +627,14 @@ class TransactionManager:
         self._to_add.clear()
         fail_unsent(cause or TransactionStateError("the transaction was aborted"))
         await flush()  # what is on the wire comes back first
+        sent, self._offsets_on_wire = self._offsets_on_wire, None
+        if sent is not None and not sent.done():
+            # A TxnOffsetCommit cut short by this abort (it cancels send_offsets_to_transaction)
+            # is on the wire to the group coordinator, another broker: handled after the abort
+            # marker, its offsets would stay pending under this producer id and commit with the
+            # next transaction's (a broker without KIP-890 verification). As Java, the EndTxn
+            # waits for it (its connection's request timeout bounds the wait).
+            await asyncio.wait([sent])
         if self._adding is not None and not self._adding.done():
             # Nothing of the aborted transaction needs its partitions added, and an add the
             # coordinator keeps refusing with a retriable error (a partition deleted meanwhile:
@@ -723,7 +733,11 @@ class TransactionManager:
             TxnOffsetCommitResponse,
             lambda r: [p.error_code for t in r.topics for p in t.partitions],
             max_version=versions.TRANSACTIONS_V2_VERSIONS[TxnOffsetCommitRequest.API_KEY] if self.v2 else None,
+            on_wire=self._offsets_sent,
         )
+
+    def _offsets_sent(self, sent: asyncio.Future[Any]) -> None:
+        self._offsets_on_wire = sent
 
     async def end_on_close(
         self, fail_unsent: Callable[[KafkaError], None], flush: Callable[[], Awaitable[None]]
@@ -839,6 +853,9 @@ class TransactionManager:
         by_topic: dict[str, list[int]] = {}
         for tp in sorted(adding):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
+        # A try whose answer is lost may have opened the transaction, though the call fails in
+        # the end (a retry refused for good): the abort must then end it, as after offsets.
+        self._maybe_started = True
         try:
             await self._coordinators.request(
                 TRANSACTION,
@@ -947,18 +964,22 @@ async def end_prepared(
     *,
     commit: bool,
     cluster_named_by: Callable[[BrokerConnection], Awaitable[str | None]],
+    sent_before: bool = False,
 ) -> None:
     """Commit or abort a prepared transaction from any process: EndTxn with its handle's
     producer id and epoch, to its coordinator. Ending it again the same way succeeds (the
     coordinator answers a repeat as done); a transaction that is no longer open under that
     epoch, or a handle of another cluster than the coordinator's (``cluster_named_by`` asks a
-    connection's), raises :class:`PreparedTransactionError`."""
+    connection's), raises :class:`PreparedTransactionError`. ``sent_before``: an earlier call's
+    EndTxn for it may have reached the coordinator (the call gave up before an answer came)."""
     cannot = (
         f"cannot {'commit' if commit else 'abort'} transaction {prepared.transactional_id!r} "
         f"(producer id {prepared.producer_id}, epoch {prepared.producer_epoch})"
     )
 
     tries = 0
+    #: Each EndTxn sent: one that ended without an answer may have committed.
+    sent: list[asyncio.Future[Any]] = []
 
     async def in_its_cluster(conn: BrokerConnection) -> None:
         # On the connection each EndTxn goes on, before it: a retry (after CONCURRENT_TRANSACTIONS,
@@ -987,7 +1008,7 @@ async def end_prepared(
         )
 
     try:
-        await _end_txn(coordinators, prepared, commit=commit, before=in_its_cluster)
+        await _end_txn(coordinators, prepared, commit=commit, before=in_its_cluster, on_wire=sent.append)
     except BrokerResponseError as exc:
         if exc.code == InvalidTxnStateError.code:
             why = f"it is not open: it was {'aborted' if commit else 'committed'} already, or never began"
@@ -995,7 +1016,21 @@ async def end_prepared(
             why = _NOT_OPEN[exc.code]
         else:
             raise
+        unanswered = any(try_.cancelled() or try_.exception() is not None for try_ in sent[:-1])
+        if commit and exc.code in _FENCED and (sent_before or unanswered):
+            # Kafka checks the epoch before the transaction's state: once a newer producer fenced it,
+            # a commit that went through is answered so too. Not "never visible": written again, its
+            # records would be there twice.
+            raise KafkaError(
+                f"{cannot}, and its outcome is in doubt: the coordinator answers {exc.name} (a newer producer "
+                "with its transactional id fenced it, or it outlived its transaction timeout), but an earlier "
+                "EndTxn committing it got no answer: it may have committed before that"
+            ) from exc
         raise PreparedTransactionError(f"{cannot}: {why} ({exc.name})", prepared) from exc
+
+
+#: Answers to an EndTxn under an epoch no longer current: given whatever the transaction's state.
+_FENCED = frozenset({ProducerFencedError.code, InvalidProducerEpochError.code})
 
 
 async def fence_transactional_id(
@@ -1035,6 +1070,7 @@ async def _end_txn(
     tolerate: frozenset[int] = frozenset(),
     under: Callable[[Callable[[], Request]], Callable[[], Request]] = lambda build: build,
     before: Callable[[BrokerConnection], Awaitable[None]] | None = None,
+    on_wire: Callable[[asyncio.Future[Any]], None] | None = None,
 ) -> EndTxnResponse:
     """EndTxn for ``transaction`` (a producer's own, or a handle), retried as its answers allow;
     ``under`` wraps the request's builder (the producer's check of its identity), ``before`` is
@@ -1057,6 +1093,7 @@ async def _end_txn(
         else None,
         tolerate=tolerate,
         before=before,
+        on_wire=on_wire,
     )
 
 

@@ -14,6 +14,7 @@ import pytest
 from aioprod import PreparedTransaction, Producer, TopicPartition
 from aioprod.errors import (
     InvalidRecordError,
+    KafkaError,
     KafkaTimeoutError,
     PreparedTransactionError,
     ProducerFencedError,
@@ -289,3 +290,53 @@ async def test_calls_at_once_do_not_lengthen_each_others_backoff(cluster: Script
         assert scripted.clock.now - start <= 1.2 * (0.1 + 0.2)
     assert len(cluster.requests_of(m.EndTxnRequest)) == 6
     assert len(committed(cluster)) == 6
+
+
+PRODUCER_FENCED = ProducerFencedError.code
+
+
+async def test_a_commit_by_handle_whose_answer_was_lost_is_not_called_invisible_when_then_fenced(
+    cluster: ScriptedCluster,
+) -> None:
+    # The EndTxn commits, its answer is lost; before the retry a newer producer of the transactional
+    # id fences the epoch, and Kafka answers the retry PRODUCER_FENCED (its epoch check comes before
+    # its "already committed" one). The records ARE visible: a PreparedTransactionError ("never
+    # visible: write them again") would have them written twice. The outcome is in doubt.
+    prepared = await prepared_transaction(cluster)
+    cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([Lost, PRODUCER_FENCED])
+    async with committer(cluster) as q:
+        with pytest.raises(KafkaError, match="in doubt") as info:
+            await q.commit_prepared_transaction(prepared)
+    assert committed(cluster) == [b"a0", b"a1", b"b0"]
+    assert not isinstance(info.value, PreparedTransactionError)
+    assert isinstance(info.value.__cause__, ProducerFencedError)
+
+
+async def test_a_repeated_commit_by_handle_after_a_timeout_is_not_called_invisible_when_then_fenced(
+    cluster: ScriptedCluster,
+) -> None:
+    # As the docs advise, a commit that outlasted max_block_ms is repeated; its EndTxn had committed
+    # meanwhile, and a newer producer fenced the epoch since: the repeat cannot say "never visible".
+    prepared = await prepared_transaction(cluster)
+    cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([Lost])
+    async with committer(cluster, max_block_ms=1000, retry_backoff_ms=2000, retry_backoff_max_ms=2000) as q:
+        with pytest.raises(KafkaTimeoutError):
+            await q.commit_prepared_transaction(prepared)  # committed; the answer lost, the retry too late
+        async with producer(cluster):  # a newer producer of txn-1: fences the epoch
+            pass
+        # (Kafka's answer to an EndTxn under a fenced epoch, whatever state the transaction is in)
+        cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([PRODUCER_FENCED])
+        with pytest.raises(KafkaError, match="in doubt") as info:
+            await q.commit_prepared_transaction(prepared)
+    assert committed(cluster) == [b"a0", b"a1", b"b0"]
+    assert not isinstance(info.value, PreparedTransactionError)
+
+
+async def test_a_commit_by_handle_refused_then_fenced_is_still_called_invisible(cluster: ScriptedCluster) -> None:
+    # Every earlier EndTxn was answered (CONCURRENT_TRANSACTIONS: not acted on): nothing is in doubt.
+    prepared = await prepared_transaction(cluster)
+    cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([CONCURRENT, PRODUCER_FENCED])
+    async with committer(cluster) as q:
+        with pytest.raises(PreparedTransactionError, match="fenced"):
+            await q.commit_prepared_transaction(prepared)
+    assert committed(cluster) == []

@@ -1234,3 +1234,84 @@ async def test_a_partition_refused_for_authorization_among_others_not_attempted_
     assert asked == [["denied", "t"]]  # one request, answered 55 for "t" (first), 29 for "denied"
     assert all(isinstance(o, TransactionAbortedError) and "TOPIC_AUTHORIZATION_FAILED" in str(o) for o in outcomes)
     assert took < 1, took
+
+
+async def test_an_abort_does_not_overtake_offsets_on_the_wire_to_another_group_coordinator(
+    cluster: ScriptedCluster,
+) -> None:
+    # abort_transaction() cancels a send_offsets_to_transaction() whose TxnOffsetCommit is on the
+    # wire to the group's coordinator (node 2, slow to answer). Were the EndTxn sent at once to the
+    # transaction's coordinator (node 1), the offsets would be handled after the abort marker: a
+    # broker without KIP-890 verification keeps them pending under the producer id, and the next
+    # transaction's commit marker commits them. As Java: the EndTxn waits for that answer.
+    coordinator = cluster.coordinator
+    find, coordinate, handle = coordinator.find, cluster._coordinate, cluster.handle
+    offsets_arrived, release_offsets, end_arrived = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    def find_group_on_node_2(request: m.FindCoordinatorRequest) -> m.FindCoordinatorResponse:
+        response = find(request)
+        if request.key_type == 0:
+            node = cluster.nodes[2]
+            for found in response.coordinators:
+                found.node_id, found.host, found.port = node.node_id, node.host, node.port
+            response.node_id, response.host, response.port = node.node_id, node.host, node.port
+        return response
+
+    def coordinate_group_on_node_2(conn: Any, request: Any, version: int, cid: int) -> bytes | None:
+        if isinstance(request, m.TxnOffsetCommitRequest):
+            assert conn.node.node_id == 2
+            return coordinate(
+                SimpleNamespace(node=cluster.nodes[coordinator.node], side=conn.side), request, version, cid
+            )
+        return coordinate(conn, request, version, cid)
+
+    async def slow_group_coordinator(conn: Any, frame: bytes) -> bytes | None:
+        api_key = struct.unpack(">h", frame[:2])[0]
+        if api_key == m.TxnOffsetCommitRequest.API_KEY:
+            offsets_arrived.set()
+            await release_offsets.wait()
+        elif api_key == m.EndTxnRequest.API_KEY:
+            end_arrived.set()
+        return await handle(conn, frame)
+
+    coordinator.find = find_group_on_node_2  # type: ignore[method-assign]
+    cluster._coordinate = coordinate_group_on_node_2  # type: ignore[method-assign]
+    cluster.handle = slow_group_coordinator  # type: ignore[method-assign]
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        await p.send("t", b"aborted", partition=0)
+        offsets = asyncio.ensure_future(p.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g"))
+        await offsets_arrived.wait()
+        abort = asyncio.ensure_future(p.abort_transaction())
+        # (virtual time) long enough for an EndTxn that does not wait to reach node 1
+        await asyncio.wait([asyncio.ensure_future(end_arrived.wait())], timeout=1)
+        overtaken = end_arrived.is_set()
+        release_offsets.set()
+        await abort
+        await asyncio.gather(offsets, return_exceptions=True)
+        async with p.transaction():
+            await p.send("t", b"next", partition=0)
+    assert not overtaken, "EndTxn(abort) was sent before the TxnOffsetCommit on the wire was answered"
+    assert cluster.partition("t", 0).committed == [b"next"]
+    assert coordinator.committed == {}
+
+
+TOPIC_AUTHORIZATION_FAILED = 29
+
+
+async def test_an_abort_ends_a_transaction_opened_by_an_add_whose_answer_was_lost(cluster: ScriptedCluster) -> None:
+    # The transaction's first AddPartitionsToTxn is acted on but its answer is lost; its retry is
+    # refused for good (the topic's ACL was revoked meanwhile). The coordinator has the transaction
+    # open: the abort must end it, or it stays open until the coordinator times it out (and then
+    # fences this producer, which believes itself ready).
+    async with producer(cluster) as p:
+        p.begin_transaction()
+        cluster.coordinator.script[m.AddPartitionsToTxnRequest.API_KEY] = deque([Lost, TOPIC_AUTHORIZATION_FAILED])
+        record = await p.send("t", b"refused", partition=0)
+        with pytest.raises(TransactionAbortableError):
+            await p.commit_transaction()
+        await p.abort_transaction()
+        still_open = cluster.coordinator.transactions["txn-1"].ongoing
+        with pytest.raises(KafkaError):
+            await record
+    assert not still_open, "the abort left the coordinator's transaction open"
