@@ -207,6 +207,38 @@ class LineFormat:
         return out
 
 
+class FailedLines:
+    """The "line N: error" lines on stderr, where lines failing one after another with the same
+    error are said once: a broker gone for good, or a second Ctrl-C, fails thousands of lines
+    alike. The first is said at once, the rest when the run ends (another outcome, or the end)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._say = say
+        self._error = ""
+        self._first = self._last = self._count = 0  # the run after its first line: lowest, highest, how many
+
+    def fail(self, line_number: int, error: str) -> None:
+        if error == self._error:  # (partitions answer in their own order: the lines may come in any)
+            if not self._count:
+                self._first = self._last = line_number
+            self._first = min(self._first, line_number)
+            self._last = max(self._last, line_number)
+            self._count += 1
+            return
+        self.end_run()
+        self._say(f"line {line_number}: {error}")
+        self._error = error
+
+    def end_run(self) -> None:
+        count, self._count, error, self._error = self._count, 0, self._error, ""
+        if count == 1:
+            self._say(f"line {self._last}: {error}")
+        elif count == self._last - self._first + 1:
+            self._say(f"lines {self._first}-{self._last}: the same")
+        elif count:
+            self._say(f"{count:,} more lines from {self._first} to {self._last}: the same")
+
+
 def report_line(line_number: int, metadata: RecordMetadata | None, error: BaseException | None) -> str:
     """One JSON delivery report (``--report``)."""
     if metadata is None:
@@ -402,18 +434,28 @@ def produce(
             output_gone()  # no error at exit's flush
             warn("standard output closed: no more delivery reports")
 
+    failures = FailedLines(lambda text: echo(text, err=True))
+
     def on_ack(metadata: RecordMetadata, line_number: int) -> None:
+        failures.end_run()
         if reporting:
             emit(report_line(line_number, metadata, None))
 
     def on_error(exc: BaseException, line_number: int) -> None:
-        echo(f"line {line_number}: {describe(exc)}", err=True)
+        failures.fail(line_number, describe(exc))
         if reporting:
             emit(report_line(line_number, None, exc))
 
     tracker = AckTracker(on_ack=on_ack, on_error=on_error)
     record_outcomes(tracker)
-    run(produce_lines(options, topic, input_file, record_delimiter, line_format, partition, tracker, delimiter is None))
+    try:
+        run(
+            produce_lines(
+                options, topic, input_file, record_delimiter, line_format, partition, tracker, delimiter is None
+            )
+        )
+    finally:
+        failures.end_run()  # before the summary, or Ctrl-C's
     summary = f"{tracker.acked:,} record{'' if tracker.acked == 1 else 's'} produced to {topic!r}"
     if tracker.failed or tracker.unsent:
         failed = f"{tracker.failed:,} failed (lines above)" if tracker.failed else ""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from aioprod.cli.produce import FailedLines
 from tests.brokers import TansuBroker
 from tests.cli.conftest import aioprod, create_topic, full_buffer_after, read_until, spawn
 from tests.readback import read_topic
@@ -59,6 +60,37 @@ def test_a_failing_line_is_reported_and_the_others_still_go(bootstrap: str, topi
     assert "line 1" not in result.stderr and "line 3" not in result.stderr
     assert result.stderr.splitlines()[-1] == f"aioprod: error: 2 records produced to '{topic}'; 1 failed (lines above)"
     assert sorted(r.value for r in read_topic(bootstrap, topic)) == [b"ok 1", b"ok 3"]
+
+
+def test_lines_failing_alike_one_after_another_are_said_once(bootstrap: str, topic: str) -> None:
+    # A broker gone for good, or a second Ctrl-C abandoning what was queued, printed one line per
+    # record: 9,727 identical lines before the summary, in a run by hand.
+    too_big = "x" * 5000
+    result = aioprod(
+        "produce", topic, "-b", bootstrap, "-X", "max.request.size=2000", input=f"{too_big}\n" * 5 + "ok\n"
+    )
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "line 1: RecordTooLargeError: a line of 5,000 bytes makes a record larger than max_request_size (2,000) allows",
+        "lines 2-5: the same",
+        f"aioprod: error: 1 record produced to '{topic}'; 5 failed (lines above)",
+    ]
+
+
+def test_failed_lines_say_a_run_once_with_the_lines_it_spans() -> None:
+    said: list[str] = []
+    lines = FailedLines(said.append)
+    for number, error in [(1, "E: a"), (2, "E: a"), (3, "F: b"), (4, "E: a"), (6, "E: a"), (9, "E: a")]:
+        lines.fail(number, error)
+    lines.end_run()
+    lines.end_run()  # nothing more to say
+    assert said == [
+        "line 1: E: a",
+        "line 2: E: a",
+        "line 3: F: b",
+        "line 4: E: a",
+        "2 more lines from 6 to 9: the same",
+    ]
 
 
 def test_a_partition_that_does_not_exist_is_one_usage_error(bootstrap: str, topic: str) -> None:
