@@ -100,6 +100,9 @@ class FakeCoordinator:
             if txn.ongoing:
                 self._end(txn, commit=False)  # a new instance fences the old one's transaction
             txn.epoch += 1
+            # As Kafka, which checks the epoch first: a retried EndTxn of the fenced epoch is
+            # answered PRODUCER_FENCED, whether that EndTxn had ended the transaction or not.
+            txn.last_end = None
         return m.InitProducerIdResponse(producer_id=txn.producer_id, producer_epoch=txn.epoch)
 
     def add_partitions(self, request: m.AddPartitionsToTxnRequest) -> m.AddPartitionsToTxnResponse:
