@@ -38,7 +38,13 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from aioprod.cluster.metadata import ClusterSnapshot
-from aioprod.errors import KafkaTimeoutError, ProducerClosedError, TransactionAbortableError
+from aioprod.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    ProducerFatalError,
+    TransactionAbortableError,
+)
 from aioprod.metrics import MetricsSnapshot
 from aioprod.producer.batch import TopicPartition
 from aioprod.producer.producer import Producer, check_timeout, send_many_values
@@ -378,7 +384,8 @@ class SyncProducer:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[SyncProducer]:
         """``with producer.transaction():`` begins a transaction, commits it when the block
-        ends, and aborts it (re-raising) when the block raises or the commit cannot happen."""
+        ends, and aborts it (re-raising) when the block raises or the commit cannot happen, as
+        :meth:`Producer.transaction <aioprod.Producer.transaction>`."""
         self.begin_transaction()
         try:
             yield self
@@ -389,6 +396,12 @@ class SyncProducer:
             self.commit_transaction()
         except TransactionAbortableError:
             self._abort_if_open()
+            raise
+        except ProducerFatalError as exc:
+            try:
+                self._abort_if_open()
+            except KafkaError as abort_failed:
+                exc.add_note(f"its abort failed too: {abort_failed}")
             raise
 
     def _abort_if_open(self) -> None:

@@ -25,12 +25,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from aioprod import RecordMetadata, SyncProducer, TopicPartition, sync
+from aioprod import Producer, RecordMetadata, SyncProducer, TopicPartition, sync
 from aioprod.errors import (
     ConfigError,
     KafkaError,
     KafkaTimeoutError,
     ProducerClosedError,
+    ProducerFatalError,
     RecordTooLargeError,
     SendManyError,
 )
@@ -469,6 +470,25 @@ def test_transactions_from_a_thread(tansu_broker: TansuBroker, topic: str) -> No
         assert not p.in_transaction
     visible = asyncio.run(read_committed_from_markers(tansu_broker.bootstrap, topic, 1))
     assert visible[0] == [b"kept", b"also kept"]
+
+
+def test_a_transaction_block_whose_commit_finds_the_producer_failed_aborts_it(
+    tansu_broker: TansuBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As Producer.transaction(): the block re-raised and left the transaction open until close().
+    async def failed(self: Producer) -> None:
+        raise ProducerFatalError("the producer failed (injected by the test)")
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, transactional_id=f"{topic}-fatal") as p:
+        with pytest.raises(ProducerFatalError, match="injected"), p.transaction():
+            p.send(topic, b"never visible", partition=0)
+            monkeypatch.setattr(Producer, "commit_transaction", failed)
+        assert not p.in_transaction  # aborted by the block, before close()
+        monkeypatch.undo()
+        with p.transaction():
+            p.send(topic, b"kept", partition=0)
+    visible = asyncio.run(read_committed_from_markers(tansu_broker.bootstrap, topic, 1))
+    assert visible[0] == [b"kept"]
 
 
 def test_a_transaction_prepared_in_one_thread_is_committed_from_another_producer(

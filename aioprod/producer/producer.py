@@ -1018,7 +1018,10 @@ class Producer:
     async def transaction(self) -> AsyncIterator[Producer]:
         """``async with producer.transaction():`` begins a transaction, commits it when the
         block ends, and aborts it (re-raising) when the block raises or the commit cannot
-        happen (:class:`~aioprod.errors.TransactionAbortableError`)."""
+        happen (:class:`~aioprod.errors.TransactionAbortableError`, or
+        :class:`~aioprod.errors.ProducerFatalError` when the producer itself failed: its abort
+        is what is left, and read_committed readers would otherwise wait for the transaction's
+        timeout)."""
         self.begin_transaction()
         try:
             yield self
@@ -1029,6 +1032,12 @@ class Producer:
             await self.commit_transaction()
         except TransactionAbortableError:
             await self._abort_if_open()
+            raise
+        except ProducerFatalError as exc:
+            try:
+                await self._abort_if_open()
+            except KafkaError as abort_failed:  # (fenced: the coordinator aborts it, or has)
+                exc.add_note(f"its abort failed too: {abort_failed}")
             raise
 
     async def _abort_if_open(self) -> None:

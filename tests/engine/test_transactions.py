@@ -839,6 +839,33 @@ async def test_a_producer_failed_by_a_broker_begins_no_transaction_and_commits_n
     assert cluster.partition("t", 0).committed == []
 
 
+async def test_a_transaction_block_whose_commit_finds_the_producer_failed_aborts_it(cluster: ScriptedCluster) -> None:
+    # The block re-raised the ProducerFatalError and left the transaction open at the coordinator
+    # until close(): read_committed readers of the partition waited meanwhile.
+    async with producer(cluster) as p:
+        with pytest.raises(ProducerFatalError, match="sequence gap") as info:
+            async with p.transaction():
+                cluster.nodes[1].script = deque([45])  # OUT_OF_ORDER_SEQUENCE_NUMBER at sequence 0
+                await p.send("t", b"refused", partition=0)
+        assert not cluster.coordinator.transactions["txn-1"].ongoing
+        assert getattr(info.value, "__notes__", []) == []  # the abort went through
+        requests = [request.body.committed for request in cluster.requests_of(m.EndTxnRequest)]  # type: ignore[attr-defined]
+    assert requests == [False]
+    assert cluster.partition("t", 0).committed == []
+
+
+async def test_a_transaction_block_whose_producer_was_fenced_raises_the_fence(cluster: ScriptedCluster) -> None:
+    async with producer(cluster) as p:
+        with pytest.raises(ProducerFatalError) as info:
+            async with p.transaction():
+                await (await p.send("t", b"fenced", partition=0))
+                async with producer(cluster):  # a newer producer of txn-1: aborts it, fences this one
+                    pass
+        assert isinstance(info.value.__cause__, ProducerFencedError)
+        assert getattr(info.value, "__notes__", []) == []  # nothing but the fence to say
+    assert cluster.partition("t", 0).committed == []
+
+
 @pytest.mark.parametrize("version", [1, 2])
 async def test_a_transactional_id_the_coordinator_forgot_is_renewed_after_one_abort(
     cluster: ScriptedCluster, version: int
