@@ -165,13 +165,16 @@ class Coordinators:
         concurrent_backoff: float | None = None,
         before: Callable[[BrokerConnection], Awaitable[None]] | None = None,
         on_wire: Callable[[asyncio.Future[R]], None] | None = None,
+        lacking: Callable[[R], str | None] | None = None,
     ) -> R:
         """Send to the coordinator of ``key`` until it answers without a retriable error.
         An answer in ``tolerate`` is returned as it is; after CONCURRENT_TRANSACTIONS the wait
         is at most ``concurrent_backoff`` seconds, when given. ``before`` is awaited on the
         connection each try is sent on, first (it may raise to stop the request). ``on_wire``
         is given each try as it is sent: a try outlives the call's cancellation, so that its
-        caller can wait for the answer to what was written."""
+        caller can wait for the answer to what was written. ``lacking`` says what an answer
+        without error lacks (None: nothing): such an answer is asked again of the coordinator
+        found again, as after COORDINATOR_NOT_AVAILABLE, and a timeout's "last answer" says so."""
         failures = 0
         while True:
             conn = await self.connection(key_type, key)
@@ -191,6 +194,13 @@ class Coordinators:
                 continue
             assert isinstance(response, response_cls)
             codes = [code for code in error_codes(response) if code]
+            missing = None if codes or lacking is None else lacking(response)
+            if missing is not None:
+                failures += 1
+                self._nodes.pop((key_type, key), None)
+                name = type(response).__name__.removesuffix("Response")
+                await self._backoff(KafkaError(f"{name} for {key!r} answered no error, but {missing}"), failures)
+                continue
             if not codes or all(code in tolerate for code in codes):
                 self.last_error = None
                 return response

@@ -27,6 +27,7 @@ from aioprod.errors import (
     KafkaError,
     KafkaTimeoutError,
     LeaderNotAvailableError,
+    PreparedTransactionError,
     ProducerClosedError,
     ProducerFatalError,
     TransactionAbortableError,
@@ -174,8 +175,9 @@ class Producer:
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
         self._txn: TransactionManager | None = None
-        #: Handles (and whether to commit) whose end_prepared call gave up before an answer came.
-        self._ends_unanswered: set[tuple[PreparedTransaction, bool]] = set()
+        #: Handles whose commit_prepared_transaction call wrote an EndTxn and ended without an
+        #: answer saying what became of it (timed out, cancelled, in doubt, failed otherwise).
+        self._commits_unanswered: set[PreparedTransaction] = set()
         # Sends since the last look at the clock (see _clock_check), counted by send()'s own
         # path and every compiled lane alike; and when send() last let the loop run.
         self._sends = _SendCount() if speedups is None else speedups.SendCount()
@@ -960,9 +962,14 @@ class Producer:
             raise TypeError(f"{name}() takes a PreparedTransaction, got {type(prepared).__name__}")
         if self._txn is not None:
             self._txn.check_handle(prepared)
-        key = (prepared, commit)
-        sent_before = key in self._ends_unanswered
-        self._ends_unanswered.add(key)
+        # Only a commit can be in doubt (see end_prepared); only an EndTxn written makes it so.
+        sent_before = commit and prepared in self._commits_unanswered
+        written = False
+
+        def on_wire() -> None:
+            nonlocal written
+            written = True
+
         try:
             await self._coordinator_call(
                 f"{name}({prepared.transactional_id!r})",
@@ -972,14 +979,19 @@ class Producer:
                     commit=commit,
                     cluster_named_by=self._metadata.cluster_named_by,
                     sent_before=sent_before,
+                    on_wire=on_wire,
                 ),
             )
-        except (KafkaTimeoutError, asyncio.CancelledError):
-            raise  # its EndTxn may have reached the coordinator: a repeat must know (see end_prepared)
-        except BaseException:
-            self._ends_unanswered.discard(key)
+        except PreparedTransactionError:
+            self._commits_unanswered.discard(prepared)  # not open, never committed: nothing in doubt
             raise
-        self._ends_unanswered.discard(key)
+        except BaseException:
+            # A timeout, a cancellation, the outcome in doubt, any other failure: an EndTxn it wrote
+            # may have committed, and a repeat refused PRODUCER_FENCED must not say "never visible".
+            if commit and written:
+                self._commits_unanswered.add(prepared)
+            raise
+        self._commits_unanswered.discard(prepared)
 
     async def _committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The offsets committed for a consumer group (stable: waits out transactions ending).

@@ -38,7 +38,6 @@ from aioprod.errors import (
     BrokerResponseError,
     BrokerTransactionAbortableError,
     ClusterAuthorizationFailedError,
-    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InvalidProducerEpochError,
@@ -797,8 +796,9 @@ class TransactionManager:
             # A bump (KIP-360) names the current identity: in another cluster, another producer's.
             build if producer_id < 0 else self._under_identity(build),
             InitProducerIdResponse,
-            _init_producer_id_errors,
+            lambda r: [r.error_code],
             before=before,
+            lacking=_without_identity,
         )
 
     async def _bump(self) -> None:
@@ -965,13 +965,15 @@ async def end_prepared(
     commit: bool,
     cluster_named_by: Callable[[BrokerConnection], Awaitable[str | None]],
     sent_before: bool = False,
+    on_wire: Callable[[], None] | None = None,
 ) -> None:
     """Commit or abort a prepared transaction from any process: EndTxn with its handle's
     producer id and epoch, to its coordinator. Ending it again the same way succeeds (the
     coordinator answers a repeat as done); a transaction that is no longer open under that
     epoch, or a handle of another cluster than the coordinator's (``cluster_named_by`` asks a
     connection's), raises :class:`PreparedTransactionError`. ``sent_before``: an earlier call's
-    EndTxn for it may have reached the coordinator (the call gave up before an answer came)."""
+    EndTxn for it may have reached the coordinator (the call gave up before an answer came);
+    ``on_wire`` is called as each EndTxn is sent."""
     cannot = (
         f"cannot {'commit' if commit else 'abort'} transaction {prepared.transactional_id!r} "
         f"(producer id {prepared.producer_id}, epoch {prepared.producer_epoch})"
@@ -1007,8 +1009,13 @@ async def end_prepared(
             prepared,
         )
 
+    def written(try_: asyncio.Future[Any]) -> None:
+        sent.append(try_)
+        if on_wire is not None:
+            on_wire()
+
     try:
-        await _end_txn(coordinators, prepared, commit=commit, before=in_its_cluster, on_wire=sent.append)
+        await _end_txn(coordinators, prepared, commit=commit, before=in_its_cluster, on_wire=written)
     except BrokerResponseError as exc:
         if exc.code == InvalidTxnStateError.code:
             why = f"it is not open: it was {'aborted' if commit else 'committed'} already, or never began"
@@ -1050,16 +1057,17 @@ async def fence_transactional_id(
             producer_epoch=-1,
         ),
         InitProducerIdResponse,
-        _init_producer_id_errors,
+        lambda r: [r.error_code],
+        lacking=_without_identity,
     )
 
 
-def _init_producer_id_errors(response: InitProducerIdResponse) -> list[int]:
-    """An answer without an identity, though no error said so, is retried as a coordinator
-    not available (as the idempotent producer's): a fence it answered so may not have happened."""
-    if response.error_code or (response.producer_id >= 0 and response.producer_epoch >= 0):
-        return [response.error_code]
-    return [CoordinatorNotAvailableError.code]
+def _without_identity(response: InitProducerIdResponse) -> str | None:
+    """An answer without an identity, though no error said so, is asked again (as the idempotent
+    producer's): a fence it answered so may not have happened."""
+    if response.producer_id >= 0 and response.producer_epoch >= 0:
+        return None
+    return f"no identity (producer id {response.producer_id}, epoch {response.producer_epoch})"
 
 
 async def _end_txn(

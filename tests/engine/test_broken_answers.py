@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import ProducerFatalError
+from aioprod.errors import KafkaTimeoutError, ProducerFatalError
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.engine.test_cluster_replaced import name_cluster
@@ -417,3 +417,22 @@ async def test_a_forgotten_topic_leaves_no_event_log_entry(scripted: Scripted, m
         assert not p._metadata._topics
         left = [key for key in p._metrics.events._problems if isinstance(key, tuple) and "tenant" in str(key)]
     assert not left, left
+
+
+async def test_a_fence_always_answered_without_an_id_times_out_saying_so(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The answer said no error: the timeout's "last answer" must not be a COORDINATOR_NOT_AVAILABLE
+    # no broker gave (the stand-in code the retry used), but what the answer lacked.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+
+    def answering(self: FakeCoordinator, txn_id: str, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
+        return m.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)  # error_code 0, nothing done
+
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, max_block_ms=2000) as driver:
+        monkeypatch.setattr(FakeCoordinator, "init_producer_id", answering)
+        with pytest.raises(KafkaTimeoutError) as info:
+            await driver._fence("task-3")
+    assert "COORDINATOR_NOT_AVAILABLE" not in str(info.value)
+    assert "answered no error, but no identity (producer id -1, epoch -1)" in str(info.value)

@@ -340,3 +340,42 @@ async def test_a_commit_by_handle_refused_then_fenced_is_still_called_invisible(
         with pytest.raises(PreparedTransactionError, match="fenced"):
             await q.commit_prepared_transaction(prepared)
     assert committed(cluster) == []
+
+
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+async def test_a_commit_by_handle_that_sent_nothing_before_timing_out_is_called_invisible_when_then_fenced(
+    cluster: ScriptedCluster,
+) -> None:
+    # The first call finds no coordinator within max_block_ms: no EndTxn was written. Its repeat,
+    # refused PRODUCER_FENCED (a newer producer fenced the epoch meanwhile), is not in doubt: the
+    # transaction never committed, and the caller must be told to write its records again.
+    prepared = await prepared_transaction(cluster)
+    cluster.coordinator.script[m.FindCoordinatorRequest.API_KEY] = deque([COORDINATOR_NOT_AVAILABLE] * 1000)
+    async with committer(cluster, max_block_ms=1000) as q:
+        with pytest.raises(KafkaTimeoutError):
+            await q.commit_prepared_transaction(prepared)
+        assert cluster.requests_of(m.EndTxnRequest) == []
+        cluster.coordinator.script.clear()
+        async with producer(cluster):  # a newer producer of txn-1: fences the epoch (and aborts)
+            pass
+        with pytest.raises(PreparedTransactionError, match="fenced"):
+            await q.commit_prepared_transaction(prepared)
+    assert committed(cluster) == []
+
+
+async def test_a_commit_by_handle_repeated_after_an_outcome_in_doubt_is_still_in_doubt(
+    cluster: ScriptedCluster,
+) -> None:
+    # The first call's EndTxn commits, its answer is lost, its retry is refused PRODUCER_FENCED: in
+    # doubt. Repeated (any KafkaError may be), the refusal must not turn into "never visible".
+    prepared = await prepared_transaction(cluster)
+    cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([Lost, PRODUCER_FENCED, PRODUCER_FENCED])
+    async with committer(cluster) as q:
+        with pytest.raises(KafkaError, match="in doubt"):
+            await q.commit_prepared_transaction(prepared)
+        with pytest.raises(KafkaError, match="in doubt") as info:
+            await q.commit_prepared_transaction(prepared)
+    assert not isinstance(info.value, PreparedTransactionError)
+    assert committed(cluster) == [b"a0", b"a1", b"b0"]
