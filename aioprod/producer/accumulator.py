@@ -733,6 +733,10 @@ class RecordAccumulator:
             if isinstance(outcome, BatchFailure) and not isinstance(outcome.error, TransactionAbortedError):
                 self._metrics.record_error(batch, self._loop.time())
 
+    def holds(self, tp: TopicPartition) -> bool:
+        """A batch of ``tp`` is queued or on the wire."""
+        return tp in self._batches or tp in self.on_wire
+
     @property
     def has_queued(self) -> bool:
         return bool(self._batches)

@@ -25,6 +25,7 @@ is outstanding. Only the sender task touches this state.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Collection
 from itertools import chain
 
 from aioprod.producer.batch import ProducerBatch, TopicPartition
@@ -128,6 +129,22 @@ class IdempotenceState:
             else:
                 entry.in_doubt = False  # the broker acknowledged every sequence we gave out
         return len(entry.on_wire) < MAX_IN_FLIGHT_PER_PARTITION
+
+    def forget(self, topics: Collection[str], busy: Callable[[TopicPartition], bool]) -> None:
+        """Drop the entries of ``topics`` (no longer used) that a new entry would replace as
+        well: nothing of the partition unanswered, queued (``busy``) or in doubt, and no sequence
+        given out under the current identity (a transaction version 2 producer takes a new epoch
+        per transaction). An entry the broker knows at a later sequence under the current
+        identity stays, as Java's and librdkafka's keep theirs: the partition may be used again,
+        and starting it from 0 would need a new identity."""
+        names = set(topics)
+        for tp in [tp for tp in self._partitions if tp.topic in names]:
+            entry = self._partitions[tp]
+            if entry.on_wire or entry.in_doubt or busy(tp):
+                continue
+            if entry.identity == self.identity and entry.next_sequence:
+                continue
+            del self._partitions[tp]
 
     def stamp(self, batch: ProducerBatch) -> tuple[int, int, int]:
         """The batch's (producer id, epoch, base sequence): its own, or the next ones."""

@@ -261,6 +261,7 @@ class Producer:
             self._lanes.pop(topic, None)
         self._partitioner.forget(topics)
         self._metrics.forget_topics(topics)
+        self._sender.forget_topics(topics)
 
     def _pool_changed(self) -> None:
         self._sender.wakeup()

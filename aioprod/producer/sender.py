@@ -24,11 +24,13 @@ from aioprod.cluster.metadata import ClusterSnapshot, Metadata, is_cluster_id
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
     CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
     KafkaConnectionError,
     KafkaError,
     OutOfOrderSequenceNumberError,
     ProducerClosedError,
     ProducerFatalError,
+    ProducerFencedError,
     TransactionAbortedError,
     UnsupportedVersionError,
     copy_error,
@@ -61,6 +63,10 @@ _IDLE = 3600.0
 #: Requests in flight to a leader from which its batches due only by their linger wait (see
 #: ``RecordAccumulator.busy``); full batches, retries and flushes use every place.
 _LINGERED_IN_FLIGHT = 2
+
+
+#: A produce refused for its epoch: for an idempotent producer's own epoch bump, not a fencing.
+_EPOCH_REFUSED = (ProducerFencedError, InvalidProducerEpochError)
 
 
 class Sender:
@@ -127,6 +133,11 @@ class Sender:
         #: The broker refused sequence 0 of our id as an unknown producer: bumping the epoch
         #: will not do, InitProducerId gives a new id.
         self._fresh_id_needed = False
+        #: The identity last taken by bumping the epoch here, not from the broker; and whether a
+        #: broker refused such an epoch (Tansu takes only those it handed out): from then on a
+        #: new identity is asked of the broker.
+        self._bumped: tuple[int, int] | None = None
+        self._bump_refused = False
         self._task: asyncio.Task[None] | None = None
         #: The cluster id the metadata last named (None until one does).
         self._cluster_id: str | None = None
@@ -468,6 +479,8 @@ class Sender:
                 and ident.producer_epoch < _MAX_EPOCH
                 and not self._fresh_id_needed
                 and not self._init_running
+                # (Tansu refuses an epoch it did not hand out: PRODUCER_FENCED. Then ask it.)
+                and not self._bump_refused
             ):
                 # Java's bumpIdempotentProducerEpoch: the same id at the next epoch, taken here. A
                 # broker answers InitProducerId without a transactional id with a new id whatever
@@ -475,6 +488,7 @@ class Sender:
                 # id still queued in a broker (a connection given up on) would then be taken as
                 # another producer's: the new epoch fences them where the partition restarts.
                 self._take_identity(ident.producer_id, ident.producer_epoch + 1)
+                self._bumped = (ident.producer_id, ident.producer_epoch)
                 return 0.0
             self._ensure_producer_id()
         if drained:
@@ -573,6 +587,12 @@ class Sender:
         for decision in decisions:
             batch = decision.batch
             self._returned(batch)
+            if (
+                self._bumped is not None
+                and isinstance(decision.error, _EPOCH_REFUSED)
+                and (batch.producer_id, batch.producer_epoch) == self._bumped
+            ):
+                decision = self._bumped_epoch_refused(decision, now)
             other_cluster = batch in self._other_cluster
             if other_cluster:
                 self._other_cluster.discard(batch)
@@ -666,6 +686,22 @@ class Sender:
                 self._finish(batch, error, per_record)
         if refresh:
             self._metadata.request_update()
+
+    def _bumped_epoch_refused(self, decision: Decision, now: float) -> Decision:
+        """The broker refused (did not write) a batch under the epoch bumped here: it does not
+        take epochs it did not hand out (Tansu: PRODUCER_FENCED, for an id no one else has).
+        Every later batch was refused so, for good. Instead, a new identity from the broker, and
+        the batch renumbered under it, as after UNKNOWN_PRODUCER_ID."""
+        self._bumped = None
+        self._bump_refused = self._fresh_id_needed = True
+        batch = decision.batch
+        self._log.debug(
+            "the broker refused epoch %s of producer id %s: %s", batch.producer_epoch, batch.producer_id, decision.error
+        )
+        if decision.action is Action.FAIL and batch.attempts <= self._policy.retries and now < batch.deadline:
+            decision = Decision(batch, Action.RETRY, decision.error, retry_at=now)
+        decision.sequence_refused = decision.unknown_producer = decision.action is Action.RETRY
+        return decision
 
     def _retrying(self, batch: ProducerBatch, decision: Decision, node: int, now: float) -> None:
         """Count the retry; warn of retries from a broker (once, then rate-limited: a storm
@@ -787,6 +823,12 @@ class Sender:
                 self._fail_behind(batch)
         if self.transactions is not None:
             self.transactions.record_failed(error)
+
+    def forget_topics(self, topics: list[str]) -> None:
+        """Topics unused for metadata_max_idle_ms: their partitions' sequence state goes too
+        (what a new entry would replace as well; see IdempotenceState.forget)."""
+        if self.idempotence is not None:
+            self.idempotence.forget(topics, self._acc.holds)
 
     # -- producer id -------------------------------------------------------------------
 

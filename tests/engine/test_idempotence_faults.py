@@ -469,3 +469,22 @@ async def test_no_acknowledgement_for_a_record_whose_transaction_its_own_answer_
     assert cluster.partition("t").committed == []
     assert isinstance(a, OutOfOrderSequenceNumberError), a
     assert isinstance(c, TransactionAbortedError) and c.possibly_persisted is True, c
+
+
+async def test_a_broker_that_refuses_the_producers_own_epoch_bump_gets_asked_for_a_new_identity(
+    scripted: Scripted,
+) -> None:
+    # Tansu takes only the epoch its InitProducerId handed out. After a batch failed for good (its
+    # partition's sequence in doubt) the producer bumped its epoch itself, as Java does; Tansu
+    # refused that with PRODUCER_FENCED, and every record after it failed so, for good.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.refuses_client_epoch_bumps = True
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10) as p:
+        await p.send_and_wait("t", b"a")
+        cluster.nodes[1].script = deque([InvalidRecordError.code])
+        with pytest.raises(InvalidRecordError):
+            await p.send_and_wait("t", b"refused")
+        for i in range(3):
+            await p.send_and_wait("t", b"after-%d" % i)
+    assert cluster.partition("t").values == [b"a", b"after-0", b"after-1", b"after-2"]

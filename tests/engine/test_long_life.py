@@ -61,6 +61,50 @@ async def test_the_state_of_topics_no_longer_used_goes_with_their_metadata(scrip
         assert kept == dict.fromkeys(kept, 0)
 
 
+@pytest.mark.parametrize("transactional", [False, True])
+async def test_sequences_of_topics_no_longer_used_go_once_a_new_identity_replaced_them(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture, transactional: bool
+) -> None:
+    # Each partition's sequence state stayed for good once used (a topic per tenant: an entry per
+    # partition ever written). An entry the broker knows at a later sequence under the current
+    # identity must stay (as Java's and librdkafka's): the partition used again goes on from there.
+    # One a new identity made obsolete (a transaction version 2 producer takes one per
+    # transaction) goes with its topic.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("tenant", 2)
+    cluster.create_topic("other", 1)
+    cluster.coordinator.transaction_version = 2
+    options: dict[str, object] = {"metadata_max_idle_ms": 5000, "metadata_max_age_ms": 1000, "linger_ms": 0}
+    if transactional:
+        options["transactional_id"] = "svc"
+
+    async def write(topic: str, value: bytes) -> None:
+        if transactional:
+            async with p.transaction():
+                await p.send(topic, value, partition=0)
+        else:
+            await p.send_and_wait(topic, value, partition=0)
+
+    with caplog.at_level(logging.INFO, logger="aioprod"):
+        async with Producer(bootstrap_servers=cluster.bootstrap, **options) as p:
+            ident = p._sender.idempotence
+            assert ident is not None
+            for i in range(3):
+                await write("tenant", b"%d" % i)
+            await write("other", b"o")
+            await clock.advance(10)  # both idle: forgotten
+            kept = sorted(f"{tp.topic}-{tp.partition}" for tp in ident._partitions)
+            await write("tenant", b"again")
+            await write("other", b"o2")
+            await write("tenant", b"last")
+            producer_metrics = p.metrics_snapshot().producer
+    assert kept == ([] if transactional else ["other-0", "tenant-0"])
+    assert cluster.partition("tenant").values == [b"0", b"1", b"2", b"again", b"last"]
+    assert cluster.partition("other").values == [b"o", b"o2"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert (producer_metrics["producer-id-reset-total"], producer_metrics["record-retry-total"]) == (0, 0)
+
+
 async def test_an_idle_producer_keeps_nothing_of_topics_it_never_used(
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:

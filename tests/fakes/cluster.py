@@ -35,6 +35,7 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 UNKNOWN_PRODUCER_ID = 59
+PRODUCER_FENCED = 90
 NOT_COORDINATOR = 16
 
 REQUESTS: dict[int, type] = {
@@ -245,6 +246,9 @@ class ScriptedCluster:
         #: Kafka 2.5+: a producer the partition holds no state for is taken at any sequence
         #: (it answered UNKNOWN_PRODUCER_ID before, as this fake does by default).
         self.accepts_unknown_producers = False
+        #: As Tansu: a producer's epoch above the one InitProducerId handed out (a client's own
+        #: bump, Java's bumpIdempotentProducerEpoch) is refused as PRODUCER_FENCED.
+        self.refuses_client_epoch_bumps = False
         #: Put CurrentLeader/NodeEndpoints in NOT_LEADER answers (KIP-951, Produce v10+).
         self.kip951 = True
         self._producer_ids = itertools.count(1000)
@@ -481,6 +485,8 @@ class ScriptedCluster:
             elif epoch < state.epoch:
                 return INVALID_PRODUCER_EPOCH, -1
             elif epoch > state.epoch:
+                if self.refuses_client_epoch_bumps:
+                    return PRODUCER_FENCED, -1
                 if first != 0:
                     return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
                 state.epoch = epoch

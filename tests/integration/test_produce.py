@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+from pathlib import Path
 
 import confluent_kafka
 import pytest
 
 from aioprod import Producer, RecordMetadata
-from aioprod.errors import KafkaError, KafkaTimeoutError, ProducerClosedError
+from aioprod.errors import DeliveryTimeoutError, KafkaError, KafkaTimeoutError, ProducerClosedError
 from tests.brokers import MockCluster, TansuBroker, tansu, topic_across_leaders
 from tests.readback import read_topic
 
@@ -126,6 +129,35 @@ async def test_close_with_zero_timeout_fails_unsent_records(tansu_broker, topic:
         await producer.send(topic, b"late")
     # close(0) sends nothing more: what it reported as not sent is not in the log.
     assert [c.value for c in read_topic(tansu_broker.bootstrap, topic)] == [b"first"]
+
+
+async def test_records_after_a_delivery_timeout_on_the_wire_are_written(topic: str) -> None:
+    # A record that timed out on the wire leaves its partition's sequence in doubt; the producer
+    # bumped its epoch itself (Java's bumpIdempotentProducerEpoch), which Tansu refuses with
+    # PRODUCER_FENCED: every record after it failed so, for good, bumping again each time.
+    with tansu() as broker:
+        create_topic(broker.bootstrap, topic, 1)
+        options = {"linger_ms": 0, "request_timeout_ms": 1000, "delivery_timeout_ms": 1500, "retry_backoff_ms": 50}
+        async with Producer(bootstrap_servers=broker.bootstrap, **options) as producer:  # type: ignore[arg-type]
+            await producer.send_and_wait(topic, b"first")
+            assert broker.pid is not None
+            os.kill(broker.pid, signal.SIGSTOP)  # the broker answers nothing until SIGCONT
+            while Path(f"/proc/{broker.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+                await asyncio.sleep(0.001)  # (delivered: stopped, not still answering)
+            try:
+                frozen = await producer.send(topic, b"frozen")
+                with pytest.raises(DeliveryTimeoutError) as info:
+                    await frozen
+                assert info.value.possibly_persisted
+            finally:
+                os.kill(broker.pid, signal.SIGCONT)
+            after = [(await producer.send_and_wait(topic, b"after-%d" % i)).offset for i in range(3)]
+        values = [c.value for c in read_topic(broker.bootstrap, topic)]
+    assert values in (
+        [b"first", b"after-0", b"after-1", b"after-2"],
+        [b"first", b"frozen", b"after-0", b"after-1", b"after-2"],
+    )
+    assert after == [len(values) - 3, len(values) - 2, len(values) - 1]
 
 
 async def test_broker_restart_mid_stream(topic: str) -> None:
