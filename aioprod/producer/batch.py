@@ -106,6 +106,7 @@ class ProducerBatch:
         "deadline",
         "groups",
         "in_flight",
+        "last_refusal",
         "leader_epoch",
         "lost_attempt",
         "maybe_written",
@@ -141,6 +142,8 @@ class ProducerBatch:
         self.attempts = 0
         self.retry_at = 0.0
         self.in_flight = False
+        #: The broker's error for the last attempt it refused (the batch was retried).
+        self.last_refusal: KafkaError | None = None
         #: Some attempt may have been written: its answer never came, or said the write's
         #: outcome is unknown. Only a sequence check by the broker (idempotence) clears it.
         self.maybe_written = False
@@ -199,7 +202,15 @@ class ProducerBatch:
         """``unsent_because``: why a batch never sent could not be (its leader's connect error)."""
         age = (now - self.created) * 1000
         persisted = self.possibly_persisted if possibly_persisted is None else possibly_persisted
-        where = "possibly persisted: it was sent and its outcome is unknown" if persisted else "not sent"
+        if persisted:
+            where = "possibly persisted: it was sent and its outcome is unknown"
+        elif self.attempts:
+            # Sent, and refused every time (never "not sent": that hid the broker's refusals).
+            where = f"not written: sent {self.attempts} time(s), refused by the broker"
+            if self.last_refusal is not None:
+                where += f" (last: {type(self.last_refusal).__name__}: {self.last_refusal})"
+        else:
+            where = "not sent"
         if unsent_because is not None and not persisted:
             where += f": {type(unsent_because).__name__}: {unsent_because}"
         error = DeliveryTimeoutError(

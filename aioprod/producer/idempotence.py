@@ -43,7 +43,7 @@ Identity = tuple[int, int, int]
 class PartitionSequences:
     """One partition's sequence state (Java's TxnPartitionEntry)."""
 
-    __slots__ = ("acked_next", "identity", "in_doubt", "next_sequence", "on_wire")
+    __slots__ = ("acked_next", "failed_written", "identity", "in_doubt", "next_sequence", "on_wire")
 
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
@@ -53,6 +53,10 @@ class PartitionSequences:
         #: Stamped batches sent and not answered yet, in send order.
         self.on_wire: list[ProducerBatch] = []
         self.in_doubt = False
+        #: The stamps (producer id, epoch, base sequence) of batches that failed for good and
+        #: may be in the log: a batch of their identity with an earlier sequence, refused after
+        #: they failed, would land behind them if renumbered (see ``behind_failed``).
+        self.failed_written: list[tuple[int, int, int]] = []
 
     def restart(self, identity: Identity, queue: deque[ProducerBatch]) -> None:
         """Number from 0 under ``identity``; queued batches lose their stamps (only refused
@@ -66,6 +70,7 @@ class PartitionSequences:
         self.identity = identity
         self.next_sequence = self.acked_next = 0
         self.in_doubt = False
+        self.failed_written.clear()  # no batch of an earlier identity is left to renumber
 
 
 class IdempotenceState:
@@ -128,6 +133,7 @@ class IdempotenceState:
                 return False
             else:
                 entry.in_doubt = False  # the broker acknowledged every sequence we gave out
+                entry.failed_written.clear()
         return len(entry.on_wire) < MAX_IN_FLIGHT_PER_PARTITION
 
     def forget(self, topics: Collection[str], busy: Callable[[TopicPartition], bool]) -> None:
@@ -186,7 +192,21 @@ class IdempotenceState:
         """A stamped batch's records failed for good: the broker may or may not hold that
         sequence, so the partition's next expected sequence is unknown until resolved."""
         if batch.stamped:
-            self.partition(batch.tp).in_doubt = True
+            entry = self.partition(batch.tp)
+            entry.in_doubt = True
+            if not batch.needs_new_sequence and (batch.maybe_written or batch.in_flight):
+                entry.failed_written.append((batch.producer_id, batch.producer_epoch, batch.base_sequence))
+
+    def behind_failed(self, batch: ProducerBatch) -> bool:
+        """A later batch of ``batch``'s identity failed for good and may be in the log (a broker
+        without state for the producer takes any sequence, KIP-360): ``batch``, refused, would
+        land behind it if renumbered."""
+        entry = self._partitions.get(batch.tp)
+        return entry is not None and any(
+            (batch.producer_id, batch.producer_epoch) == (producer_id, epoch)
+            and sequence_before(batch.base_sequence, sequence)
+            for producer_id, epoch, sequence in entry.failed_written
+        )
 
     def rejected_sequence(self, batch: ProducerBatch, gap: bool, lost_state: bool = False) -> None:
         """The broker checked the batch's sequence and did not write it (so no attempt of it

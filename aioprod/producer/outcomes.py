@@ -248,6 +248,8 @@ def _retry_or_fail(
             backoff = policy.backoff_after(batch.attempts)
         return Decision(batch, Action.RETRY, error, retry_at=now + backoff, maybe_written=maybe_written, leader=leader)
     if now >= batch.deadline:
+        if not maybe_written:
+            batch.last_refusal = error  # this attempt's refusal: the expiry says it
         error = batch.expiry_error(now, policy.delivery_timeout_ms, batch.maybe_written or maybe_written)
     return Decision(batch, Action.FAIL, error, maybe_written=maybe_written, leader=leader)
 

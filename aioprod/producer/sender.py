@@ -708,6 +708,7 @@ class Sender:
         of them is one line per interval, saying how many there were)."""
         self._metrics.record_retry(batch, now)
         error = decision.error
+        batch.last_refusal = error
         self._retry_warned.setdefault(node, set()).add(batch.tp)
         self._last_retry[node] = now
         self._metrics.events.problem(
@@ -744,6 +745,13 @@ class Sender:
         entry = ident.partition(batch.tp)
         explained = ident.earlier_on_wire(batch) or self._acc.stamped_before(batch)
         gap = decision.unknown_producer or entry.in_doubt or not explained
+        if gap and ident.behind_failed(batch):
+            # A later batch of its identity, written ahead of it, failed (possibly persisted)
+            # before this refusal came (_fail_behind covers the other order): renumbered, this
+            # one would land behind it.
+            ident.rejected_sequence(batch, gap, lost_state=decision.unknown_producer)
+            self._finish(batch, _overtaken(batch, decision.error, certain=False))
+            return False
         fresh = (batch.producer_id, batch.producer_epoch) == entry.identity[:2] and batch.base_sequence == 0
         if (
             gap

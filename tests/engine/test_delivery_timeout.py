@@ -8,7 +8,12 @@ from collections import deque
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import CoordinatorLoadInProgressError, DeliveryTimeoutError, NotLeaderOrFollowerError
+from aioprod.errors import (
+    CoordinatorLoadInProgressError,
+    DeliveryTimeoutError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+)
 from tests.conftest import Scripted
 from tests.fakes.cluster import Hold
 
@@ -81,3 +86,27 @@ async def test_a_record_for_a_throttled_leader_expires_at_its_delivery_timeout(s
             await late
         waited = clock.now - started
     assert 29 < waited < 31
+
+
+async def test_a_record_refused_until_its_delivery_timeout_does_not_say_it_was_not_sent(scripted: Scripted) -> None:
+    # Every attempt is refused before the append (NOT_ENOUGH_REPLICAS) until the delivery timeout:
+    # the error said "not sent", hiding the four attempts and why the broker refused them.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=0,
+        request_timeout_ms=500,
+        delivery_timeout_ms=1000,
+        retry_backoff_ms=100,
+        retry_backoff_max_ms=100,
+    ) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].script = deque([NotEnoughReplicasError.code] * 100)
+        fut = await p.send("t", b"v")
+        with pytest.raises(DeliveryTimeoutError) as info:
+            await fut
+    assert info.value.possibly_persisted is False
+    assert "not sent" not in str(info.value)
+    assert "not written: sent" in str(info.value) and "NotEnoughReplicasError" in str(info.value), info.value
+    assert cluster.partition("t").values == []

@@ -19,6 +19,7 @@ from aioprod.errors import (
     ProducerFatalError,
     TransactionAbortableError,
     TransactionAbortedError,
+    UnknownServerError,
 )
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
@@ -488,3 +489,41 @@ async def test_a_broker_that_refuses_the_producers_own_epoch_bump_gets_asked_for
         for i in range(3):
             await p.send_and_wait("t", b"after-%d" % i)
     assert cluster.partition("t").values == [b"a", b"after-0", b"after-1", b"after-2"]
+
+
+async def test_a_batch_refused_after_a_later_one_failed_possibly_persisted_is_not_written_behind_it(
+    scripted: Scripted,
+) -> None:
+    # As above, in the other order: C is written ahead of A (a broker without state for the
+    # producer) and fails at once, possibly persisted (an error after the append: this broker
+    # answers UNKNOWN_SERVER_ERROR); only then is A's retry refused as out of order. A was
+    # renumbered and written behind C, which was sent after it: the log read C, A.
+    cluster, node = stateless_broker(scripted)
+    real_produce = cluster._produce
+
+    def c_written_then_unknown_server_error(node_, request, version):  # type: ignore[no-untyped-def]
+        response, hold = real_produce(node_, request, version)
+        part = response.responses[0].partition_responses[0]
+        if part.error_code == 0 and cluster.partition("t").values[-1:] == [b"C" * 100] and part.base_offset == 0:
+            part.error_code, part.base_offset = UnknownServerError.code, -1
+        return response, hold
+
+    cluster._produce = c_written_then_unknown_server_error  # type: ignore[method-assign]
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=10) as p:
+        await p.partitions_for("t")
+        node.stalling = True  # both on the wire before the broker looks at either
+        a = await p.send("t", b"A" * 100)
+        await asyncio.sleep(0.01)
+        flushing = asyncio.ensure_future(p.flush())  # C goes without waiting for A's answer
+        c = await p.send("t", b"C" * 100)
+        while p.metrics()["requests-in-flight"] < 2:
+            await asyncio.sleep(0)
+        node.script = deque([NOT_ENOUGH_REPLICAS])  # A refused before the append; C written
+        node.release()
+        a_out, c_out = await asyncio.gather(a, c, return_exceptions=True)
+        await flushing
+        after = await p.send_and_wait("t", b"D")  # the partition goes on, under a new identity
+    assert [v[:1] for v in cluster.partition("t").values] == [b"C", b"D"]
+    assert isinstance(c_out, UnknownServerError) and c_out.possibly_persisted is True, c_out
+    assert isinstance(a_out, OutOfOrderSequenceNumberError) and a_out.possibly_persisted is False, a_out
+    assert after.offset == 1
