@@ -691,13 +691,18 @@ class Sender:
         """The broker refused (did not write) a batch under the epoch bumped here: it does not
         take epochs it did not hand out (Tansu: PRODUCER_FENCED, for an id no one else has).
         Every later batch was refused so, for good. Instead, a new identity from the broker, and
-        the batch renumbered under it, as after UNKNOWN_PRODUCER_ID."""
-        self._bumped = None
-        self._bump_refused = self._fresh_id_needed = True
+        the batch renumbered under it, as after UNKNOWN_PRODUCER_ID. ``_bumped`` stays: every
+        batch on the wire under that epoch (other partitions', later ones of this partition, in
+        this answer or a later one) is refused so too, and each is renumbered."""
         batch = decision.batch
-        self._log.debug(
-            "the broker refused epoch %s of producer id %s: %s", batch.producer_epoch, batch.producer_id, decision.error
-        )
+        if not self._bump_refused:
+            self._bump_refused = self._fresh_id_needed = True
+            self._log.debug(
+                "the broker refused epoch %s of producer id %s: %s",
+                batch.producer_epoch,
+                batch.producer_id,
+                decision.error,
+            )
         if decision.action is Action.FAIL and batch.attempts <= self._policy.retries and now < batch.deadline:
             decision = Decision(batch, Action.RETRY, decision.error, retry_at=now)
         decision.sequence_refused = decision.unknown_producer = decision.action is Action.RETRY

@@ -21,6 +21,7 @@ from aioprod.errors import (
     TransactionAbortedError,
     UnknownServerError,
 )
+from aioprod.producer.batch import TopicPartition
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.cluster import OUT_OF_ORDER_SEQUENCE_NUMBER, FakeNode, Hold, ScriptedCluster
@@ -527,3 +528,51 @@ async def test_a_batch_refused_after_a_later_one_failed_possibly_persisted_is_no
     assert isinstance(c_out, UnknownServerError) and c_out.possibly_persisted is True, c_out
     assert isinstance(a_out, OutOfOrderSequenceNumberError) and a_out.possibly_persisted is False, a_out
     assert after.offset == 1
+
+
+async def test_every_batch_refused_under_the_producers_own_epoch_bump_gets_a_new_identity(
+    scripted: Scripted,
+) -> None:
+    # Tansu refuses the producer's own epoch bump for every partition, and for every batch of a
+    # partition on the wire under it: not only the first refusal read must move to a new identity,
+    # or the other partitions' records (and the later batches of the first) failed PRODUCER_FENCED.
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1, 1])
+    cluster.refuses_client_epoch_bumps = True
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10) as p:
+        await p.send_and_wait("t", b"a0", partition=0)
+        await p.send_and_wait("t", b"a1", partition=1)
+        cluster.nodes[1].script = deque([InvalidRecordError.code])
+        with pytest.raises(InvalidRecordError):
+            await p.send_and_wait("t", b"refused", partition=0)
+        futures = [await p.send("t", b"b%d-%d" % (i % 2, i), partition=i % 2) for i in range(6)]
+        await asyncio.gather(*futures)
+    assert cluster.partition("t", 0).values == [b"a0", b"b0-0", b"b0-2", b"b0-4"]
+    assert cluster.partition("t", 1).values == [b"a1", b"b1-1", b"b1-3", b"b1-5"]
+
+
+async def test_batches_of_a_partition_refused_under_the_producers_own_epoch_bump_keep_their_order(
+    scripted: Scripted,
+) -> None:
+    # Several batches of the partition are on the wire under the epoch the producer bumped itself
+    # when the broker (as Tansu) refuses them all: each is renumbered under the broker's new
+    # identity, in the order they were sent; none fails PRODUCER_FENCED.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.refuses_client_epoch_bumps = True
+    node = cluster.nodes[1]
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10, batch_size=16) as p:
+        await p.send_and_wait("t", b"a")
+        node.script = deque([InvalidRecordError.code])
+        with pytest.raises(InvalidRecordError):
+            await p.send_and_wait("t", b"refused")
+        node.stalling = True
+        tp = TopicPartition("t", 0)
+        futures = []
+        for i, on_wire in enumerate([1, 2, 2]):  # (each record a full batch; two requests on the wire)
+            futures.append(await p.send("t", b"b%d" % i))
+            while p._accumulator.on_wire.get(tp, 0) < on_wire:  # (the broker answers nothing yet)
+                await asyncio.sleep(0)
+        node.release()
+        await asyncio.gather(*futures)
+    assert cluster.partition("t").values == [b"a", b"b0", b"b1", b"b2"]
