@@ -821,12 +821,29 @@ class TransactionManager:
         tolerate = frozenset({InvalidTxnStateError.code}) if nothing_open_is_fine else frozenset()
         if not commit:
             tolerate |= _IDENTITY_GONE  # no transaction of ours to abort: renew the identity
+        sent: list[asyncio.Future[Any]] = []
         try:
             self._refuse_if_cluster_left()  # (before looking for a coordinator in the cluster left)
             response = await _end_txn(
-                self._coordinators, self._handle(), commit=commit, tolerate=tolerate, under=self._under_identity
+                self._coordinators,
+                self._handle(),
+                commit=commit,
+                tolerate=tolerate,
+                under=self._under_identity,
+                on_wire=sent.append,
             )
-        except ProducerFatalError:
+        except ProducerFatalError as exc:
+            if commit and self._cluster_left is not None and any(_unanswered(try_) for try_ in sent):
+                # An EndTxn committing it went to the cluster left and no answer said it was done: it
+                # may be committed there. Not abortable (an abort would say "never visible").
+                doubt = KafkaError(
+                    f"the commit's outcome is in doubt: an EndTxn committing the transaction got no answer "
+                    f"before the producer left that cluster ({exc}): it may have committed there"
+                )
+                doubt.__cause__ = exc
+                fatal = self.fatal(doubt)
+                fatal.possibly_persisted = True
+                raise fatal from doubt
             if commit or self._cluster_left is None:
                 raise
             # The transaction is in the cluster the producer left, which it cannot reach: that
@@ -1119,6 +1136,10 @@ def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:
         for key, version in versions.TRANSACTIONS_V2_VERSIONS.items()
         if key != TxnOffsetCommitRequest.API_KEY
     )
+
+
+def _unanswered(try_: asyncio.Future[Any]) -> bool:
+    return not try_.done() or try_.cancelled() or try_.exception() is not None
 
 
 def _identity_gone(error: BaseException) -> bool:

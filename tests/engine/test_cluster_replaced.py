@@ -970,3 +970,32 @@ async def test_a_metadata_answer_from_the_old_cluster_arriving_after_the_switch_
         state = (p._sender._cluster_id, p.cluster().cluster_id, p._sender.fatal)
     assert state == ("cluster-B", "cluster-B", None)
     assert (b.partition("t", 0).values, b.partition("t", 1).values) == ([b"b0"], [b"b1"])
+
+
+async def test_a_transaction_block_whose_commit_answer_the_swap_cut_says_it_may_have_committed(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A committed the transaction (its EndTxn answer lost), B replaced A before the retry: the
+    # block raised ProducerFatalError("the cluster changed"), then "aborted" it (nothing sent, a log
+    # saying A's coordinator aborts it), so that the block's error read as "aborted, never visible"
+    # and a caller writing the records again wrote them twice.
+    cluster, cluster_id = two_brokers(scripted, monkeypatch)
+    a_coordinator = cluster.coordinator
+    scripted_answer = FakeCoordinator.scripted
+
+    def a_commits_then_b_replaces_it(coordinator: FakeCoordinator, api_key: int) -> int | type[Lost]:
+        answer = scripted_answer(coordinator, api_key)
+        if api_key == m.EndTxnRequest.API_KEY and cluster_id["now"] == "cluster-A":
+            replace_coordinator(cluster, cluster_id)
+            return Lost  # acted on (committed in A), never answered
+        return answer
+
+    monkeypatch.setattr(FakeCoordinator, "scripted", a_commits_then_b_replaces_it)
+    async with transactional(cluster) as p:
+        with pytest.raises(ProducerFatalError, match="in doubt") as info:
+            async with p.transaction():
+                await (await p.send("t", b"in-A", partition=0))
+        assert info.value.possibly_persisted
+        assert not p.in_transaction  # nothing left for the block or close() to "abort"
+    assert a_coordinator.transactions["txn-1"].last_end == (True, 0)  # A committed it
+    assert [r.body.committed for r in cluster.requests_of(m.EndTxnRequest)] == [True]  # type: ignore[attr-defined]
