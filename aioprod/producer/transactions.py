@@ -833,12 +833,16 @@ class TransactionManager:
                 on_wire=sent.append,
             )
         except ProducerFatalError as exc:
-            if commit and self._cluster_left is not None and any(_unanswered(try_) for try_ in sent):
-                # An EndTxn committing it went to the cluster left and no answer said it was done: it
-                # may be committed there. Not abortable (an abort would say "never visible").
+            fenced = has_cause(exc, lambda e: isinstance(e, (ProducerFencedError, InvalidProducerEpochError)))
+            if commit and (self._cluster_left is not None or fenced) and any(map(_unanswered, sent)):
+                # An EndTxn committing it got no answer saying it was done, and the retry cannot say
+                # either: it went to the cluster left, or the coordinator answers a fenced epoch so
+                # whatever became of the transaction (Kafka checks the epoch first). It may be
+                # committed. Not abortable (an abort would say "never visible").
+                why = "before the producer left that cluster" if self._cluster_left is not None else "before a fence"
                 doubt = KafkaError(
                     f"the commit's outcome is in doubt: an EndTxn committing the transaction got no answer "
-                    f"before the producer left that cluster ({exc}): it may have committed there"
+                    f"{why} ({exc}): it may have committed"
                 )
                 doubt.__cause__ = exc
                 fatal = self.fatal(doubt)

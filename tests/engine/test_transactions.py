@@ -231,6 +231,20 @@ async def test_an_end_txn_answer_lost_is_retried_and_commits_once(cluster: Scrip
     assert len(requests(cluster, m.EndTxnRequest)) == 3  # the lost one, its retry, the next
 
 
+async def test_a_commit_whose_answer_was_lost_then_fenced_says_it_may_have_committed(cluster: ScriptedCluster) -> None:
+    # The EndTxn commits, its answer is lost; a newer producer of the id fences the epoch before
+    # the retry, which Kafka answers PRODUCER_FENCED whatever became of the transaction. The
+    # error said only "fenced", as if the transaction's records would never be visible.
+    async with producer(cluster) as p:
+        cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([Lost, ProducerFencedError.code])
+        with pytest.raises(ProducerFatalError, match="outcome is in doubt") as info:
+            async with p.transaction():
+                await p.send("t", b"committed", partition=0)
+        assert info.value.possibly_persisted
+        assert [request.body.committed for request in cluster.requests_of(m.EndTxnRequest)] == [True, True]  # type: ignore[attr-defined]
+    assert cluster.partition("t", 0).committed == [b"committed"]
+
+
 async def test_a_failed_record_makes_the_transaction_abortable_and_the_producer_goes_on(
     cluster: ScriptedCluster,
 ) -> None:
