@@ -185,7 +185,7 @@ class Coordinators:
                     response: R = await conn.send(build(), max_version=max_version)
                 else:
                     sent: asyncio.Future[R] = asyncio.ensure_future(conn.send(build(), max_version=max_version))
-                    sent.add_done_callback(_retrieved)
+                    sent.add_done_callback(mark_retrieved)
                     on_wire(sent)
                     response = await asyncio.shield(sent)
             except KafkaError as exc:
@@ -249,9 +249,11 @@ class Coordinators:
         await asyncio.sleep(delay if cap is None else min(cap, delay))
 
 
-def _retrieved(future: asyncio.Future[Any]) -> None:
+def mark_retrieved(future: asyncio.Future[Any]) -> None:
+    """A done callback: its exception counts as retrieved (its caller may be gone, cancelled), so
+    no "exception was never retrieved"; a later await still gets it."""
     if not future.cancelled():
-        future.exception()  # its caller may be gone (cancelled): not "exception was never retrieved"
+        future.exception()
 
 
 async def committed_offsets(coordinators: Coordinators, group_id: str) -> dict[TopicPartition, int]:

@@ -62,7 +62,7 @@ from aioprod.event_log import ClientLogger
 from aioprod.net.connection import BrokerConnection
 from aioprod.net.pool import ConnectionPool
 from aioprod.producer.batch import TopicPartition
-from aioprod.producer.coordinators import GROUP, TRANSACTION, Coordinators
+from aioprod.producer.coordinators import GROUP, TRANSACTION, Coordinators, mark_retrieved
 from aioprod.producer.idempotence import IdempotenceState
 from aioprod.protocol import versions
 from aioprod.protocol.messages import (
@@ -490,7 +490,7 @@ class TransactionManager:
             task = asyncio.get_running_loop().create_task(make(), name=f"aioprod-txn-{name}")
             # Its outcome is reported to the next call, or lives on in the state (an abortable
             # error): not as asyncio's "exception was never retrieved" if nobody calls again.
-            task.add_done_callback(_outcome_kept)
+            task.add_done_callback(mark_retrieved)
             self._operation = (name, task)
             self._operation_key = key
         window = asyncio.timeout(self._config.max_block_ms / 1000)
@@ -833,8 +833,7 @@ class TransactionManager:
                 on_wire=sent.append,
             )
         except ProducerFatalError as exc:
-            fenced = has_cause(exc, lambda e: isinstance(e, (ProducerFencedError, InvalidProducerEpochError)))
-            if commit and (self._cluster_left is not None or fenced) and any(map(_unanswered, sent)):
+            if commit and (self._cluster_left is not None or _fenced(exc)) and any(map(_unanswered, sent)):
                 # An EndTxn committing it got no answer saying it was done, and the retry cannot say
                 # either: it went to the cluster left, or the coordinator answers a fenced epoch so
                 # whatever became of the transaction (Kafka checks the epoch first). It may be
@@ -958,11 +957,6 @@ class TransactionManager:
         return self.state.value
 
 
-def _outcome_kept(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        task.exception()  # marks it retrieved; a later call still gets it from the task
-
-
 def _add_partitions_codes(response: AddPartitionsToTxnResponse) -> list[int]:
     return [p.partition_error_code for t in response.results_by_topic_v3_and_below for p in t.results_by_partition]
 
@@ -1044,8 +1038,7 @@ async def end_prepared(
             why = _NOT_OPEN[exc.code]
         else:
             raise
-        unanswered = any(try_.cancelled() or try_.exception() is not None for try_ in sent[:-1])
-        if commit and exc.code in _FENCED and (sent_before or unanswered):
+        if commit and exc.code in _FENCED and (sent_before or any(map(_unanswered, sent[:-1]))):
             # Kafka checks the epoch before the transaction's state: once a newer producer fenced it,
             # a commit that went through is answered so too. Not "never visible": written again, its
             # records would be there twice.
@@ -1144,6 +1137,10 @@ def _speaks_transactions_v2(connections: list[BrokerConnection]) -> bool:
 
 def _unanswered(try_: asyncio.Future[Any]) -> bool:
     return not try_.done() or try_.cancelled() or try_.exception() is not None
+
+
+def _fenced(error: BaseException) -> bool:
+    return has_cause(error, lambda e: isinstance(e, BrokerResponseError) and e.code in _FENCED)
 
 
 def _identity_gone(error: BaseException) -> bool:
