@@ -61,8 +61,8 @@ from aioprod.cli.metrics_table import java_style_lines
 from aioprod.cli.stats import AckTracker, LatencySummary
 from aioprod.errors import KafkaError
 from aioprod.metrics import MetricsSnapshot
-from aioprod.producer.accumulator import RecordAccumulator
-from aioprod.protocol.records import BATCH_HEADER_SIZE
+from aioprod.protocol.primitives import varint_size
+from aioprod.protocol.records import BATCH_HEADER_SIZE, MAX_RECORD_OVERHEAD
 
 _MIN_SLEEP = 0.002  # as Java's throttler: shorter waits are not worth a sleep
 _MIB = 1024 * 1024
@@ -395,7 +395,9 @@ def perf(
         assert record_size is not None
         limit = quiet_config(options).max_request_size
         longest_key = None if keys is None else b"key-%d" % (keys - 1)
-        wire = RecordAccumulator.record_size(longest_key, None, []) + record_size + BATCH_HEADER_SIZE
+        # The batch one record makes, as the producer's check counts it (Java's upper bound).
+        key_part = 1 if longest_key is None else varint_size(len(longest_key)) + len(longest_key)
+        wire = BATCH_HEADER_SIZE + MAX_RECORD_OVERHEAD + key_part + varint_size(record_size) + record_size + 1
         if wire > limit:
             # Every record would fail as too large: say so before building a payload that size.
             raise CliUsageError(

@@ -311,10 +311,17 @@ class RecordAccumulator:
             for name, value in headers
         )
 
-    def check_size(self, size: int) -> None:
-        if size + BATCH_HEADER_SIZE > self._config.max_request_size:
+    def check_size(self, size: int, key: bytes | None, value: bytes | None, headers: Headers) -> None:
+        """Refuse a record of ``size`` (:meth:`record_size`) that no request or buffer can hold.
+
+        Against max_request_size, the batch the record makes counts as Java counts it
+        (estimateSizeInBytesUpperBound: the record's framing at its largest, not the 64 bytes
+        ``size`` reserves in memory): a record whose batch fits was refused, with a batch size
+        it would not have."""
+        batch = RecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
+        if batch > self._config.max_request_size:
             raise RecordTooLargeError(
-                f"record of about {size} bytes (a batch of {size + BATCH_HEADER_SIZE}) is larger than "
+                f"record of about {batch - BATCH_HEADER_SIZE} bytes (a batch of {batch}) is larger than "
                 f"max_request_size ({self._config.max_request_size})"
             )
         if size > self._config.buffer_memory:

@@ -170,7 +170,8 @@ class Producer:
         self._max_block = self.config.max_block_ms / 1000
         # Records up to this size need no size check against max_request_size/buffer_memory.
         # max_request_size counts the batch the record makes: its 61-byte header too (Java's
-        # estimateSizeInBytesUpperBound); RECORD_OVERHEAD covers the record's own framing.
+        # estimateSizeInBytesUpperBound); RECORD_OVERHEAD covers the record's own framing (and
+        # more: a record past this limit is measured as Java measures it, by check_size).
         self._size_limit = min(self.config.max_request_size - _BATCH_HEADER_SIZE, self.config.buffer_memory)
         # topic -> its TopicPartition objects by partition id, made once instead of per record.
         self._tps: dict[str, list[TopicPartition]] = {}
@@ -470,7 +471,7 @@ class Producer:
             size += acc.headers_size(header_list)
         if size > self._size_limit:
             try:
-                acc.check_size(size)
+                acc.check_size(size, key, value, header_list)
             except KafkaError:
                 self._metrics.record_send_error(1, self._loop.time())
                 raise
@@ -1116,9 +1117,10 @@ class Producer:
             payload = (0 if value is None else len(value)) + (0 if keys is None or keys[i] is None else len(keys[i]))
             if payload > room or header_lists:
                 key = None if keys is None else keys[i]
-                size = acc.record_size(key, value, header_lists[i] if header_lists else ())
+                header_list = header_lists[i] if header_lists else ()
+                size = acc.record_size(key, value, header_list)
                 if size > self._size_limit:
-                    acc.check_size(size)
+                    acc.check_size(size, key, value, header_list)
         return values, keys, header_lists
 
     def _check_loop(self) -> None:

@@ -64,6 +64,12 @@ def _byte_view(data: object) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
+def _bytes_size(data: object) -> int:
+    """A length varint and the bytes of ``data`` (bytes-like), as a record holds them."""
+    n = len(data) if type(data) is bytes else _byte_view(data).nbytes
+    return _varint_size(n) + n
+
+
 def _varint_size(value: int) -> int:
     """Bytes of a zig-zag varint for a non-negative ``value``."""
     value <<= 1
@@ -391,15 +397,18 @@ class RecordBatchBuilder(_RecordsCore):
 
     @staticmethod
     def estimate_size_in_bytes(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None = ()) -> int:
-        """Upper bound on the size of a batch holding just this record, for max-size checks."""
+        """Upper bound on the size of a batch holding just this record, for max-size checks.
+
+        Key, value and header values count in bytes, as ``append`` encodes them: any
+        bytes-like object (``len()`` of an ``array('q')`` or its memoryview counts items)."""
         headers = headers or ()
         size = BATCH_HEADER_SIZE + MAX_RECORD_OVERHEAD + _varint_size(len(headers))
         for item in (key, value):
-            size += 1 if item is None else _varint_size(len(item)) + len(item)
+            size += 1 if item is None else _bytes_size(item)
         for h_key, h_value in headers:
             key_len = len(h_key.encode())
             size += _varint_size(key_len) + key_len
-            size += 1 if h_value is None else _varint_size(len(h_value)) + len(h_value)
+            size += 1 if h_value is None else _bytes_size(h_value)
         return size
 
     def build(

@@ -8,6 +8,7 @@ byte where uncompressed.
 
 from __future__ import annotations
 
+import array
 import os
 import struct
 from typing import Any
@@ -289,6 +290,20 @@ def test_estimate_size_is_an_upper_bound() -> None:
         builder.append(p.INT64_MAX, key, value, headers)
         assert builder.size_in_bytes <= RecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
         assert RecordBatchBuilder.estimate_size_in_bytes(key, value, headers) - builder.size_in_bytes <= 21
+
+
+def test_estimate_size_is_an_upper_bound_for_buffers_counted_in_bytes() -> None:
+    # append() takes any bytes-like key, value and header value and encodes its bytes; the
+    # estimate took len(), which counts an array('q') or its memoryview in items: 1,190 bytes
+    # "at most" for a batch of 8,875, so a max-size check built on it let such a record through.
+    value = array.array("q", range(1000))
+    headers: list[Any] = [("h", memoryview(array.array("d", [1.0] * 100)))]
+    builder = RecordBatchBuilder("none", 100_000)
+    builder.append(0, None, value, headers)
+    estimate = RecordBatchBuilder.estimate_size_in_bytes(None, value, headers)  # type: ignore[arg-type]
+    assert builder.size_in_bytes <= estimate <= builder.size_in_bytes + 21
+    with pytest.raises(TypeError):
+        RecordBatchBuilder.estimate_size_in_bytes("text", None)  # type: ignore[arg-type]  # as append() refuses it
 
 
 # --- build: caching and byte identity -------------------------------------------------------------
