@@ -150,6 +150,13 @@ class Metadata:
         #: Each topic's id (Metadata v10+): a new id is a topic deleted and created again,
         #: whose epochs start over.
         self._topic_ids: dict[str, uuid.UUID] = {}
+        #: Partitions whose leader at the newest epoch known answered a produce request that it
+        #: does not lead (or host) them: the epoch so refused. Without topic ids (Metadata < v10,
+        #: Kafka < 2.8) a topic deleted and created again is seen only so: its epochs start over.
+        self._refused_epochs: dict[tuple[str, int], int] = {}
+        #: Partitions with records waiting that the snapshot lacks: when a full refresh first
+        #: lacked each (loop time); see :meth:`partition_gone`.
+        self._gone_since: dict[tuple[str, int], float] = {}
         self._need_update = asyncio.Event()
         self._updated: asyncio.Future[None] | None = None
         #: Set (and dropped) at the next change of the pool, when someone waits for one.
@@ -427,6 +434,37 @@ class Metadata:
                     await changed.wait()
         return node
 
+    def leader_refused(self, topic: str, partition: int, node: int, epoch: int) -> None:
+        """``node``, to which a batch of the partition went as its leader at ``epoch``, answered
+        that it does not lead (or host) it. Kept only for the newest epoch known and that epoch's
+        leader: see the use in :meth:`_apply`."""
+        key = (topic, partition)
+        if epoch < 0 or epoch != self._leader_epochs.get(key, -1):
+            return
+        if self.snapshot.leader_for(topic, partition) == node:
+            self._refused_epochs[key] = epoch
+
+    def topic_error(self, topic: str) -> KafkaError | None:
+        """The error the last answer refused ``topic`` with (authorization, an invalid name),
+        if it did: the one send() raises now."""
+        return self._topic_errors.get(topic)
+
+    def partition_gone(self, topic: str, partition: int) -> int | None:
+        """The topic's partition count, if full refreshes have lacked ``partition`` (the topic
+        still there) for ``retry_backoff_max_ms``: the topic was deleted and created with fewer
+        partitions, and records queued for it will never have a leader. Else None. The same
+        proof as a send() naming a missing partition needs (one lagging answer is not one)."""
+        info = self.snapshot.topics.get(topic)
+        key = (topic, partition)
+        if info is None or not info.partitions or partition in info.partitions or self._refresh_succeeded == 0:
+            self._gone_since.pop(key, None)
+            return None
+        first = self._gone_since.setdefault(key, self._last_refresh)
+        if self._last_refresh - first < self._config.retry_backoff_max_ms / 1000:
+            return None
+        del self._gone_since[key]
+        return len(info.partitions)
+
     def update_leader(self, topic: str, partition: int, leader: int, epoch: int, address: Broker | None) -> bool:
         """A produce response named the partition's new leader (KIP-951): use it now, if
         it is newer than what is known. Returns whether anything changed.
@@ -440,11 +478,16 @@ class Metadata:
         if info is None or part is None or leader < 0 or epoch < newest or (epoch == newest <= part.leader_epoch):
             return False
         brokers = self.snapshot.brokers
-        if leader not in brokers:
-            if address is None or address.node_id != leader:
-                return False
-            brokers = MappingProxyType({**brokers, leader: address})
-            self._pool.set_address(address.node_id, address.host, address.port)
+        known = brokers.get(leader)
+        if address is not None and address.node_id == leader:
+            if known is None or (known.host, known.port) != (address.host, address.port):
+                # New to the snapshot, or moved: the answer's NodeEndpoints are where it is now
+                # (Java's updatePartitionLeadership lets them win). The old address kept, a retry
+                # went there, and waited out a connect timeout where it swallows connections.
+                brokers = MappingProxyType({**brokers, leader: address})
+                self._pool.set_address(address.node_id, address.host, address.port)
+        elif known is None:
+            return False
         self._leader_epochs[(topic, partition)] = epoch
         moved = PartitionInfo(partition, leader, epoch, part.replicas, part.isr)
         topics = dict(self.snapshot.topics)
@@ -572,6 +615,10 @@ class Metadata:
     def _drop_leader_epochs(self, topics: set[str]) -> None:
         for key in [k for k in self._leader_epochs if k[0] in topics]:
             del self._leader_epochs[key]
+        for key in [k for k in self._refused_epochs if k[0] in topics]:
+            del self._refused_epochs[key]
+        for key in [k for k in self._gone_since if k[0] in topics]:
+            del self._gone_since[key]
 
     def _apply(self, response: MetadataResponse, node: int | None = None, *, partial: bool = False) -> bool:
         """Install what ``response`` (from ``node``) says; returns whether leaders, brokers
@@ -652,8 +699,15 @@ class Metadata:
                 newest = self._leader_epochs.get(key, -1)
                 previous = None if known is None else known.partitions.get(p.partition_index)
                 if 0 <= p.leader_epoch < newest and previous is not None:
-                    parts[p.partition_index] = previous  # a lagging broker's older view
-                    continue
+                    if t.topic_id.int or self._refused_epochs.get(key) != newest:
+                        parts[p.partition_index] = previous  # a lagging broker's older view
+                        continue
+                    # No topic id to tell, and the leader at the newest epoch said it does not
+                    # lead: the topic was created again (its epochs start over), or that broker
+                    # lags itself. Taken: kept, the partition went to that broker for good.
+                    self._leader_epochs[key] = p.leader_epoch
+                if p.leader_epoch != newest:
+                    self._refused_epochs.pop(key, None)
                 if p.leader_epoch > newest:
                     self._leader_epochs[key] = p.leader_epoch
                 parts[p.partition_index] = PartitionInfo(
@@ -671,6 +725,8 @@ class Metadata:
             if parts:
                 topics[t.name] = TopicInfo(t.name, MappingProxyType(parts), brokers)
                 self._leaders_found(t.name, leaderless, node)
+        for key in [k for k in self._gone_since if k[1] in (topics[k[0]].partitions if k[0] in topics else ())]:
+            del self._gone_since[key]  # there again: a lagging answer had left it out
         for b in brokers.values():
             self._pool.set_address(b.node_id, b.host, b.port)
         self._metrics.forget_brokers(self._pool.forget_absent(brokers))

@@ -27,11 +27,14 @@ from aioprod.errors import (
     InvalidProducerEpochError,
     KafkaConnectionError,
     KafkaError,
+    NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
+    PartitionNotFoundError,
     ProducerClosedError,
     ProducerFatalError,
     ProducerFencedError,
     TransactionAbortedError,
+    UnknownTopicOrPartitionError,
     UnsupportedVersionError,
     copy_error,
     error_for_code,
@@ -67,6 +70,8 @@ _LINGERED_IN_FLIGHT = 2
 
 #: A produce refused for its epoch: for an idempotent producer's own epoch bump, not a fencing.
 _EPOCH_REFUSED = (ProducerFencedError, InvalidProducerEpochError)
+#: A produce refused by a broker that does not lead, or host, the partition.
+_LEADER_REFUSED = (NotLeaderOrFollowerError, UnknownTopicOrPartitionError)
 
 
 class Sender:
@@ -451,6 +456,7 @@ class Sender:
             for topic in readiness.unknown_leader:
                 self._metadata.touch(topic, now)  # records wait for it: keep describing it
             self._metadata.request_update()  # answered (or not) by a listener wake-up
+            self._fail_unplaceable(readiness.unknown_leader)
         connections: dict[int, BrokerConnection] = {}
         for node in readiness.nodes:
             # None: connecting, and the pool wakes us when it is up.
@@ -498,6 +504,21 @@ class Sender:
         if deadline is not None:
             delay = min(delay, deadline - now)
         return max(delay, 0.0)
+
+    def _fail_unplaceable(self, topics: set[str]) -> None:
+        """Fail the queued batches that no leader will take: of a topic the metadata refuses
+        (TOPIC_AUTHORIZATION_FAILED, INVALID_TOPIC_EXCEPTION: an ACL revoked), with that error, as
+        send() now raises it; of a partition their topic no longer has (deleted and created with
+        fewer partitions), with PartitionNotFoundError. Waiting out the delivery timeout ended in
+        a bare "not sent" after two minutes of refreshes."""
+        for tp in [tp for tp in self._acc.open_batches if tp.topic in topics]:
+            refused = self._metadata.topic_error(tp.topic)
+            count = None if refused is not None else self._metadata.partition_gone(tp.topic, tp.partition)
+            if refused is None and count is None:
+                continue
+            for batch in self._acc.withdraw(tp, _any):
+                error = refused if refused is not None else PartitionNotFoundError(tp.topic, tp.partition, count or 0)
+                self._finish(batch, _maybe_in_log(error) if batch.possibly_persisted else _not_in_log(error))
 
     # -- produce requests ------------------------------------------------------------
 
@@ -611,6 +632,8 @@ class Sender:
                     part = None if info is None else info.partitions.get(tp.partition)
                     if part is None or part.leader_epoch <= batch.leader_epoch:
                         decision.retry_at = now + self._policy.backoff_after(batch.attempts)
+            if decision.refresh_metadata and isinstance(decision.error, _LEADER_REFUSED):
+                self._metadata.leader_refused(batch.tp.topic, batch.tp.partition, node, batch.leader_epoch)
             refresh = refresh or decision.refresh_metadata
             action = decision.action
             if batch.done:
@@ -942,6 +965,10 @@ def _always(batch: ProducerBatch, queue: deque[ProducerBatch]) -> bool:
     return True
 
 
+def _any(batch: ProducerBatch) -> bool:
+    return True
+
+
 def _also(
     first: Callable[[TopicPartition], bool], then: Callable[[ProducerBatch, deque[ProducerBatch]], bool]
 ) -> Callable[[ProducerBatch, deque[ProducerBatch]], bool]:
@@ -989,6 +1016,13 @@ def _overtaken(batch: ProducerBatch, refusal: KafkaError | None, certain: bool =
         text += " (an earlier attempt may be in a log in which the broker lost the producer's state)"
     error = OutOfOrderSequenceNumberError(text if refusal is None else f"{text} ({refusal})")
     error.possibly_persisted = batch.possibly_persisted  # type: ignore[attr-defined]
+    return error
+
+
+def _not_in_log(error: KafkaError) -> KafkaError:
+    """``error`` (a copy) for a batch that is certainly not in the log."""
+    error = copy_error(error)
+    error.possibly_persisted = False  # type: ignore[attr-defined]
     return error
 
 

@@ -377,6 +377,36 @@ async def test_a_topic_refused_for_authorization_is_asked_about_again(
     assert cluster.partition("tenant", 1).values == [b"added"]
 
 
+async def test_queued_records_of_a_topic_whose_acl_is_revoked_fail_with_the_refusal(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A refresh answers TOPIC_AUTHORIZATION_FAILED while records of the topic wait for their
+    # linger: the topic leaves the snapshot, so no leader takes them. They waited out
+    # delivery_timeout_ms (2 minutes) and failed with a bare "not sent" DeliveryTimeoutError,
+    # while send() raised the typed refusal at once.
+    cluster = scripted.cluster
+    cluster.create_topic("tenant", 1)
+    denied: set[str] = set()
+    answer = ScriptedCluster._metadata
+
+    def metadata_without_acl(self: ScriptedCluster, node: object, request: object) -> object:
+        response = answer(self, node, request)  # type: ignore[arg-type]
+        for topic in response.topics:
+            if topic.name in denied:
+                topic.error_code, topic.partitions = TopicAuthorizationFailedError.code, []
+        return response
+
+    monkeypatch.setattr(ScriptedCluster, "_metadata", metadata_without_acl)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=60_000, metadata_max_age_ms=1_000) as p:
+        await p.send_and_wait("tenant", b"allowed")
+        future = await p.send("tenant", b"queued")
+        denied.add("tenant")  # the ACL is revoked; the next periodic refresh says so
+        with pytest.raises(TopicAuthorizationFailedError) as info:
+            await future
+    assert info.value.possibly_persisted is False  # type: ignore[attr-defined]
+    assert cluster.partition("tenant").values == [b"allowed"]
+
+
 async def test_the_coordinators_of_many_groups_are_not_all_kept(scripted: Scripted) -> None:
     cluster = scripted.cluster
     cluster.create_topic("t", 1)

@@ -161,6 +161,26 @@ async def test_a_not_leader_answer_naming_the_new_leader_is_followed_at_once(scr
     assert metadata_during <= 1
 
 
+async def test_a_not_leader_answer_naming_a_moved_leader_is_followed_to_its_new_address(scripted: Scripted) -> None:
+    # Node 2 moved to another address as it took the partition over; the NOT_LEADER answer's
+    # NodeEndpoints (KIP-951) say where. The snapshot's old address was kept instead: the retry
+    # went there, and where it swallows connection attempts, waited out the connect timeout.
+    cluster, network = scripted.cluster, scripted.network
+    node2 = cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1])
+    async with Producer(bootstrap_servers="127.0.0.1:9091", linger_ms=0) as p:
+        await p.send_and_wait("t", b"at node 1")
+        old_address = node2.address
+        network.stop_listening(*old_address)
+        network.black_holes.add(old_address)
+        node2.port = 9999
+        network.listen(node2.host, node2.port, node2)
+        cluster.move_leader("t", 0, 2)
+        await p.send_and_wait("t", b"at node 2")
+    assert old_address not in network.connects
+    assert cluster.partition("t").values == [b"at node 1", b"at node 2"]
+
+
 async def test_a_leaderless_partition_nobody_writes_to_causes_no_refreshes(scripted: Scripted) -> None:
     cluster = scripted.cluster
     cluster.create_topic("t", leaders=[1, -1])
@@ -1018,3 +1038,63 @@ async def test_failed_refreshes_back_off_afresh_once_one_has_worked(
         starting_up[0] = False
         await second
     assert failed >= 3, f"{failed} refreshes in the first second of the second outage"
+
+
+@pytest.mark.parametrize("kip951", [True, False])
+async def test_a_recreated_topic_is_followed_to_its_new_leader_without_topic_ids(
+    scripted: Scripted, kip951: bool
+) -> None:
+    # Metadata below v10 (Kafka < 2.8) names no topic id: a topic deleted and created again is
+    # seen only as leader epochs starting over. Taken for a lagging broker's view, the old leader
+    # (node 1, epoch 4) was kept for good and every record of the partition expired.
+    cluster = scripted.cluster
+    cluster.versions[MetadataRequest.API_KEY] = (1, 9)
+    cluster.kip951 = kip951
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1])
+    for leader in (2, 1, 2, 1):  # the partition is at leader epoch 4, led by node 1
+        cluster.move_leader("t", 0, leader)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, delivery_timeout_ms=30_000) as p:
+        await p.send_and_wait("t", b"before", partition=0)
+        cluster.create_topic("t", leaders=[2])  # deleted and created again: node 2 leads, epoch 0
+        md = await p.send_and_wait("t", b"after", partition=0)
+    assert md.offset == 0
+    assert cluster.partition("t", 0).values == [b"after"]
+
+
+async def test_without_topic_ids_a_lagging_broker_still_does_not_undo_a_leader_change(scripted: Scripted) -> None:
+    # The rule above takes an older epoch only once the leader at the newest one refused: a lagging
+    # broker's answer alone still does not take the producer back (no topic ids either).
+    scripted.cluster.versions[MetadataRequest.API_KEY] = (1, 9)
+    cluster = three_nodes_two_lagging(scripted, leader=2)
+    cluster.partition("t").epoch = 1
+    lag_behind(cluster)
+    async with Producer(bootstrap_servers="127.0.0.1:9092", linger_ms=0, metadata_max_age_ms=200) as p:
+        await p.send_and_wait("t", b"learn the leader")
+        learned = len(cluster.requests)
+        await twenty_beside_lagging_answers(p)
+    assert produced_to_t_after(cluster, learned) == [2] * 20
+
+
+@pytest.mark.parametrize("where", ["queued", "on the wire"])
+async def test_records_for_a_partition_a_recreated_topic_lacks_fail_as_such(scripted: Scripted, where: str) -> None:
+    # The topic is deleted and created again with 2 partitions while records for its partition 3
+    # wait (or are on the wire, and come back UNKNOWN_TOPIC_OR_PARTITION): no leader will ever
+    # take them. They waited out delivery_timeout_ms (2 minutes), refreshing all along, and failed
+    # with a bare DeliveryTimeoutError ("not sent").
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=4)
+    linger_ms = 0 if where == "on the wire" else 60_000
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=linger_ms, metadata_max_age_ms=1_000) as p:
+        await p.send_and_wait("t", b"a", partition=3)
+        cluster.nodes[1].stalling = where == "on the wire"
+        future = await p.send("t", b"b", partition=3)
+        await asyncio.sleep(0)
+        cluster.create_topic("t", leaders=2)
+        cluster.nodes[1].release()
+        with pytest.raises(PartitionNotFoundError) as caught:  # not DeliveryTimeoutError, 2 minutes later
+            await future
+        assert (await p.send_and_wait("t", b"c", partition=1)).offset == 0
+    assert (caught.value.topic, caught.value.partition, caught.value.partition_count) == ("t", 3, 2)
+    assert caught.value.possibly_persisted is False  # type: ignore[attr-defined]
+    assert [part.values for part in cluster.topics["t"]] == [[], [b"c"]]
