@@ -141,6 +141,9 @@ class SyncProducer:
             use_uvloop, f"aioprod-sync-producer-{next(_counter)}"
         )
         self._escaped = _Escaped(self._thread)
+        metrics = producer._metrics  # (its callback runs on this loop too: see _Escaped)
+        if metrics._statistics_callback is not None:
+            metrics._statistics_callback = self._escaped.statistics(metrics._statistics_callback)
         try:
             self._call(start_wait, producer.start)
         except BaseException:
@@ -297,13 +300,19 @@ class SyncProducer:
         timeout = check_timeout("flush", timeout)
         limit = self._delivery_timeout if timeout is None else timeout
         closing = self._closing
-        if closing is not None:
-            # Another thread's close() is delivering: flushed means that close has settled every
-            # record (whether it failed is close()'s to report).
-            if not _settled(closing, limit + _GRACE):
-                raise KafkaTimeoutError(f"gave up waiting for flush (a close under way) after {limit + _GRACE:.1f}s")
-            return
-        self._call(limit + _GRACE, self._producer.flush, limit)
+        if closing is None:
+            try:
+                self._call(limit + _GRACE, self._producer.flush, limit)
+                return
+            except ProducerClosedError:
+                closing = self._closing
+                if closing is None:
+                    raise
+                # (a close began since the look above: refused, as a record would be, or its loop ended)
+        # Another thread's close() is delivering: flushed means that close has settled every
+        # record (whether it failed is close()'s to report).
+        if not _settled(closing, limit + _GRACE):
+            raise KafkaTimeoutError(f"gave up waiting for flush (a close under way) after {limit + _GRACE:.1f}s")
 
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids (fetching metadata, up to ``max_block_ms``)."""
@@ -751,6 +760,16 @@ def _run_soon(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> 
                     return stop.value  # type: ignore[no-any-return]
                 except asyncio.CancelledError:
                     raise  # the task is cancelled: settle() cancels the future
+                except (SystemExit, KeyboardInterrupt) as exc:
+                    # The call's own (a serializer's or partitioner's sys.exit(), a submit()
+                    # coroutine's): raised in the caller's thread, as if the step ran there. Out of
+                    # the task it stopped the producer's loop: every other record failed, the
+                    # producer with them ("use SyncProducer"), and the exit was only logged.
+                    if future.set_running_or_notify_cancel():
+                        future.set_exception(exc)
+                    else:  # the caller gave up meanwhile: nobody to raise it in
+                        log.warning("%r raised on the SyncProducer's thread by a call given up", exc)
+                    return None  # type: ignore[return-value]
                 except BaseException as exc:
                     if future.set_running_or_notify_cancel():
                         future.set_exception(exc)
@@ -855,27 +874,21 @@ class _Escaped:
     confluent-kafka raises a callback's exception from ``poll()`` and ``flush()``)."""
 
     def __init__(self, thread: threading.Thread) -> None:
-        self._thread = thread
+        self.thread = thread
+        self.pid = os.getpid()
         self._lock = threading.Lock()
         self._error: BaseException | None = None
 
     def guard(self, fn: Callable[[Any], object]) -> Callable[[Any], object]:
         def guarded(future: Any) -> object:
-            if threading.current_thread() is not self._thread:
+            if threading.current_thread() is not self.thread:
                 return fn(future)  # added to a done future: it runs in the caller's own thread
             try:
                 return fn(future)
             except Exception:
                 raise  # concurrent.futures logs it
             except (SystemExit, KeyboardInterrupt) as exc:
-                log.warning(
-                    "a callback raised %r on the SyncProducer's thread: the producer goes on, and it is raised in "
-                    "the thread that next calls the producer",
-                    exc,
-                )
-                with self._lock:
-                    if self._error is None:
-                        self._error = exc
+                self.keep(exc)
             except BaseException:
                 # Another BaseException (asyncio.CancelledError, of a cancelled future's result()): no
                 # exit asked for, and not one for a plain thread's next call; logged, as an Exception.
@@ -883,6 +896,38 @@ class _Escaped:
             return None
 
         return guarded
+
+    def keep(self, exc: BaseException) -> None:
+        """Keep ``exc`` (raised by user code on the producer's thread) for the next caller."""
+        log.warning(
+            "a callback raised %r on the SyncProducer's thread: the producer goes on, and it is raised in "
+            "the thread that next calls the producer",
+            exc,
+        )
+        with self._lock:
+            if self._error is None:
+                self._error = exc
+
+    def statistics(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``statistics_callback`` (sync or async) whose ``SystemExit`` is kept: out of its task it
+        stopped the producer's loop, failing every record queued ("use SyncProducer")."""
+
+        async def awaited(result: Awaitable[Any]) -> Any:
+            try:
+                return await result
+            except (SystemExit, KeyboardInterrupt) as exc:
+                self.keep(exc)
+                return None
+
+        def call(snapshot: Any) -> Any:
+            try:
+                result = callback(snapshot)
+            except (SystemExit, KeyboardInterrupt) as exc:
+                self.keep(exc)
+                return None
+            return awaited(result) if inspect.isawaitable(result) else result
+
+        return call
 
     def raise_pending(self) -> None:
         with self._lock:
@@ -899,6 +944,31 @@ class _Guarded(concurrent.futures.Future[T]):
 
     def add_done_callback(self, fn: Callable[[Any], object]) -> None:
         super().add_done_callback(self._escaped.guard(fn))
+
+    def result(self, timeout: float | None = None) -> T:
+        self._refuse_waiting_for_itself()
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._refuse_waiting_for_itself()
+        return super().exception(timeout)
+
+    def _refuse_waiting_for_itself(self) -> None:
+        # Only the producer's thread settles this future: waited for there (a delivery callback
+        # waiting for a later record), or in a forked child (where that thread does not exist), it
+        # waited until the wait ran out, or forever (the loop blocked meanwhile, in the first case).
+        if self.done():
+            return
+        if threading.current_thread() is self._escaped.thread:
+            raise RuntimeError(
+                "a SyncProducer's future cannot be waited for on the producer's own thread (e.g. in a "
+                "delivery callback) before it is done: that would wait for itself forever"
+            )
+        if os.getpid() != self._escaped.pid:
+            raise ProducerClosedError(
+                f"this future's SyncProducer was created in process {self._escaped.pid}, and its thread does "
+                "not exist in this forked child process: nothing here will settle it"
+            )
 
     @classmethod
     def adopt(cls, future: concurrent.futures.Future[T], escaped: _Escaped) -> concurrent.futures.Future[T]:

@@ -265,6 +265,43 @@ def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: Tansu
     assert all("its own thread" in str(exc) for exc in seen)
 
 
+def test_waiting_for_a_pending_future_from_a_callback_is_refused(tansu_broker: TansuBroker, topic: str) -> None:
+    # Only the producer's thread settles its futures: a callback waiting there for another one
+    # (a later record's, a submit()'s) blocked the loop until its wait ran out, or forever.
+    release_first, release_second = threading.Event(), threading.Event()
+
+    async def parked(_: Producer, release: threading.Event) -> None:
+        await asyncio.to_thread(release.wait)
+
+    waited: list[BaseException] = []
+    called_back = threading.Event()
+
+    def wait_for_the_second(_: concurrent.futures.Future[None]) -> None:
+        try:
+            second.result(5)  # (refused at once; before, the loop waited the 5 s out)
+        except BaseException as exc:
+            waited.append(exc)
+        try:
+            record.exception(5)
+        except BaseException as exc:
+            waited.append(exc)
+        called_back.set()
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=600_000) as producer:
+        record = producer.send(topic, b"lingering", partition=0)
+        first = producer.submit(parked, release_first)
+        second = producer.submit(parked, release_second)
+        first.add_done_callback(wait_for_the_second)
+        release_first.set()
+        assert called_back.wait(60)
+        assert [type(exc) for exc in waited] == [RuntimeError, RuntimeError]
+        assert "wait for itself forever" in str(waited[0])
+        release_second.set()
+        assert second.result(30) is None
+        producer.flush(30)
+        assert record.result(0).offset == 0
+
+
 @pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()], ids=["SystemExit", "KeyboardInterrupt"])
 def test_a_callbacks_system_exit_reaches_the_caller_and_the_producer_goes_on(
     tansu_broker: TansuBroker, topic: str, raised: BaseException
@@ -295,6 +332,71 @@ def test_a_callbacks_system_exit_reaches_the_caller_and_the_producer_goes_on(
     assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"first", b"second", b"third"]
     with pytest.raises(type(raised)):
         first.add_done_callback(leave)  # added to a done future, it runs in the caller's thread, as ever
+
+
+def test_a_system_exit_of_a_call_on_the_loop_reaches_its_caller_and_the_producer_goes_on(
+    tansu_broker: TansuBroker, topic: str
+) -> None:
+    # A serializer's (or a submit() coroutine's) sys.exit() left the call's task and stopped the
+    # producer's loop: the record queued before it failed ("use SyncProducer across asyncio.run()
+    # calls"), every later send too, and the exit was only logged.
+    def serializer(value: str) -> bytes:
+        if value == "exit":
+            sys.exit(3)
+        return value.encode()
+
+    async def exits(_: Producer) -> None:
+        sys.exit(4)
+
+    with SyncProducer(
+        bootstrap_servers=tansu_broker.bootstrap, value_serializer=serializer, linger_ms=600_000
+    ) as producer:
+        before = producer.send(topic, "before", partition=0)
+        with pytest.raises(SystemExit) as info:
+            producer.send(topic, "exit", partition=0)
+        assert info.value.code == 3
+        with pytest.raises(SystemExit) as info:
+            producer.submit(exits).result(30)
+        assert info.value.code == 4
+        after = producer.send(topic, "after", partition=0)
+        producer.flush(30)
+        assert (before.result(0).offset, after.result(0).offset) == (0, 1)
+    assert [r.value for r in read_topic(tansu_broker.bootstrap, topic)] == [b"before", b"after"]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_statistics_callbacks_system_exit_reaches_the_caller_and_the_producer_goes_on(
+    tansu_broker: TansuBroker, topic: str, kind: str
+) -> None:
+    # It left the reporter task and stopped the producer's loop: the record queued failed ("use
+    # SyncProducer across asyncio.run() calls"), the producer with it, and the exit was only logged.
+    go, exited, again = threading.Event(), threading.Event(), threading.Event()
+
+    def on_statistics(_: object) -> None:
+        if exited.is_set():
+            again.set()  # the exit was kept before this call
+        elif go.is_set():
+            exited.set()
+            sys.exit(5)
+
+    async def on_statistics_async(snapshot: object) -> None:
+        on_statistics(snapshot)
+
+    callback = on_statistics if kind == "sync" else on_statistics_async
+    with SyncProducer(
+        bootstrap_servers=tansu_broker.bootstrap,
+        linger_ms=600_000,
+        statistics_interval_ms=10,
+        statistics_callback=callback,
+    ) as producer:
+        queued = producer.send(topic, b"queued", partition=0)
+        go.set()
+        assert again.wait(30)
+        with pytest.raises(SystemExit) as info:
+            producer.flush(30)
+        assert info.value.code == 5
+        producer.flush(30)  # raised once; the producer goes on
+        assert queued.result(0).offset == 0
 
 
 def test_a_callbacks_cancelled_error_is_logged_not_raised_in_the_next_call(
@@ -541,6 +643,49 @@ def test_flush_waits_for_the_records_a_concurrent_close_is_still_settling(topic:
             closer.join(60)
 
 
+def test_a_flush_overtaken_by_a_concurrent_close_waits_for_it(
+    tansu_broker: TansuBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A close() begun between flush()'s look for one and its call to the loop got flush() a
+    # ProducerClosedError ("no more records are accepted"), the record still on its way. The
+    # interleaving is forced: flush() is held there (its second _check_process) until close() began.
+    close_began = threading.Event()
+    checks = Counter[str]()
+    check_process, begin_close = SyncProducer._check_process, SyncProducer._begin_close
+
+    def held_check_process(self: SyncProducer) -> None:
+        if threading.current_thread().name == "flusher":
+            checks["flusher"] += 1
+            if checks["flusher"] == 2:  # flush() has found no close under way
+                assert close_began.wait(30)
+        check_process(self)
+
+    def begin_close_and_tell(self: SyncProducer, timeout: float) -> concurrent.futures.Future[None]:
+        closing = begin_close(self, timeout)
+        close_began.set()
+        return closing
+
+    monkeypatch.setattr(SyncProducer, "_check_process", held_check_process)
+    monkeypatch.setattr(SyncProducer, "_begin_close", begin_close_and_tell)
+    producer = SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=600_000)
+    record = producer.send(topic, b"lingering", partition=0)
+    outcome: list[BaseException | None] = []
+
+    def flush() -> None:
+        try:
+            producer.flush(60)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    flusher = threading.Thread(target=flush, name="flusher")
+    flusher.start()
+    producer.close(60)
+    flusher.join(60)
+    assert outcome == [None]
+    assert record.result(0).offset == 0
+
+
 FORKING = """
 import os, sys
 from aioprod import SyncProducer
@@ -577,6 +722,45 @@ def test_a_forked_child_exits_and_is_told_to_make_its_own_producer(call: str) ->
     assert process.returncode == 0, err
     if call:
         assert "child error: ProducerClosedError" in out and "create a new SyncProducer after fork" in out
+
+
+FORKED_FUTURE = """
+import asyncio, os, sys, threading
+from aioprod import SyncProducer
+release = threading.Event()
+async def parked(_):
+    await asyncio.to_thread(release.wait)
+producer = SyncProducer(bootstrap_servers="127.0.0.1:{port}")
+future = producer.submit(parked)
+pid = os.fork()
+if pid == 0:
+    try:
+        future.result(10)  # (refused at once; before, it waited the whole 10 s, or forever)
+    except Exception as exc:
+        print("child error:", type(exc).__name__, exc, flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+release.set()
+future.result(30)
+producer.close(1)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_a_forked_child_waiting_for_an_inherited_future_is_told_nothing_will_settle_it() -> None:
+    code = FORKED_FUTURE.format(port=refused_port())
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = process.communicate(timeout=60)  # a guard: the child hung
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail("the forked child hung")
+    assert process.returncode == 0, err
+    assert "child error: ProducerClosedError" in out and "forked child process" in out, out
 
 
 @pytest.mark.parametrize("call", ["send", "send_many", "close"])
