@@ -154,6 +154,9 @@ class Metadata:
         #: does not lead (or host) them: the epoch so refused. Without topic ids (Metadata < v10,
         #: Kafka < 2.8) a topic deleted and created again is seen only so: its epochs start over.
         self._refused_epochs: dict[tuple[str, int], int] = {}
+        #: Of those, when an answer first named an older epoch since the refusal (loop time):
+        #: taken once answers have said so for ``retry_backoff_max_ms``, see :meth:`_older_proved`.
+        self._older_since: dict[tuple[str, int], float] = {}
         #: Partitions with records waiting that the snapshot lacks: when a full refresh first
         #: lacked each (loop time); see :meth:`partition_gone`.
         self._gone_since: dict[tuple[str, int], float] = {}
@@ -444,6 +447,19 @@ class Metadata:
         if self.snapshot.leader_for(topic, partition) == node:
             self._refused_epochs[key] = epoch
 
+    def _older_proved(self, key: tuple[str, int], newest: int) -> bool:
+        """An answer names an older epoch of ``key`` than ``newest``, whose leader refused it:
+        taken once answers have named older ones since the first such, for ``retry_backoff_max_ms``
+        (none at ``newest`` or later between). One lagging broker's answer is no proof: after an
+        ordinary leader change (the leader at ``newest`` refuses because a newer one leads), it
+        sent the records back to the leader of an older epoch, the same proof as
+        :meth:`partition_gone`'s."""
+        if self._refused_epochs.get(key) != newest:
+            return False
+        now = asyncio.get_running_loop().time()
+        since = self._older_since.setdefault(key, now)
+        return now - since >= self._config.retry_backoff_max_ms / 1000
+
     def topic_error(self, topic: str) -> KafkaError | None:
         """The error the last answer refused ``topic`` with (authorization, an invalid name),
         if it did: the one send() raises now."""
@@ -617,6 +633,8 @@ class Metadata:
             del self._leader_epochs[key]
         for key in [k for k in self._refused_epochs if k[0] in topics]:
             del self._refused_epochs[key]
+        for key in [k for k in self._older_since if k[0] in topics]:
+            del self._older_since[key]
         for key in [k for k in self._gone_since if k[0] in topics]:
             del self._gone_since[key]
 
@@ -699,13 +717,15 @@ class Metadata:
                 newest = self._leader_epochs.get(key, -1)
                 previous = None if known is None else known.partitions.get(p.partition_index)
                 if 0 <= p.leader_epoch < newest and previous is not None:
-                    if t.topic_id.int or self._refused_epochs.get(key) != newest:
+                    if t.topic_id.int or not self._older_proved(key, newest):
                         parts[p.partition_index] = previous  # a lagging broker's older view
                         continue
-                    # No topic id to tell, and the leader at the newest epoch said it does not
-                    # lead: the topic was created again (its epochs start over), or that broker
-                    # lags itself. Taken: kept, the partition went to that broker for good.
+                    # No topic id to tell, the leader at the newest epoch said it does not lead,
+                    # and answers have named an older epoch since, for retry_backoff_max_ms: the
+                    # topic was created again (its epochs start over), or that broker lags itself.
+                    # Taken: kept, the partition went to that broker for good.
                     self._leader_epochs[key] = p.leader_epoch
+                self._older_since.pop(key, None)  # an answer at the newest epoch or later
                 if p.leader_epoch != newest:
                     self._refused_epochs.pop(key, None)
                 if p.leader_epoch > newest:

@@ -41,6 +41,9 @@ class Readiness(NamedTuple):
     unknown_leader: set[str]
     #: (partition, its queue, its leader) of every sendable head batch, in drain order.
     sendable: list[tuple[TopicPartition, deque[ProducerBatch], int]]
+    #: The partitions of no known leader (in ``unknown_leader``'s topics): the sender looks at
+    #: them alone for records no leader will take, not at every partition with data.
+    leaderless: list[TopicPartition]
 
 
 _UNKNOWN: Any = object()
@@ -518,6 +521,7 @@ class RecordAccumulator:
         sendable: list[tuple[TopicPartition, deque[ProducerBatch], int]] = []
         next_check = 3600.0
         unknown_leader: set[str] = set()
+        leaderless: list[TopicPartition] = []
         force = self._forced()
         on_wire = self.on_wire
         one_on_wire = self._one_on_wire
@@ -535,6 +539,7 @@ class RecordAccumulator:
                 leader = leaders[tp] = cluster.leader_for(tp.topic, tp.partition)
             if leader is None:
                 unknown_leader.add(tp.topic)
+                leaderless.append(tp)
                 continue
             if leader in blocked:
                 continue
@@ -568,7 +573,7 @@ class RecordAccumulator:
         if not riders <= nodes:
             idle = riders - nodes  # their batches are all riders: no request for them this round
             sendable = [entry for entry in sendable if entry[2] not in idle]
-        return Readiness(nodes, next_check, unknown_leader, sendable)
+        return Readiness(nodes, next_check, unknown_leader, sendable, leaderless)
 
     def _leaders_of(self, cluster: ClusterSnapshot) -> dict[TopicPartition, int | None]:
         """Each partition's usable leader in ``cluster``, found once per snapshot."""

@@ -456,7 +456,7 @@ class Sender:
             for topic in readiness.unknown_leader:
                 self._metadata.touch(topic, now)  # records wait for it: keep describing it
             self._metadata.request_update()  # answered (or not) by a listener wake-up
-            self._fail_unplaceable(readiness.unknown_leader)
+            self._fail_unplaceable(readiness.leaderless)
         connections: dict[int, BrokerConnection] = {}
         for node in readiness.nodes:
             # None: connecting, and the pool wakes us when it is up.
@@ -505,13 +505,15 @@ class Sender:
             delay = min(delay, deadline - now)
         return max(delay, 0.0)
 
-    def _fail_unplaceable(self, topics: set[str]) -> None:
-        """Fail the queued batches that no leader will take: of a topic the metadata refuses
-        (TOPIC_AUTHORIZATION_FAILED, INVALID_TOPIC_EXCEPTION: an ACL revoked), with that error, as
-        send() now raises it; of a partition their topic no longer has (deleted and created with
-        fewer partitions), with PartitionNotFoundError. Waiting out the delivery timeout ended in
-        a bare "not sent" after two minutes of refreshes."""
-        for tp in [tp for tp in self._acc.open_batches if tp.topic in topics]:
+    def _fail_unplaceable(self, leaderless: list[TopicPartition]) -> None:
+        """Fail the queued batches of ``leaderless`` partitions that no leader will take: of a
+        topic the metadata refuses (TOPIC_AUTHORIZATION_FAILED, INVALID_TOPIC_EXCEPTION: an ACL
+        revoked), with that error, as send() now raises it; of a partition their topic no longer
+        has (deleted and created with fewer partitions), with PartitionNotFoundError. Waiting out
+        the delivery timeout ended in a bare "not sent" after two minutes of refreshes. Only the
+        partitions without a leader: every partition with data, each round one of them had none
+        (an election), cost as much again as the round's ready()."""
+        for tp in leaderless:
             refused = self._metadata.topic_error(tp.topic)
             count = None if refused is not None else self._metadata.partition_gone(tp.topic, tp.partition)
             if refused is None and count is None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from aioprod import Producer
+from aioprod.cluster.metadata import Metadata
 from aioprod.errors import (
     KafkaTimeoutError,
     NotLeaderOrFollowerError,
@@ -1098,3 +1099,61 @@ async def test_records_for_a_partition_a_recreated_topic_lacks_fail_as_such(scri
     assert (caught.value.topic, caught.value.partition, caught.value.partition_count) == ("t", 3, 2)
     assert caught.value.possibly_persisted is False  # type: ignore[attr-defined]
     assert [part.values for part in cluster.topics["t"]] == [[], [b"c"]]
+
+
+# Seeds whose refresh after the refusal goes to a lagging node (asserted below).
+@pytest.mark.parametrize("scripted", [2, 3, 6], indirect=True)
+async def test_without_topic_ids_one_lagging_answer_after_a_leader_change_does_not_take_the_producer_back(
+    scripted: Scripted,
+) -> None:
+    # An ordinary leader change (no topic recreated): node 2 led at epoch 1, node 4 leads at epoch 2.
+    # Node 2 refuses the next batch; the refresh that follows is answered by a lagging node (node 1
+    # at epoch 0). Taken on that one answer, it sent the records back to node 1, and the older epoch
+    # let every other lagging answer in after it.
+    scripted.cluster.versions[MetadataRequest.API_KEY] = (1, 9)
+    scripted.cluster.kip951 = False
+    cluster = three_nodes_two_lagging(scripted, leader=2)
+    cluster.add_node(4)
+    cluster.partition("t").epoch = 1
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
+        await p.send_and_wait("t", b"at epoch 1")
+        for i in (0, 1):  # connected to nodes 1 and 3 too: the refresh goes to one of nodes 1-3
+            await p.send_and_wait("elsewhere", b"x", partition=i)
+        learned = len(cluster.requests)
+        lag_behind(cluster)
+        cluster.move_leader("t", 0, 4)
+        await p.send_and_wait("t", b"at epoch 2")
+    later = cluster.requests[learned:]
+    refused = next(i for i, r in enumerate(later) if isinstance(r.body, ProduceRequest) and r.node == 2)
+    answers = [r.node for r in later[refused:] if isinstance(r.body, MetadataRequest)]
+    assert answers[0] in (1, 3), "the refresh after the refusal did not reach a lagging node: the test proves nothing"
+    assert [r.node for r in later if isinstance(r.body, ProduceRequest) and r.body.topic_data[0].name == "t"][-1] == 4
+    assert produced_to_t_after(cluster, learned).count(1) == 0
+    assert cluster.partition("t").values == [b"at epoch 1", b"at epoch 2"]
+
+
+async def test_a_round_with_a_leaderless_partition_looks_at_that_partition_alone_for_unplaceable_records(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One partition of 50, all with records queued, has no leader (an election). Each sender round
+    # looked at every partition of its topic for records no leader will take (a lookup per partition
+    # with data: with 10,000, more than the round's ready() itself), not at the leaderless one.
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=[1] * 49 + [-1])
+    asked: list[int] = []
+    partition_gone = Metadata.partition_gone
+
+    def counted(self: Metadata, topic: str, partition: int) -> int | None:
+        asked.append(partition)
+        return partition_gone(self, topic, partition)
+
+    monkeypatch.setattr(Metadata, "partition_gone", counted)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=60_000) as p:
+        for i in range(50):
+            await p.send("t", b"%d" % i, partition=i)
+        await asyncio.sleep(3)  # refreshes for the leaderless partition, each answered by a round
+        assert asked, "no round looked for unplaceable records: the test proves nothing"
+        assert set(asked) == {49}
+        cluster.move_leader("t", 49, 1)
+        await p.flush()
+    assert all(part.values == [b"%d" % i] for i, part in enumerate(cluster.topics["t"]))

@@ -38,9 +38,9 @@ async def test_batch_waits_for_linger_then_is_ready() -> None:
     acc, _ = accumulator(linger_ms=10)
     snapshot = cluster({0: 1})
     append(acc, 0, b"v", now=100.0)
-    ready, delay, unknown, _ = acc.ready(snapshot, 100.004)
+    ready, delay, unknown, _, _ = acc.ready(snapshot, 100.004)
     assert ready == set() and delay == pytest.approx(0.006) and not unknown
-    ready, _, _, _ = acc.ready(snapshot, 100.010)
+    ready, _, _, _, _ = acc.ready(snapshot, 100.010)
     assert ready == {1}
 
 
@@ -56,8 +56,8 @@ async def test_full_batch_is_ready_at_once() -> None:
 async def test_unknown_leader_is_reported() -> None:
     acc, _ = accumulator()
     append(acc, 0, b"v", now=0.0)
-    ready, _, unknown, _ = acc.ready(cluster({0: -1}), 1.0)
-    assert ready == set() and unknown == {"t"}
+    ready, _, unknown, _, leaderless = acc.ready(cluster({0: -1}), 1.0)
+    assert ready == set() and unknown == {"t"} and leaderless == [TopicPartition("t", 0)]
 
 
 async def test_drain_respects_max_request_size_and_resumes_where_it_stopped() -> None:
