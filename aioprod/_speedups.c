@@ -1633,7 +1633,7 @@ static PyTypeObject SendCountType = {
 typedef struct {
     PyObject_HEAD
     PyObject *topic;
-    PyObject *producer;    /* its _clock_check() */
+    PyObject *producer;    /* its _clock_check() and _batch_filled() */
     SendCount *sends;      /* the producer's count, which each record the lane takes adds to */
     PyObject *metadata;    /* Metadata: the lane holds while metadata.snapshot is `snapshot` */
     PyObject *snapshot;
@@ -1651,7 +1651,7 @@ typedef struct {
 } SendLane;
 
 static PyObject *str_snapshot, *str_available, *str_produced, *str_partition, *str_payload, *str_builder,
-    *str_reserved, *str_settlement, *str_waiters, *str_used, *str_total, *str_clock_check;
+    *str_reserved, *str_settlement, *str_waiters, *str_used, *str_total, *str_clock_check, *str_batch_filled;
 
 static int
 SendLane_traverse(SendLane *self, visitproc visit, void *arg)
@@ -1916,6 +1916,15 @@ SendLane_send(SendLane *self, PyObject *const *args, Py_ssize_t nargs)
         (state != NULL && PyObject_SetAttr(state, str_produced, new_produced) < 0))
         goto error;
     result = new_record_future(&RecordFutureType, settlement, (Py_ssize_t)number, timestamp);
+    if (result != NULL && !was_full && core->full) {
+        /* The record filled the batch: it is sendable now (Producer._batch_filled wakes the
+         * sender), not at its linger or its partition's answer. The record is queued whatever
+         * the call does: an error there is reported, not raised. */
+        PyObject *filled = PyObject_CallMethodOneArg(self->producer, str_batch_filled, last);
+        if (filled == NULL)
+            PyErr_WriteUnraisable(self->producer);
+        Py_XDECREF(filled);
+    }
     if (result != NULL && count_unyielded(self) < 0)
         Py_CLEAR(result);
     goto done;
@@ -2019,6 +2028,7 @@ PyInit__speedups(void)
         {&str_used, "used"},
         {&str_total, "total"},
         {&str_clock_check, "_clock_check"},
+        {&str_batch_filled, "_batch_filled"},
 #if PY_VERSION_HEX < 0x030C0000
         {&str_running_loop_key, "__asyncio_running_event_loop__"},
 #endif

@@ -348,9 +348,12 @@ class RecordAccumulator:
         if queue:
             last = queue[-1]
             if last.payload is None:
-                index = last.builder.append(timestamp, key, value, headers)
+                builder = last.builder
+                index = builder.append(timestamp, key, value, headers)
                 if index is not None:
                     last.reserved += size
+                    if builder.is_full:
+                        self.filled(last)
                     return RecordFuture(last.settlement, index, timestamp)
         return RecordFuture(
             self._add_to_new_batch(tp, timestamp, key, value, headers, size, now).settlement, 0, timestamp
@@ -393,6 +396,8 @@ class RecordAccumulator:
             appended, cost = batch.builder.append_values(
                 group.timestamp, values, keys, start, stop, budget, RECORD_OVERHEAD
             )
+            if appended and batch.builder.is_full:
+                self.filled(batch)
         if not appended:
             batch = self._new_batch(tp, None)
             appended, cost = batch.builder.append_values(
@@ -424,9 +429,12 @@ class RecordAccumulator:
         if queue:
             last = queue[-1]
             if last.payload is None:
-                index = last.builder.append(timestamp, key, value, headers)
+                builder = last.builder
+                index = builder.append(timestamp, key, value, headers)
                 if index is not None:
                     last.reserved += size
+                    if builder.is_full:
+                        self.filled(last)
                     return last, index
         return self._add_to_new_batch(tp, timestamp, key, value, headers, size, now), 0
 
@@ -465,10 +473,12 @@ class RecordAccumulator:
             if batch.deadline < self.next_round:
                 self._wakeup()
             return
-        # The one before it (if any) is now complete and sendable; else the new batch is
-        # sendable once it lingered (or at once, if something forces sending), or, if a batch
-        # of its partition is unanswered, with that answer, which wakes the sender anyway.
-        if len(queue) > 1 or self._forced():
+        # The one before it (if any) is now complete and sendable, as is the new batch if its
+        # first record filled it (one larger than batch_size): neither waits for a linger or an
+        # answer. Else the new batch is sendable once it lingered (or at once, if something
+        # forces sending), or, if a batch of its partition is unanswered, with that answer,
+        # which wakes the sender anyway.
+        if len(queue) > 1 or batch.builder.is_full or self._forced():
             if self.next_round > batch.created:
                 self._wakeup()
         elif (
@@ -476,6 +486,15 @@ class RecordAccumulator:
             and batch.tp not in self.on_wire
             and not (self.busy and not news and self._leader_in(batch.tp, self.busy))
         ):
+            self._wakeup()
+
+    def filled(self, batch: ProducerBatch) -> None:
+        """The partition's open ``batch`` just filled (no record fits it any more, and none was
+        refused, so no batch opens behind it): it is sendable now, not at its linger or with its
+        partition's answer (see ``ready``), and a round must come to send it."""
+        if self.blocked and self._leader_in(batch.tp, self.blocked):
+            return  # the connection wakes the sender once it can take a request
+        if self.next_round > batch.created:
             self._wakeup()
 
     def _queue_for(self, tp: TopicPartition) -> deque[ProducerBatch]:

@@ -320,6 +320,8 @@ class ProducerBatch:
             self.groups = [entry]
 
     def succeed(self, base_offset: int, log_append_time: int) -> None:
+        if self.settlement.outcome is not None:
+            return  # settled already: its send_many groups counted its records then
         tp = self.tp
         for group, start, delta, count in self.groups:
             first = base_offset + delta if base_offset >= 0 else -1
@@ -331,6 +333,10 @@ class ProducerBatch:
     def fail(self, error: KafkaError, per_record: Mapping[int, KafkaError] | None = None) -> None:
         """``per_record``: each record's own error by offset delta (the broker named the
         invalid records of the batch)."""
+        if self.settlement.outcome is not None:
+            # Settled already (the sender's last resort after a bug fails what it had put back in
+            # a queue, and the queue after it): counted twice, a send_many group never resolved.
+            return
         for group, start, delta, count in self.groups:
             errors = None if per_record is None else [per_record[d] for d in range(delta, delta + count)]
             group.failed(start, count, error, errors)

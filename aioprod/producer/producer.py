@@ -38,7 +38,7 @@ from aioprod.metrics import MetricsSnapshot, ProducerMetrics
 from aioprod.net.pool import CLOSE_GRACE, ConnectionPool
 from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from aioprod.producer.accumulator import RecordAccumulator
-from aioprod.producer.batch import Headers, SendGroup, TopicPartition
+from aioprod.producer.batch import Headers, ProducerBatch, SendGroup, TopicPartition
 from aioprod.producer.coordinators import Coordinators, committed_offsets
 from aioprod.producer.partitioner import RECORD_FRAMING, Partitioner, partition_for_key
 from aioprod.producer.record_future import RecordFuture, RecordMetadata
@@ -546,6 +546,10 @@ class Producer:
             # The timer overdue, with nothing in flight (whose answers pace the rounds; -inf:
             # a round is pending already); or answers to read, and the round they wake.
             acc.yield_wanted = _TURNS_FOR_A_ROUND
+
+    def _batch_filled(self, batch: ProducerBatch) -> None:
+        """A compiled lane's record filled its batch (RecordAccumulator.filled)."""
+        self._accumulator.filled(batch)
 
     def _open_lane(self, topic: str) -> None:
         """Give ``topic`` a compiled lane for the current metadata snapshot, once send()'s own

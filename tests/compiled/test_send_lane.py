@@ -24,7 +24,7 @@ from aioprod.cluster.metadata import Broker, ClusterSnapshot, PartitionInfo, Top
 from aioprod.config import ProducerConfig
 from aioprod.errors import KafkaError
 from aioprod.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator
-from aioprod.producer.batch import TopicPartition
+from aioprod.producer.batch import ProducerBatch, TopicPartition
 from aioprod.producer.partitioner import RECORD_FRAMING, Partitioner, partition_for_key
 from tests.brokers import TansuBroker
 from tests.readback import read_topic
@@ -50,16 +50,25 @@ def snapshot(leaders: tuple[int, ...] = (1,) * PARTITIONS) -> ClusterSnapshot:
 
 
 class FakeProducer:
-    """The two things the lane asks of its producer: the count of sends, shared with send()'s own
-    path, and the clock check."""
+    """What the lane asks of its producer: the count of sends, shared with send()'s own path, the
+    clock check, and the word that a record filled its batch (which may wake the sender, counted)."""
 
     def __init__(self) -> None:
         self._sends = _speedups.SendCount()
         self.clock_checks = 0
+        self.wakeups = 0
+        self.acc: RecordAccumulator | None = None
 
     def _clock_check(self) -> None:
         self._sends.count = 0
         self.clock_checks += 1
+
+    def _batch_filled(self, batch: ProducerBatch) -> None:
+        assert self.acc is not None
+        self.acc.filled(batch)
+
+    def wakeup(self) -> None:
+        self.wakeups += 1
 
 
 class Setup:
@@ -69,9 +78,9 @@ class Setup:
         self.config = ProducerConfig.from_options(
             bootstrap_servers="h:1", batch_size=batch_size, buffer_memory=buffer_memory
         )
-        self.acc = RecordAccumulator(self.config, lambda: None)
-        self.partitioner = Partitioner("default", batch_size, random.Random(3))
         self.producer = FakeProducer()
+        self.acc = self.producer.acc = RecordAccumulator(self.config, self.producer.wakeup)
+        self.partitioner = Partitioner("default", batch_size, random.Random(3))
         self.clock_every = clock_every
         self.metadata = type("Metadata", (), {})()
         self.new_metadata(snapshot())
@@ -145,7 +154,7 @@ class Setup:
             for tp, queue in self.acc.open_batches.items()
         )
         sticky = {t: (s.partition, s.produced, s.available) for t, s in self.partitioner.sticky_states.items()}  # type: ignore[union-attr]
-        counts = self.producer._sends.count, self.producer.clock_checks
+        counts = self.producer._sends.count, self.producer.clock_checks, self.producer.wakeups
         return self.acc.pool.used, batches, sticky, counts
 
 

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import KafkaTimeoutError, ProducerFatalError
+from aioprod.errors import KafkaTimeoutError, NotEnoughReplicasError, ProducerFatalError, SendManyError
+from aioprod.producer.batch import ProducerBatch
 from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.engine.test_cluster_replaced import name_cluster
@@ -436,3 +437,50 @@ async def test_a_fence_always_answered_without_an_id_times_out_saying_so(
             await driver._fence("task-3")
     assert "COORDINATOR_NOT_AVAILABLE" not in str(info.value)
     assert "answered no error, but no identity (producer id -1, epoch -1)" in str(info.value)
+
+
+async def test_send_many_resolves_when_handling_an_answer_fails_with_an_injected_bug(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sender's last resort ("a bug here must not leave futures pending forever") failed the
+    # request's batches, one of them already put back in its queue for a retry; the producer's
+    # failure then failed every queued batch, that one again, and a send_many group counted its
+    # records twice: its future never resolved (or resolved before its last batch had).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 3)
+    node = cluster.nodes[1]
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap,
+        linger_ms=10_000,
+        delivery_timeout_ms=60_000,
+        batch_size=1024,
+        max_in_flight_requests_per_connection=1,
+        enable_idempotence=False,
+    ) as p:
+        for partition in range(3):
+            await p.send_and_wait("t", b"warm-up", partition=partition)
+        node.holding = True
+        blocker = await p.send("t", b"blocker", partition=2)
+        flushing = asyncio.ensure_future(p.flush())
+        while len(cluster.requests_of(m.ProduceRequest)) < 4:
+            await asyncio.sleep(0)  # the blocker is on the wire: the connection takes no other request
+        many = await p.send_many("t", [b"x" * 400 for _ in range(5)], partition=0)  # three batches of t-0
+        other = await p.send("t", b"y", partition=1)
+        # The next request: t-0's first batch (refused: retried) and t-1's, whose handling breaks.
+        node.script = deque([NotEnoughReplicasError.code, 0])
+        succeed = ProducerBatch.succeed
+
+        def broken(self: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+            if self.tp.partition == 1:
+                raise RuntimeError("injected bug")
+            succeed(self, base_offset, log_append_time)
+
+        monkeypatch.setattr(ProducerBatch, "succeed", broken)
+        node.release()
+        with pytest.raises(ProducerFatalError):
+            await other
+        await asyncio.gather(flushing, blocker, return_exceptions=True)
+    assert many.done()  # every record of it has its outcome, and the producer is closed
+    error = many.exception()
+    assert isinstance(error, SendManyError)
+    assert all(isinstance(result, ProducerFatalError) for result in error.results)

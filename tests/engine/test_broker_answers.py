@@ -321,6 +321,9 @@ async def test_a_lost_attempt_the_brokers_sequence_check_refused_is_not_in_the_l
         node = cluster.nodes[1]
         node.stalling = True
         a = await p.send("t", b"A" * 60)
+        while len(cluster.requests_of(ProduceRequest)) < 2:
+            await asyncio.sleep(0)  # the broker holds A
+        node.stop_reading()  # and never reads X (else it would look at X once released)
         x = await p.send("t", b"X" * 60)
         while p.metrics()["requests-in-flight"] < 2:
             await asyncio.sleep(0)

@@ -9,6 +9,7 @@ import pytest
 
 from aioprod import Producer, RecordFuture
 from aioprod.protocol.messages import MetadataRequest, ProduceRequest
+from aioprod.protocol.records import RecordBatchBuilder
 from tests.conftest import Scripted
 
 #: Virtual clock readings to start from. Which of two timers due in the same tick comes first
@@ -306,6 +307,64 @@ async def test_a_full_batch_does_not_wait_for_its_partitions_batch_in_flight(scr
         offsets = [(await f).offset for f in (first, *filling)]
     assert offsets == [1, 2, 3, 4, 5]
     assert [batches for _, batches in written] == [[(0, 1)], [(0, 3)], [(0, 1)]]
+
+
+async def test_a_batch_full_with_its_first_record_does_not_wait_for_its_partitions_answer(scripted: Scripted) -> None:
+    # A record larger than batch_size fills its batch on its own: no record opens a batch
+    # behind it, and nothing woke the sender for it, so it waited for the partition's answer
+    # (here held: forever) although it was full.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1024) as p:
+        written, node, (first,) = await _requests_unanswered(p, scripted, [0])
+        large = await p.send("t", b"x" * 2000, partition=0)
+        await asyncio.sleep(0.020)
+        sent = [batches for _, batches in written]
+        node.release()
+        assert [(await f).offset for f in (first, large)] == [1, 2]
+    assert sent == [[(0, 1)], [(0, 1)]]  # the full one went, `first` unanswered
+
+
+@pytest.mark.parametrize("how", ["send", "lane", "send_many", "send_many_keyed"])
+async def test_a_batch_filled_to_the_byte_does_not_wait_for_its_partitions_answer(scripted: Scripted, how: str) -> None:
+    # Records that fill a batch exactly (no room for even an empty record after them) refuse no
+    # record, so no batch opens behind it and nothing woke the sender: the full batch waited for
+    # the partition's answer (or its linger), through each way a record goes into a batch.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    key = None if how in ("send", "send_many") else b"k"
+    measure = RecordBatchBuilder(batch_size=1 << 20)
+    for _ in range(3):
+        measure.append(1_700_000_000_000, key, b"v" * 100)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=measure.size_in_bytes) as p:
+        written, node, (first,) = await _requests_unanswered(p, scripted, [0])
+        if how == "send":  # send()'s own path (a timestamp given)
+            futures = [await p.send("t", b"v" * 100, key, timestamp_ms=1_700_000_000_000) for _ in range(3)]
+        elif how == "lane":  # the compiled lane, where built (same timestamp delta: sent within 64 ms)
+            futures = [await p.send("t", b"v" * 100, key) for _ in range(3)]
+        else:  # the bulk path, or record by record for keys
+            futures = [await p.send_many("t", [b"v" * 100] * 3, keys=None if key is None else [key] * 3)]
+        await asyncio.sleep(0.020)
+        sent = [batches for _, batches in written]
+        node.release()
+        await asyncio.gather(first, *futures)
+    assert sent == [[(0, 1)], [(0, 3)]]
+
+
+async def test_a_batch_full_with_its_first_record_does_not_wait_for_a_linger(scripted: Scripted) -> None:
+    # Nor did it go before the sender's next round, here another partition's linger ending.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 2)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=1000, batch_size=1024) as p:
+        await p.send_and_wait("t", b"warm-up", partition=0)
+        written = _record_requests(p, scripted.clock)
+        lingering = await p.send("t", b"lingering", partition=1)  # the sender sleeps until its linger ends
+        await asyncio.sleep(0.1)
+        queued_at = scripted.clock.now
+        large = await p.send("t", b"x" * 2000, partition=0)
+        await large
+        assert written[0] == (queued_at, [(0, 1)])  # at once, not 0.9 s later with `lingering`
+        await lingering
 
 
 async def test_a_batch_waiting_for_its_partitions_answer_makes_no_rounds(scripted: Scripted) -> None:
