@@ -340,14 +340,9 @@ async def test_connections_max_idle_ms_of_0_or_less_never_closes(scripted: Scrip
         assert cluster.nodes[1].open_connections == opened
 
 
-async def test_a_topic_refused_for_authorization_is_asked_about_again(
-    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Refused once (sent a moment before its ACL existed), it was refused from the cached
-    # answer for good, without asking the cluster again, however often the service retried.
-    cluster, clock = scripted.cluster, scripted.clock
-    cluster.create_topic("tenant", 1)
-    denied = {"tenant"}
+def deny_topics(monkeypatch: pytest.MonkeyPatch, denied: set[str]) -> None:
+    """The scripted cluster's metadata answers TOPIC_AUTHORIZATION_FAILED for the topics in
+    ``denied`` (changed by the test as it goes: an ACL revoked or granted)."""
     answer = ScriptedCluster._metadata
 
     def metadata_without_acl(self: ScriptedCluster, node: object, request: object) -> object:
@@ -358,6 +353,17 @@ async def test_a_topic_refused_for_authorization_is_asked_about_again(
         return response
 
     monkeypatch.setattr(ScriptedCluster, "_metadata", metadata_without_acl)
+
+
+async def test_a_topic_refused_for_authorization_is_asked_about_again(
+    scripted: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Refused once (sent a moment before its ACL existed), it was refused from the cached
+    # answer for good, without asking the cluster again, however often the service retried.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("tenant", 1)
+    denied = {"tenant"}
+    deny_topics(monkeypatch, denied)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0) as p:
         with pytest.raises(TopicAuthorizationFailedError):
             await p.send_and_wait("tenant", b"early")
@@ -387,16 +393,7 @@ async def test_queued_records_of_a_topic_whose_acl_is_revoked_fail_with_the_refu
     cluster = scripted.cluster
     cluster.create_topic("tenant", 1)
     denied: set[str] = set()
-    answer = ScriptedCluster._metadata
-
-    def metadata_without_acl(self: ScriptedCluster, node: object, request: object) -> object:
-        response = answer(self, node, request)  # type: ignore[arg-type]
-        for topic in response.topics:
-            if topic.name in denied:
-                topic.error_code, topic.partitions = TopicAuthorizationFailedError.code, []
-        return response
-
-    monkeypatch.setattr(ScriptedCluster, "_metadata", metadata_without_acl)
+    deny_topics(monkeypatch, denied)
     async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=60_000, metadata_max_age_ms=1_000) as p:
         await p.send_and_wait("tenant", b"allowed")
         future = await p.send("tenant", b"queued")
