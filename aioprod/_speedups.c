@@ -1919,10 +1919,16 @@ SendLane_send(SendLane *self, PyObject *const *args, Py_ssize_t nargs)
     if (result != NULL && !was_full && core->full) {
         /* The record filled the batch: it is sendable now (Producer._batch_filled wakes the
          * sender), not at its linger or its partition's answer. The record is queued whatever
-         * the call does: an error there is reported, not raised. */
+         * the call does: an error there is reported, not raised; but a KeyboardInterrupt or
+         * SystemExit (a signal handler's, run in the call) is raised, as send()'s own path
+         * raises it from RecordAccumulator.filled. */
         PyObject *filled = PyObject_CallMethodOneArg(self->producer, str_batch_filled, last);
-        if (filled == NULL)
-            PyErr_WriteUnraisable(self->producer);
+        if (filled == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_Exception))
+                PyErr_WriteUnraisable(self->producer);
+            else
+                Py_CLEAR(result);
+        }
         Py_XDECREF(filled);
     }
     if (result != NULL && count_unyielded(self) < 0)

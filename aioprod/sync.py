@@ -946,20 +946,21 @@ class _Guarded(concurrent.futures.Future[T]):
         super().add_done_callback(self._escaped.guard(fn))
 
     def result(self, timeout: float | None = None) -> T:
-        self._refuse_waiting_for_itself()
+        self._refuse_waiting_for_itself(timeout)
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._refuse_waiting_for_itself()
+        self._refuse_waiting_for_itself(timeout)
         return super().exception(timeout)
 
-    def _refuse_waiting_for_itself(self) -> None:
+    def _refuse_waiting_for_itself(self, timeout: float | None) -> None:
         # Only the producer's thread settles this future: waited for there (a delivery callback
         # waiting for a later record), or in a forked child (where that thread does not exist), it
         # waited until the wait ran out, or forever (the loop blocked meanwhile, in the first case).
+        # A poll there (timeout 0: no wait) gets its TimeoutError: a later callback may find it done.
         if self.done():
             return
-        if threading.current_thread() is self._escaped.thread:
+        if threading.current_thread() is self._escaped.thread and (timeout is None or timeout > 0):
             raise RuntimeError(
                 "a SyncProducer's future cannot be waited for on the producer's own thread (e.g. in a "
                 "delivery callback) before it is done: that would wait for itself forever"

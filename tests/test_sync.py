@@ -302,6 +302,37 @@ def test_waiting_for_a_pending_future_from_a_callback_is_refused(tansu_broker: T
         assert record.result(0).offset == 0
 
 
+def test_polling_a_pending_future_from_a_callback_is_told_it_is_pending(tansu_broker: TansuBroker, topic: str) -> None:
+    # result(0) / exception(0) wait for nothing: a callback polling another future (to act on it
+    # in a later callback if pending) gets concurrent.futures' TimeoutError, as anywhere else, not
+    # the RuntimeError for a wait, which escaped a callback written for TimeoutError.
+    release_first, release_second = threading.Event(), threading.Event()
+
+    async def parked(_: Producer, release: threading.Event) -> None:
+        await asyncio.to_thread(release.wait)
+
+    polled: list[BaseException] = []
+    called_back = threading.Event()
+
+    def poll_the_second(_: concurrent.futures.Future[None]) -> None:
+        for poll in (second.result, second.exception):
+            try:
+                poll(0)
+            except BaseException as exc:
+                polled.append(exc)
+        called_back.set()
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+        first = producer.submit(parked, release_first)
+        second = producer.submit(parked, release_second)
+        first.add_done_callback(poll_the_second)
+        release_first.set()
+        assert called_back.wait(60)
+        assert [type(exc) for exc in polled] == [TimeoutError, TimeoutError]
+        release_second.set()
+        assert second.result(30) is None
+
+
 @pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()], ids=["SystemExit", "KeyboardInterrupt"])
 def test_a_callbacks_system_exit_reaches_the_caller_and_the_producer_goes_on(
     tansu_broker: TansuBroker, topic: str, raised: BaseException

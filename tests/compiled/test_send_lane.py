@@ -26,6 +26,7 @@ from aioprod.errors import KafkaError
 from aioprod.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator
 from aioprod.producer.batch import ProducerBatch, TopicPartition
 from aioprod.producer.partitioner import RECORD_FRAMING, Partitioner, partition_for_key
+from aioprod.protocol.records import RecordBatchBuilder
 from tests.brokers import TansuBroker
 from tests.readback import read_topic
 
@@ -292,6 +293,34 @@ async def test_a_producer_failing_everything_queued_leaves_the_lane_nothing_to_a
     assert setup.acc.open_batches is batches and not batches  # emptied in place: the lane sees it
     assert setup.lane.send(b"v", b"key") is None
     assert len(failed) == 1 and all(isinstance(future.exception(), KafkaError) for future in queued)
+
+
+class InterruptedProducer(FakeProducer):
+    """A fake producer to inject one fault: a signal handler's ``SystemExit`` (``sys.exit()`` on
+    SIGTERM) or ``KeyboardInterrupt`` raised while the lane tells it that a record filled its batch."""
+
+    interrupt: type[BaseException] = SystemExit
+
+    def _batch_filled(self, batch: ProducerBatch) -> None:
+        raise self.interrupt()
+
+
+@pytest.mark.parametrize("interrupt", [SystemExit, KeyboardInterrupt])
+async def test_an_exit_raised_as_the_lane_reports_a_filled_batch_is_raised(interrupt: type[BaseException]) -> None:
+    # send()'s own path raises it (from RecordAccumulator.filled); the lane wrote it as
+    # "Exception ignored" and went on: a SIGTERM handler's sys.exit() was lost.
+    measure = RecordBatchBuilder(batch_size=1 << 20)
+    for _ in range(3):
+        measure.append(1_700_000_000_000, b"k", b"v" * 100)
+    setup = Setup(batch_size=measure.size_in_bytes)
+    setup.producer.__class__ = InterruptedProducer  # (the lane holds this object)
+    setup.producer.interrupt = interrupt  # type: ignore[attr-defined]
+    setup.own_path(b"k", b"v" * 100)
+    assert setup.lane.send(b"v" * 100, b"k") is not None
+    with pytest.raises(interrupt):
+        setup.lane.send(b"v" * 100, b"k")  # fills the batch (queued, as by send()'s own path)
+    batch = setup.acc.open_batches[TPS[partition_for_key(b"k", PARTITIONS)]][-1]
+    assert batch.builder.record_count == 3 and batch.builder.is_full
 
 
 def records(seed: int) -> list[tuple[bytes | None, Any, dict[str, Any]]]:
