@@ -811,7 +811,17 @@ class TransactionManager:
                     "a sequence is in doubt and the coordinator cannot bump the epoch (InitProducerId < v3)"
                 )
             )
-        response = await self._init_producer_id(ident.producer_id, ident.producer_epoch)
+        try:
+            response = await self._init_producer_id(ident.producer_id, ident.producer_epoch)
+        except BrokerResponseError as exc:
+            if exc.retriable:
+                raise
+            # As Java ("Unexpected error in InitProducerIdResponse"): the producer cannot go on
+            # under an epoch whose sequences are in doubt. Left in ABORTING, every abort asked
+            # again and was refused again, and begin_transaction() said "aborting" for good
+            # (Tansu 0.6 answers a bump UNKNOWN_SERVER_ERROR).
+            exc.add_note("the coordinator refused to bump the epoch after the abort (a sequence was in doubt)")
+            raise self.fatal(exc) from exc
         ident.set_producer_id(response.producer_id, response.producer_epoch)
         self._log.info("transactional producer %r: epoch bumped to %s", self.transactional_id, response.producer_epoch)
 

@@ -8,13 +8,25 @@ brokers will not produce on demand are in tests/engine/test_transactions.py.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+from pathlib import Path
+
 import pytest
 from confluent_kafka import OFFSET_INVALID
 from confluent_kafka.admin import AdminClient
 
 from aioprod import ConsumerGroupMetadata, PreparedTransaction, Producer, TopicPartition
-from aioprod.errors import KafkaTimeoutError, PreparedTransactionError, ProducerFatalError, ProducerFencedError
+from aioprod.errors import (
+    DeliveryTimeoutError,
+    KafkaTimeoutError,
+    PreparedTransactionError,
+    ProducerFatalError,
+    ProducerFencedError,
+)
 from tests.brokers import MockCluster, TansuBroker, tansu, topic_across_leaders
+from tests.integration.test_produce import create_topic
 from tests.readback import read_committed_from_markers, read_topic
 
 pytestmark = pytest.mark.integration
@@ -156,3 +168,45 @@ async def test_a_prepared_transaction_fenced_by_a_newer_producer_is_aborted_and_
     else:
         assert "closed the connection" in str(info.value)
     assert await read_committed_from_markers(bootstrap, topic, 1) == {0: [b"newer"]}
+
+
+async def test_an_abort_after_a_timeout_on_the_wire_leaves_the_producer_usable_or_fatal(topic: str) -> None:
+    # A record of the transaction timed out on the wire (the broker stopped): its sequence is in
+    # doubt, so the abort bumps the epoch (KIP-360, InitProducerId with the current id and
+    # epoch). Tansu 0.6 answers that bump UNKNOWN_SERVER_ERROR: the abort raised it, left the
+    # producer "aborting" for good (every abort asked again and was refused again, and
+    # begin_transaction() raised TransactionStateError), where Java fails the producer.
+    with tansu() as broker:
+        create_topic(broker.bootstrap, topic, 1)
+        options = {"linger_ms": 0, "request_timeout_ms": 1000, "delivery_timeout_ms": 1500, "retry_backoff_ms": 50}
+        async with Producer(
+            bootstrap_servers=broker.bootstrap,
+            transactional_id=f"{topic}-tx",
+            **options,  # type: ignore[arg-type]
+        ) as p:
+            p.begin_transaction()
+            await p.send_and_wait(topic, b"first")  # the partition is in the transaction already
+            assert broker.pid is not None
+            os.kill(broker.pid, signal.SIGSTOP)  # the broker answers nothing until SIGCONT
+            while Path(f"/proc/{broker.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+                await asyncio.sleep(0.001)  # (delivered: stopped, not still answering)
+            try:
+                frozen = await p.send(topic, b"frozen")
+                with pytest.raises(DeliveryTimeoutError) as timed_out:
+                    await frozen
+                assert timed_out.value.possibly_persisted
+            finally:
+                os.kill(broker.pid, signal.SIGCONT)
+            try:
+                await p.abort_transaction()
+            except ProducerFatalError as fatal:
+                # The bump refused: the producer is failed, and says so on every later call.
+                with pytest.raises(ProducerFatalError):
+                    await p.abort_transaction()
+                with pytest.raises(ProducerFatalError):
+                    p.begin_transaction()
+                assert fatal.__cause__ is not None
+            else:
+                # The bump taken (a broker that implements KIP-360): the producer goes on.
+                async with p.transaction():
+                    await p.send(topic, b"after")
