@@ -186,3 +186,23 @@ async def test_close_does_not_wait_for_a_connection_attempt_under_way(scripted: 
         await p.close(0)
     assert clock.now - started < 1, clock.now - started
     assert pending.done()
+
+
+async def test_dead_bootstrap_servers_are_passed_over_without_a_metadata_backoff_each(scripted: Scripted) -> None:
+    # Eight bootstrap servers refuse connections, one answers. A failed connect moves on to the
+    # next server at once (as Java's leastLoadedNode): counted as a failed metadata refresh, each
+    # dead server tried before the live one cost a retry backoff (here 5 s each).
+    cluster, network, clock = scripted.cluster, scripted.network, scripted.clock
+    cluster.create_topic("t", 1)
+    live = cluster.nodes[1].address
+    dead = [(live[0], port) for port in range(9200, 9208)]
+    bootstrap = ",".join(f"{host}:{port}" for host, port in [*dead, live])
+    started = clock.now
+    async with Producer(
+        bootstrap_servers=bootstrap, linger_ms=0, retry_backoff_ms=5_000, retry_backoff_max_ms=5_000
+    ) as p:
+        await p.send_and_wait("t", b"v")
+        waited = clock.now - started
+    refused = [address for address in network.connects[: network.connects.index(live)] if address in dead]
+    assert refused, "the live server was tried first: nothing to pass over"
+    assert waited < 5, f"{len(refused)} refused connect(s) before the live server took {waited:.1f} s"
