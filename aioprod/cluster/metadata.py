@@ -146,11 +146,17 @@ class Metadata:
         #: Topics to describe in refreshes, with when each was last used (loop time).
         self._topics: dict[str, float] = {}
         self._topic_errors: dict[str, KafkaError] = {}
+        #: Topic -> loop times of the first and the last answer in a row that refused it.
+        self._refused_since: dict[str, tuple[float, float]] = {}
         #: The newest leader epoch seen per partition; answers older than it are ignored.
         self._leader_epochs: dict[tuple[str, int], int] = {}
         #: Each topic's id (Metadata v10+): a new id is a topic deleted and created again,
         #: whose epochs start over.
         self._topic_ids: dict[str, uuid.UUID] = {}
+        #: Topic -> the most partitions an answer named under its current topic id: a topic never
+        #: loses partitions, so an answer naming fewer under the same id lags (a partition
+        #: increase not reached yet), and proves no partition gone (see :meth:`partition_gone`).
+        self._partition_counts: dict[str, int] = {}
         #: Partitions whose leader at the newest epoch known answered a produce request that it
         #: does not lead (or host) them: the epoch so refused. Without topic ids (Metadata < v10,
         #: Kafka < 2.8) a topic deleted and created again is seen only so: its epochs start over.
@@ -319,7 +325,12 @@ class Metadata:
                 # just added may not be in its view yet): bad input, refused now, not after
                 # max_block_ms. A partition added since the last refresh is found by them.
                 span = self._config.retry_backoff_max_ms / 1000
-                proved = missing_since is not None and self._last_refresh - missing_since >= span
+                proved = (
+                    missing_since is not None
+                    and self._last_refresh - missing_since >= span
+                    # An answer named it under the topic's current id: the ones lacking it lag.
+                    and partition >= self._partition_counts.get(topic, 0)
+                )
                 recent = loop.time() - self._last_refresh < span
                 if proved or ((topic, partition) in self._missing_partitions and recent):
                     # Only a refresh's answer is remembered, and only briefly (the topic may grow).
@@ -463,7 +474,12 @@ class Metadata:
 
     def topic_error(self, topic: str) -> KafkaError | None:
         """The error the last answer refused ``topic`` with (authorization, an invalid name),
-        if it did: the one send() raises now."""
+        if answers in a row have refused it for ``retry_backoff_max_ms``: the records queued for it
+        fail with it. One answer is no proof: a broker lagging behind an ACL grant refuses a topic
+        its leader takes (send() raises on one answer, as Java's, but nothing queued is lost so)."""
+        refused = self._refused_since.get(topic)
+        if refused is None or refused[1] - refused[0] < self._config.retry_backoff_max_ms / 1000:
+            return None
         return self._topic_errors.get(topic)
 
     def partition_gone(self, topic: str, partition: int) -> int | None:
@@ -473,7 +489,14 @@ class Metadata:
         proof as a send() naming a missing partition needs (one lagging answer is not one)."""
         info = self.snapshot.topics.get(topic)
         key = (topic, partition)
-        if info is None or not info.partitions or partition in info.partitions or self._refresh_succeeded == 0:
+        if (
+            info is None
+            or not info.partitions
+            or partition in info.partitions
+            or self._refresh_succeeded == 0
+            # Named under the topic's current id: an answer without it lags (partitions added).
+            or partition < self._partition_counts.get(topic, 0)
+        ):
             self._gone_since.pop(key, None)
             return None
         first = self._gone_since.setdefault(key, self._last_refresh)
@@ -636,7 +659,9 @@ class Metadata:
             del self._topics[topic]
             self._troubled.pop(topic, None)
             self._topic_errors.pop(topic, None)
+            self._refused_since.pop(topic, None)
             self._topic_ids.pop(topic, None)
+            self._partition_counts.pop(topic, None)
             self._metrics.events.forget(("topic", topic))
             self._metrics.events.forget(("leader", topic))
             self._metrics.events.forget(("partition-ids", topic))
@@ -711,9 +736,12 @@ class Metadata:
                 topics.pop(t.name, None)  # described again: as the answer says, or not at all
             if t.error_code in _FATAL_TOPIC_ERRORS:
                 self._topic_errors[t.name] = error = error_for_code(t.error_code, f"topic {t.name!r}")
+                now = asyncio.get_running_loop().time()
+                self._refused_since[t.name] = (self._refused_since.get(t.name, (now, now))[0], now)
                 self._topic_trouble(t.name, error, node, at_once=True)
                 continue
             self._topic_errors.pop(t.name, None)
+            self._refused_since.pop(t.name, None)
             if t.error_code:
                 self._topic_trouble(t.name, error_for_code(t.error_code), node, at_once=False)
             elif self._troubled.pop(t.name, None) is not None:
@@ -722,8 +750,11 @@ class Metadata:
             if t.topic_id.int and self._topic_ids.get(t.name, t.topic_id) != t.topic_id:
                 known = None  # recreated: what was known of it is about another topic
                 self._drop_leader_epochs({t.name})
+                self._partition_counts.pop(t.name, None)
             if t.topic_id.int:
                 self._topic_ids[t.name] = t.topic_id
+                if not outside:  # (a broken answer's count says nothing)
+                    self._partition_counts[t.name] = max(self._partition_counts.get(t.name, 0), count)
             parts: dict[int, PartitionInfo] = {}
             leaderless: list[tuple[int, int]] = []
             for p in t.partitions:

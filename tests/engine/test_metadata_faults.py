@@ -1157,3 +1157,100 @@ async def test_a_round_with_a_leaderless_partition_looks_at_that_partition_alone
         cluster.move_leader("t", 49, 1)
         await p.flush()
     assert all(part.values == [b"%d" % i] for i, part in enumerate(cluster.topics["t"]))
+
+
+async def test_a_broker_lagging_behind_a_partition_increase_does_not_fail_the_new_partitions_records(
+    scripted: Scripted,
+) -> None:
+    # "t" (with a topic id) has 4 partitions, all on node 1; node 2 lags behind their increase
+    # and names 2. A record for t-3 is queued while node 1's connection is busy, so refreshes go
+    # to the idle node 2. Taken for "the topic was created again with fewer partitions", t-3's
+    # record failed with PartitionNotFoundError after retry_backoff_max_ms: under the same topic
+    # id a topic never loses partitions.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 1, 1, 1])
+    cluster.create_topic("o", leaders=[2])
+    cluster.nodes[2].stale_counts["t"] = 2
+    async with Producer(
+        bootstrap_servers="127.0.0.1:9091",
+        linger_ms=0,
+        max_in_flight_requests_per_connection=1,
+        metadata_max_age_ms=500,
+        request_timeout_ms=30_000,
+    ) as p:
+        await p.send_and_wait("t", b"warm-up", partition=3)
+        await p.send_and_wait("o", b"warm-up")  # connected to node 2 too
+        refreshes = len(cluster.requests_of(MetadataRequest, node=2))
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"held", partition=0)
+        queued = await p.send("t", b"queued", partition=3)
+        await asyncio.sleep(5)  # refreshes, at least 0.5 s apart, answered by node 2
+        assert len(cluster.requests_of(MetadataRequest, node=2)) - refreshes >= 3, "no lagging answers"
+        cluster.nodes[1].release()
+        await held
+        await queued
+    assert cluster.partition("t", 3).values == [b"warm-up", b"queued"]
+
+
+async def test_a_send_to_a_partition_a_lagging_broker_lacks_is_not_refused_as_missing(scripted: Scripted) -> None:
+    # As above, for send(partition=3) itself once node 2's answers dropped t-3 from the snapshot:
+    # it was refused with PartitionNotFoundError ("bad input") after retry_backoff_max_ms, though
+    # an answer had named t-3 under the same topic id. It waits for the partition instead.
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1, 1, 1, 1])
+    cluster.create_topic("o", leaders=[2])
+    cluster.nodes[2].stale_counts["t"] = 2
+    async with Producer(
+        bootstrap_servers="127.0.0.1:9091",
+        linger_ms=0,
+        max_in_flight_requests_per_connection=1,
+        metadata_max_age_ms=500,
+        request_timeout_ms=30_000,
+        max_block_ms=5_000,
+    ) as p:
+        await p.send_and_wait("t", b"warm-up", partition=3)
+        await p.send_and_wait("o", b"warm-up")  # connected to node 2 too
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"held", partition=0)
+        await asyncio.sleep(2)  # refreshes, answered by node 2
+        assert await p.partitions_for("t") == [0, 1], "no lagging answer"
+        with pytest.raises(KafkaTimeoutError) as waited:  # not PartitionNotFoundError
+            await p.send("t", b"late", partition=3)
+        cluster.nodes[1].release()
+        await held
+    assert not isinstance(waited.value, PartitionNotFoundError)
+
+
+async def test_one_answer_of_a_broker_lagging_behind_an_acl_grant_does_not_fail_queued_records(
+    scripted: Scripted,
+) -> None:
+    # Node 2 lags behind an ACL grant: its Metadata answers refuse "t" (TOPIC_AUTHORIZATION_FAILED),
+    # while node 1, the leader, takes its records. A record of "t" is queued while node 1's
+    # connection is busy, so a refresh goes to the idle node 2: that one answer failed the queued
+    # record at once (one lagging answer is no proof, as for a partition gone).
+    cluster = scripted.cluster
+    cluster.add_node(2)
+    cluster.create_topic("t", leaders=[1])
+    cluster.create_topic("o", leaders=[2])
+    cluster.nodes[2].stale_denied.add("t")
+    async with Producer(
+        bootstrap_servers="127.0.0.1:9091",
+        linger_ms=0,
+        max_in_flight_requests_per_connection=1,
+        metadata_max_age_ms=500,
+        request_timeout_ms=30_000,
+    ) as p:
+        await p.send_and_wait("t", b"warm-up")
+        await p.send_and_wait("o", b"warm-up")  # connected to node 2 too
+        refreshes = len(cluster.requests_of(MetadataRequest, node=2))
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"held")
+        queued = await p.send("t", b"queued")
+        await asyncio.sleep(0.6)  # one periodic refresh, answered by node 2
+        assert len(cluster.requests_of(MetadataRequest, node=2)) > refreshes, "no lagging answer"
+        cluster.nodes[1].release()
+        await held
+        await queued
+    assert cluster.partition("t").values == [b"warm-up", b"held", b"queued"]

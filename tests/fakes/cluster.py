@@ -29,6 +29,7 @@ from tests.fakes.network import Listener, ServerSide
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_AUTHORIZATION_FAILED = 29
 NOT_LEADER_OR_FOLLOWER = 6
 MESSAGE_TOO_LARGE = 10
 DUPLICATE_SEQUENCE_NUMBER = 46
@@ -167,6 +168,12 @@ class FakeNode:
     #: What this node says in Metadata, where it differs from the truth: (topic, partition)
     #: -> (leader, leader epoch). A lagging broker.
     stale: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    #: Topic -> how many of its partitions this node names in Metadata, where it differs from
+    #: the truth: a broker that lags behind a partition increase.
+    stale_counts: dict[str, int] = field(default_factory=dict)
+    #: Topics this node's Metadata answers refuse (TOPIC_AUTHORIZATION_FAILED): a broker that
+    #: lags behind an ACL grant.
+    stale_denied: set[str] = field(default_factory=set)
     connections: list[_Connection] = field(default_factory=list)
     _released: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -388,7 +395,10 @@ class ScriptedCluster:
         topics = {
             name: (
                 parts[0].topic_id,
-                [node.stale.get((name, index), (part.leader, part.epoch)) for index, part in enumerate(parts)],
+                [
+                    node.stale.get((name, index), (part.leader, part.epoch))
+                    for index, part in enumerate(parts[: node.stale_counts.get(name, len(parts))])
+                ],
             )
             for name, parts in self.topics.items()
         }
@@ -400,6 +410,9 @@ class ScriptedCluster:
         topics = []
         for name in names:
             topic = known.get(name)
+            if name in node.stale_denied:
+                topics.append(m.MetadataResponseTopic(TOPIC_AUTHORIZATION_FAILED, name, partitions=[]))
+                continue
             if topic is None:
                 topics.append(m.MetadataResponseTopic(UNKNOWN_TOPIC_OR_PARTITION, name, partitions=[]))
                 continue
