@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from aioprod.errors import (
 )
 from aioprod.protocol.messages import MetadataRequest, MetadataResponseBroker, ProduceRequest
 from tests.conftest import Scripted
-from tests.fakes.cluster import Partition, ScriptedCluster
+from tests.fakes.cluster import FakeNode, Partition, ScriptedCluster
 
 
 def lose_one_metadata_answer(
@@ -1159,6 +1160,39 @@ async def test_a_round_with_a_leaderless_partition_looks_at_that_partition_alone
     assert all(part.values == [b"%d" % i] for i, part in enumerate(cluster.topics["t"]))
 
 
+@contextlib.asynccontextmanager
+async def node_1_busy_node_2_lagging(
+    scripted: Scripted, partitions: int, lagging: Callable[[FakeNode], None], **options: Any
+) -> AsyncIterator[Producer]:
+    """Topic "t" (``partitions``, on node 1) and "o" (on node 2, whose answers ``lagging`` makes
+    lag), and a producer connected to both (a record to t's last partition, one to "o"). Then
+    node 1 holds what it is sent, a record of t-0 on the wire, so that refreshes go to the idle
+    node 2 until the block ends, which releases node 1."""
+    cluster = scripted.cluster
+    lagging(cluster.add_node(2))
+    cluster.create_topic("t", leaders=[1] * partitions)
+    cluster.create_topic("o", leaders=[2])
+    async with Producer(
+        bootstrap_servers="127.0.0.1:9091",
+        linger_ms=0,
+        max_in_flight_requests_per_connection=1,
+        metadata_max_age_ms=500,
+        request_timeout_ms=30_000,
+        **options,
+    ) as p:
+        await p.send_and_wait("t", b"warm-up", partition=partitions - 1)
+        await p.send_and_wait("o", b"warm-up")  # connected to node 2 too
+        cluster.nodes[1].holding = True
+        held = await p.send("t", b"held", partition=0)
+        yield p
+        cluster.nodes[1].release()
+        await held
+
+
+def node_2_answers(scripted: Scripted) -> int:
+    return len(scripted.cluster.requests_of(MetadataRequest, node=2))
+
+
 async def test_a_broker_lagging_behind_a_partition_increase_does_not_fail_the_new_partitions_records(
     scripted: Scripted,
 ) -> None:
@@ -1167,59 +1201,25 @@ async def test_a_broker_lagging_behind_a_partition_increase_does_not_fail_the_ne
     # to the idle node 2. Taken for "the topic was created again with fewer partitions", t-3's
     # record failed with PartitionNotFoundError after retry_backoff_max_ms: under the same topic
     # id a topic never loses partitions.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", leaders=[1, 1, 1, 1])
-    cluster.create_topic("o", leaders=[2])
-    cluster.nodes[2].stale_counts["t"] = 2
-    async with Producer(
-        bootstrap_servers="127.0.0.1:9091",
-        linger_ms=0,
-        max_in_flight_requests_per_connection=1,
-        metadata_max_age_ms=500,
-        request_timeout_ms=30_000,
-    ) as p:
-        await p.send_and_wait("t", b"warm-up", partition=3)
-        await p.send_and_wait("o", b"warm-up")  # connected to node 2 too
-        refreshes = len(cluster.requests_of(MetadataRequest, node=2))
-        cluster.nodes[1].holding = True
-        held = await p.send("t", b"held", partition=0)
+    async with node_1_busy_node_2_lagging(scripted, 4, lambda node: node.stale_counts.update(t=2)) as p:
+        refreshes = node_2_answers(scripted)
         queued = await p.send("t", b"queued", partition=3)
         await asyncio.sleep(5)  # refreshes, at least 0.5 s apart, answered by node 2
-        assert len(cluster.requests_of(MetadataRequest, node=2)) - refreshes >= 3, "no lagging answers"
-        cluster.nodes[1].release()
-        await held
-        await queued
-    assert cluster.partition("t", 3).values == [b"warm-up", b"queued"]
+        assert node_2_answers(scripted) - refreshes >= 3, "no lagging answers"
+    await queued
+    assert scripted.cluster.partition("t", 3).values == [b"warm-up", b"queued"]
 
 
 async def test_a_send_to_a_partition_a_lagging_broker_lacks_is_not_refused_as_missing(scripted: Scripted) -> None:
     # As above, for send(partition=3) itself once node 2's answers dropped t-3 from the snapshot:
     # it was refused with PartitionNotFoundError ("bad input") after retry_backoff_max_ms, though
     # an answer had named t-3 under the same topic id. It waits for the partition instead.
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", leaders=[1, 1, 1, 1])
-    cluster.create_topic("o", leaders=[2])
-    cluster.nodes[2].stale_counts["t"] = 2
-    async with Producer(
-        bootstrap_servers="127.0.0.1:9091",
-        linger_ms=0,
-        max_in_flight_requests_per_connection=1,
-        metadata_max_age_ms=500,
-        request_timeout_ms=30_000,
-        max_block_ms=5_000,
-    ) as p:
-        await p.send_and_wait("t", b"warm-up", partition=3)
-        await p.send_and_wait("o", b"warm-up")  # connected to node 2 too
-        cluster.nodes[1].holding = True
-        held = await p.send("t", b"held", partition=0)
+    lagging = node_1_busy_node_2_lagging(scripted, 4, lambda node: node.stale_counts.update(t=2), max_block_ms=5_000)
+    async with lagging as p:
         await asyncio.sleep(2)  # refreshes, answered by node 2
         assert await p.partitions_for("t") == [0, 1], "no lagging answer"
         with pytest.raises(KafkaTimeoutError) as waited:  # not PartitionNotFoundError
             await p.send("t", b"late", partition=3)
-        cluster.nodes[1].release()
-        await held
     assert not isinstance(waited.value, PartitionNotFoundError)
 
 
@@ -1230,27 +1230,10 @@ async def test_one_answer_of_a_broker_lagging_behind_an_acl_grant_does_not_fail_
     # while node 1, the leader, takes its records. A record of "t" is queued while node 1's
     # connection is busy, so a refresh goes to the idle node 2: that one answer failed the queued
     # record at once (one lagging answer is no proof, as for a partition gone).
-    cluster = scripted.cluster
-    cluster.add_node(2)
-    cluster.create_topic("t", leaders=[1])
-    cluster.create_topic("o", leaders=[2])
-    cluster.nodes[2].stale_denied.add("t")
-    async with Producer(
-        bootstrap_servers="127.0.0.1:9091",
-        linger_ms=0,
-        max_in_flight_requests_per_connection=1,
-        metadata_max_age_ms=500,
-        request_timeout_ms=30_000,
-    ) as p:
-        await p.send_and_wait("t", b"warm-up")
-        await p.send_and_wait("o", b"warm-up")  # connected to node 2 too
-        refreshes = len(cluster.requests_of(MetadataRequest, node=2))
-        cluster.nodes[1].holding = True
-        held = await p.send("t", b"held")
+    async with node_1_busy_node_2_lagging(scripted, 1, lambda node: node.stale_denied.add("t")) as p:
+        refreshes = node_2_answers(scripted)
         queued = await p.send("t", b"queued")
         await asyncio.sleep(0.6)  # one periodic refresh, answered by node 2
-        assert len(cluster.requests_of(MetadataRequest, node=2)) > refreshes, "no lagging answer"
-        cluster.nodes[1].release()
-        await held
-        await queued
-    assert cluster.partition("t").values == [b"warm-up", b"held", b"queued"]
+        assert node_2_answers(scripted) > refreshes, "no lagging answer"
+    await queued
+    assert scripted.cluster.partition("t").values == [b"warm-up", b"held", b"queued"]
