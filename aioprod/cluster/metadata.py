@@ -755,6 +755,10 @@ class Metadata:
                 self._topic_ids[t.name] = t.topic_id
                 if not outside:  # (a broken answer's count says nothing)
                     self._partition_counts[t.name] = max(self._partition_counts.get(t.name, 0), count)
+            else:
+                # No id (Metadata < v10): it may be the topic created again, with fewer partitions,
+                # that the count named under the id known does not hold for.
+                self._partition_counts.pop(t.name, None)
             parts: dict[int, PartitionInfo] = {}
             leaderless: list[tuple[int, int]] = []
             for p in t.partitions:

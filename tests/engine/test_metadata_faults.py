@@ -1102,6 +1102,28 @@ async def test_records_for_a_partition_a_recreated_topic_lacks_fail_as_such(scri
     assert [part.values for part in cluster.topics["t"]] == [[], [b"c"]]
 
 
+async def test_records_for_a_partition_a_topic_recreated_without_topic_ids_lacks_fail_as_such(
+    scripted: Scripted,
+) -> None:
+    # The partition count named under "t"'s topic id (4) held after answers stopped naming ids
+    # (Metadata < v10: a cluster downgraded, or replaced under the bootstrap name by an older one)
+    # and "t" was created again with 2 partitions: its t-3 record waited out delivery_timeout_ms
+    # (DeliveryTimeoutError, "not sent"), and every send(partition=3) max_block_ms (KafkaTimeoutError).
+    cluster = scripted.cluster
+    cluster.create_topic("t", leaders=4)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=60_000, metadata_max_age_ms=1_000) as p:
+        await p.send_and_wait("t", b"a", partition=3)
+        cluster.versions[MetadataRequest.API_KEY] = (1, 9)
+        cluster.disconnect(1)  # connected again: Metadata v9 now, no topic ids
+        future = await p.send("t", b"b", partition=3)
+        cluster.create_topic("t", leaders=2)
+        with pytest.raises(PartitionNotFoundError) as queued:
+            await future
+        with pytest.raises(PartitionNotFoundError) as sent:
+            await p.send("t", b"c", partition=3)
+    assert queued.value.partition_count == sent.value.partition_count == 2
+
+
 # Seeds whose refresh after the refusal goes to a lagging node (asserted below).
 @pytest.mark.parametrize("scripted", [2, 3, 6], indirect=True)
 async def test_without_topic_ids_one_lagging_answer_after_a_leader_change_does_not_take_the_producer_back(
