@@ -188,6 +188,12 @@ class ProducerBatch:
         return self.base_sequence >= 0
 
     @property
+    def stamp_maybe_written(self) -> bool:
+        """Its stamped sequence may be in the log: an attempt under it may have been written (or is
+        on the wire), and it is not to be renumbered."""
+        return self.stamped and not self.needs_new_sequence and (self.maybe_written or self.in_flight)
+
+    @property
     def possibly_persisted(self) -> bool:
         """What a failure of this batch must tell the user: may it be in the log?"""
         return self.in_flight or self.maybe_written or self.lost_attempt

@@ -194,7 +194,7 @@ class IdempotenceState:
         if batch.stamped:
             entry = self.partition(batch.tp)
             entry.in_doubt = True
-            if not batch.needs_new_sequence and (batch.maybe_written or batch.in_flight):
+            if batch.stamp_maybe_written:
                 entry.failed_written.append((batch.producer_id, batch.producer_epoch, batch.base_sequence))
 
     def behind_failed(self, batch: ProducerBatch) -> bool:

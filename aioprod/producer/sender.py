@@ -857,7 +857,7 @@ class Sender:
             if batch.stamped:
                 self._doubt = f"a batch of {batch.tp.topic}-{batch.tp.partition} failed ({error})"
             self.idempotence.failed(batch)
-            if batch.stamped and not batch.needs_new_sequence and (batch.maybe_written or batch.in_flight):
+            if batch.stamp_maybe_written:
                 self._fail_behind(batch)
         if self.transactions is not None:
             self.transactions.record_failed(error)
