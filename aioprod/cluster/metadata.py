@@ -670,14 +670,10 @@ class Metadata:
             listener(topics)
 
     def _drop_leader_epochs(self, topics: set[str]) -> None:
-        for key in [k for k in self._leader_epochs if k[0] in topics]:
-            del self._leader_epochs[key]
-        for key in [k for k in self._refused_epochs if k[0] in topics]:
-            del self._refused_epochs[key]
-        for key in [k for k in self._older_since if k[0] in topics]:
-            del self._older_since[key]
-        for key in [k for k in self._gone_since if k[0] in topics]:
-            del self._gone_since[key]
+        """What is kept per partition of ``topics``: their epochs, and the proofs under way."""
+        for kept in (self._leader_epochs, self._refused_epochs, self._older_since, self._gone_since):
+            for key in [k for k in kept if k[0] in topics]:
+                del kept[key]
 
     def _apply(self, response: MetadataResponse, node: int | None = None, *, partial: bool = False) -> bool:
         """Install what ``response`` (from ``node``) says; returns whether leaders, brokers
