@@ -62,7 +62,7 @@ from aioprod.cli.stats import AckTracker, LatencySummary
 from aioprod.errors import KafkaError
 from aioprod.metrics import MetricsSnapshot
 from aioprod.protocol.primitives import varint_size
-from aioprod.protocol.records import BATCH_HEADER_SIZE, MAX_RECORD_OVERHEAD
+from aioprod.protocol.records import RecordBatchBuilder
 
 _MIN_SLEEP = 0.002  # as Java's throttler: shorter waits are not worth a sleep
 _MIB = 1024 * 1024
@@ -395,9 +395,10 @@ def perf(
         assert record_size is not None
         limit = quiet_config(options).max_request_size
         longest_key = None if keys is None else b"key-%d" % (keys - 1)
-        # The batch one record makes, as the producer's check counts it (Java's upper bound).
-        key_part = 1 if longest_key is None else varint_size(len(longest_key)) + len(longest_key)
-        wire = BATCH_HEADER_SIZE + MAX_RECORD_OVERHEAD + key_part + varint_size(record_size) + record_size + 1
+        # The batch one record makes, as the producer's check counts it (Java's upper bound): an
+        # empty value's, plus the value's bytes and the longer length they need (no payload built).
+        empty = RecordBatchBuilder.estimate_size_in_bytes(longest_key, b"")
+        wire = empty + record_size + varint_size(record_size) - varint_size(0)
         if wire > limit:
             # Every record would fail as too large: say so before building a payload that size.
             raise CliUsageError(
