@@ -9,8 +9,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from aioprod.embedded import EmbeddedBroker, _die_with_parent, free_port
+from aioprod.errors import DeliveryTimeoutError
 from tests.s3_server import READY as S3_READY
 
 __all__ = [
@@ -36,6 +42,7 @@ __all__ = [
     "mock_cluster",
     "refused_port",
     "tansu",
+    "time_out_on_the_wire",
     "topic_across_leaders",
 ]
 
@@ -185,6 +192,23 @@ async def topic_across_leaders(producer: Any, prefix: str) -> str:
         if len({p.leader for p in partitions}) > 1:
             return topic
     raise AssertionError("the mock cluster put 20 topics on one leader each")
+
+
+async def time_out_on_the_wire(broker: TansuBroker, producer: Any, topic: str) -> None:
+    """A record of ``topic`` (``b"frozen"``) times out on the wire: the broker is stopped (SIGSTOP:
+    it answers nothing, the kernel still takes the bytes) until the record fails with
+    DeliveryTimeoutError, possibly persisted; then it goes on."""
+    assert broker.pid is not None
+    os.kill(broker.pid, signal.SIGSTOP)
+    while Path(f"/proc/{broker.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        await asyncio.sleep(0.001)  # (delivered: stopped, not still answering)
+    try:
+        frozen = await producer.send(topic, b"frozen")
+        with pytest.raises(DeliveryTimeoutError) as timed_out:
+            await frozen
+        assert timed_out.value.possibly_persisted
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
 
 
 @contextlib.contextmanager

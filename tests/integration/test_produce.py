@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-from pathlib import Path
 
 import confluent_kafka
 import pytest
 
 from aioprod import Producer, RecordMetadata
-from aioprod.errors import DeliveryTimeoutError, KafkaError, KafkaTimeoutError, ProducerClosedError
-from tests.brokers import MockCluster, TansuBroker, tansu, topic_across_leaders
+from aioprod.errors import KafkaError, KafkaTimeoutError, ProducerClosedError
+from tests.brokers import MockCluster, TansuBroker, tansu, time_out_on_the_wire, topic_across_leaders
 from tests.readback import read_topic
 
 pytestmark = pytest.mark.integration
@@ -140,17 +137,7 @@ async def test_records_after_a_delivery_timeout_on_the_wire_are_written(topic: s
         options = {"linger_ms": 0, "request_timeout_ms": 1000, "delivery_timeout_ms": 1500, "retry_backoff_ms": 50}
         async with Producer(bootstrap_servers=broker.bootstrap, **options) as producer:  # type: ignore[arg-type]
             await producer.send_and_wait(topic, b"first")
-            assert broker.pid is not None
-            os.kill(broker.pid, signal.SIGSTOP)  # the broker answers nothing until SIGCONT
-            while Path(f"/proc/{broker.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
-                await asyncio.sleep(0.001)  # (delivered: stopped, not still answering)
-            try:
-                frozen = await producer.send(topic, b"frozen")
-                with pytest.raises(DeliveryTimeoutError) as info:
-                    await frozen
-                assert info.value.possibly_persisted
-            finally:
-                os.kill(broker.pid, signal.SIGCONT)
+            await time_out_on_the_wire(broker, producer, topic)
             after = [(await producer.send_and_wait(topic, b"after-%d" % i)).offset for i in range(3)]
         values = [c.value for c in read_topic(broker.bootstrap, topic)]
     assert values in (

@@ -8,24 +8,18 @@ brokers will not produce on demand are in tests/engine/test_transactions.py.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-from pathlib import Path
-
 import pytest
 from confluent_kafka import OFFSET_INVALID
 from confluent_kafka.admin import AdminClient
 
 from aioprod import ConsumerGroupMetadata, PreparedTransaction, Producer, TopicPartition
 from aioprod.errors import (
-    DeliveryTimeoutError,
     KafkaTimeoutError,
     PreparedTransactionError,
     ProducerFatalError,
     ProducerFencedError,
 )
-from tests.brokers import MockCluster, TansuBroker, tansu, topic_across_leaders
+from tests.brokers import MockCluster, TansuBroker, tansu, time_out_on_the_wire, topic_across_leaders
 from tests.integration.test_produce import create_topic
 from tests.readback import read_committed_from_markers, read_topic
 
@@ -186,17 +180,7 @@ async def test_an_abort_after_a_timeout_on_the_wire_leaves_the_producer_usable_o
         ) as p:
             p.begin_transaction()
             await p.send_and_wait(topic, b"first")  # the partition is in the transaction already
-            assert broker.pid is not None
-            os.kill(broker.pid, signal.SIGSTOP)  # the broker answers nothing until SIGCONT
-            while Path(f"/proc/{broker.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
-                await asyncio.sleep(0.001)  # (delivered: stopped, not still answering)
-            try:
-                frozen = await p.send(topic, b"frozen")
-                with pytest.raises(DeliveryTimeoutError) as timed_out:
-                    await frozen
-                assert timed_out.value.possibly_persisted
-            finally:
-                os.kill(broker.pid, signal.SIGCONT)
+            await time_out_on_the_wire(broker, p, topic)
             try:
                 await p.abort_transaction()
             except ProducerFatalError as fatal:
