@@ -248,6 +248,29 @@ UNSUPPORTED_OPTIONS = {
         ),
         "a librdkafka option aioprod does not implement",
     ),
+    # librdkafka's deprecated ones, which librdkafka itself no longer reads (an older confluent-kafka
+    # configuration carries them): "unknown option", some with a misleading "did you mean"
+    # (socket.blocking.max.ms: 'retry.backoff.max.ms'; ssl.engine.location: 'ssl.key.location').
+    **dict.fromkeys(
+        (
+            "socket_blocking_max_ms",
+            "topic_metadata_refresh_fast_cnt",
+            "reconnect_backoff_jitter_ms",
+            "api_version_fallback_ms",
+            "produce_offset_report",
+            "queuing_strategy",
+            "msg_order_cmp",
+            "ssl_engine_location",
+        ),
+        "a deprecated librdkafka option (librdkafka no longer uses it either): remove it",
+    ),
+    "partitioner_cb": (
+        "librdkafka's partitioner callback: give aioprod's partitioner option a callable "
+        "(topic, key, partitions) -> partition"
+    ),
+    "transaction_two_phase_commit_enable": (
+        "Java's KIP-939 switch: aioprod's prepare_transaction() needs no option (docs/transactions.md)"
+    ),
     "api_version": (
         "aiokafka's: aioprod negotiates each request's version with the broker (ApiVersions), as "
         "api_version='auto' asks; a pinned version cannot be honoured: remove it"
@@ -436,6 +459,7 @@ class ProducerConfig:
                 )
         for name in ("client_id", "transactional_id"):
             text = getattr(self, name)
+            _check_utf8(name, text)  # sent as UTF-8: a lone surrogate raised UnicodeEncodeError, naming no option
             if text is not None and len(text.encode()) > INT16_MAX:
                 raise ConfigError(
                     f"{name} must be at most {INT16_MAX} bytes (a protocol string), got {len(text.encode())}"
@@ -559,7 +583,12 @@ class ProducerConfig:
             if path is not None and os.path.isdir(path):
                 raise ConfigError(f"{name}: {path!r} is a directory; give a PEM file")
             if path is not None and not os.path.isfile(path):
-                raise ConfigError(f"{name}: no such file {path!r}")
+                hint = (
+                    " (librdkafka's 'probe', the system's CAs, is what aioprod does without it: leave it out)"
+                    if name == "ssl_ca_location" and path.strip().lower() == "probe"
+                    else ""
+                )
+                raise ConfigError(f"{name}: no such file {path!r}{hint}")
         if self.ssl_key_location is not None and self.ssl_certificate_location is None:
             raise ConfigError("ssl_key_location is set without ssl_certificate_location (the client certificate)")
         if self.ssl_context is not None:
@@ -737,6 +766,7 @@ _ALWAYS_SO: dict[str, set[object]] = {
     "api_version": {"auto", "none"},
     "api_version_request": {True, "true"},  # librdkafka's default
     "socket_nagle_disable": {True, "true"},
+    "socket_keepalive_enable": {False, "false"},  # librdkafka's default: aioprod sets no SO_KEEPALIVE
     "enable_ssl_certificate_verification": {True, "true"},  # librdkafka's default
     "metadata_recovery_strategy": {"rebootstrap"},  # Java 4's and librdkafka's default
     "client_dns_lookup": {"use_all_dns_ips"},  # Java's default: every resolved address is tried

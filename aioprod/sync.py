@@ -122,6 +122,9 @@ class SyncProducer:
         start_timeout: float | _Unset | None = _UNSET,
         **options: Any,
     ) -> None:
+        if use_uvloop is not None and not isinstance(use_uvloop, bool):
+            # "no", 0.0 or a string from a settings file: taken for its truth value, uvloop for "no".
+            raise TypeError(f"SyncProducer() use_uvloop must be True, False or None, got {use_uvloop!r}")
         producer = Producer(config, **options)  # validates the configuration in this thread
         self._producer = producer
         self.config = producer.config

@@ -845,6 +845,13 @@ def test_the_start_is_waited_for_as_long_as_max_block_ms_bounds_it(monkeypatch: 
     assert waits == [120 + sync._GRACE, None]
 
 
+@pytest.mark.parametrize("use_uvloop", ["no", "false", 0, 1])
+def test_use_uvloop_of_another_type_is_refused_by_name(use_uvloop: object) -> None:
+    # Taken for its truth value: use_uvloop="no" ran the producer on uvloop.
+    with pytest.raises(TypeError, match=r"SyncProducer\(\) use_uvloop must be True, False or None"):
+        SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", use_uvloop=use_uvloop)  # type: ignore[arg-type]
+
+
 def test_sync_timeouts_of_the_wrong_type_are_refused_by_name_before_anything_happens() -> None:
     with pytest.raises(TypeError, match=r"SyncProducer\(\) start_timeout must be a number"):
         SyncProducer(bootstrap_servers=f"127.0.0.1:{refused_port()}", start_timeout="5")  # type: ignore[arg-type]

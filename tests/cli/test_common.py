@@ -191,6 +191,8 @@ def test_every_option_has_an_environment_variable() -> None:
         (["-X", "batch.size=-5"], None, "(-X batch.size)"),
         (["-X", "compression.type=zstd", "-X", "compression.level=99"], None, "(-X compression.level)"),
         ([], {"AIOPROD_LINGER_MS": "-1"}, "($AIOPROD_LINGER_MS)"),
+        # argv bytes that are not UTF-8: an untyped UnicodeEncodeError, exit code 1, naming no option
+        (["-X", "client.id=app-\udcff"], None, "(-X client.id)"),
     ],
 )
 def test_a_value_out_of_range_says_where_it_came_from(args: list[str], env: dict[str, str] | None, where: str) -> None:

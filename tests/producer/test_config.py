@@ -121,6 +121,10 @@ def test_config_is_frozen() -> None:
             {"bootstrap_servers": "h:1", "transactional_id": "x" * 40_000},
             "transactional_id must be at most 32767 bytes",
         ),
+        # A lone surrogate (argv or a file read with surrogateescape) has no UTF-8 form: it raised
+        # UnicodeEncodeError, naming no option (the CLI printed it as its whole error).
+        ({"bootstrap_servers": "h:1", "client.id": "app-\udcff"}, "client_id is not valid text: character 5"),
+        ({"bootstrap_servers": "h:1", "transactional_id": "\udcfftx"}, "transactional_id is not valid text"),
         (
             {"bootstrap_servers": "h:1", "compression_type": "gzip", "compression_level": 100},
             r"compression_level: gzip levels are 1 to 9, got 100",
@@ -240,6 +244,19 @@ def test_a_positional_argument_that_is_not_a_mapping_is_a_config_error(options: 
         ("socket.timeout.ms", "request_timeout_ms bounds each request"),
         ("enabled_events", "a librdkafka option aioprod does not implement"),
         ("topic.metadata.propagation.max.ms", "a librdkafka option aioprod does not implement"),
+        # librdkafka's deprecated ones, in older confluent-kafka configurations: "unknown option
+        # 'socket.blocking.max.ms' (did you mean 'retry.backoff.max.ms'?)", and
+        # "unknown option 'ssl.engine.location' (did you mean 'ssl.key.location'?)".
+        ("socket.blocking.max.ms", "a deprecated librdkafka option"),
+        ("ssl.engine.location", "a deprecated librdkafka option"),
+        ("reconnect.backoff.jitter.ms", "a deprecated librdkafka option"),
+        ("topic.metadata.refresh.fast.cnt", "a deprecated librdkafka option"),
+        ("api.version.fallback.ms", "a deprecated librdkafka option"),
+        ("produce.offset.report", "a deprecated librdkafka option"),
+        ("queuing.strategy", "a deprecated librdkafka option"),
+        ("msg_order_cmp", "a deprecated librdkafka option"),
+        ("partitioner_cb", "give aioprod's partitioner option a callable"),  # was: "a Java partitioner option"
+        ("transaction.two.phase.commit.enable", "prepare_transaction() needs no option"),  # Java's (KIP-939)
     ],
 )
 def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_typo(name: str, what: str) -> None:
@@ -259,6 +276,8 @@ def test_a_kafka_option_aioprod_does_not_implement_is_named_not_mistaken_for_a_t
         ("api.version.request", True),
         ("api.version.request", "true"),
         ("socket.nagle.disable", "True"),
+        ("socket.keepalive.enable", "false"),  # librdkafka's default (no SO_KEEPALIVE), as aioprod's
+        ("socket.keepalive.enable", False),
     ],
 )
 def test_another_clients_option_asking_for_what_aioprod_does_is_taken(name: str, value: object) -> None:
@@ -355,6 +374,19 @@ def test_a_directory_for_a_tls_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is a directory; give a PEM file"):
         ProducerConfig.from_options(
             bootstrap_servers="127.0.0.1:9092", security_protocol="SSL", ssl_ca_location=tmp_path
+        )
+
+
+def test_librdkafkas_ssl_ca_location_probe_says_to_leave_it_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # librdkafka's "probe" (the system's CAs) said only "no such file 'probe'".
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ConfigError, match=r"no such file 'probe' \(librdkafka's 'probe', the system's CAs, is what aioprod"
+    ):
+        ProducerConfig.from_options(
+            {"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "SSL", "ssl.ca.location": "probe"}
         )
 
 
