@@ -25,6 +25,7 @@ import inspect
 import itertools
 import logging
 import os
+import sys
 import threading
 import time
 import types
@@ -487,7 +488,7 @@ class SyncProducer:
             raise ProducerClosedError("the producer is closed; no more records are accepted")
         try:
             return _spawn(self._loop, self._gate, fn, *args)
-        except RuntimeError:  # the portal stopped (anyio's RunFinishedError is one too)
+        except _LoopNotRunning:  # the portal stopped (not a RuntimeError of the caller's function)
             raise ProducerClosedError("the producer's event loop is not running") from None
 
     def _answers(self) -> None:
@@ -615,7 +616,10 @@ def _start_portal(
 
     def run() -> None:
         try:
-            anyio.run(serve, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
+            # Without uvloop, asyncio's own loop named: the default one is the policy's, which
+            # uvloop.install() (or a policy set for the tests) makes uvloop's all the same.
+            options: dict[str, Any] = {"use_uvloop": True} if use_uvloop else {"loop_factory": _asyncio_loop}
+            anyio.run(serve, backend="asyncio", backend_options=options)
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc)
@@ -633,6 +637,13 @@ def _start_portal(
     thread.start()
     portal, loop = ready.result()
     return portal, loop, thread, gate
+
+
+def _asyncio_loop() -> asyncio.AbstractEventLoop:
+    """asyncio's own event loop, whatever the event loop policy makes."""
+    if sys.platform == "win32":
+        return asyncio.ProactorEventLoop()
+    return asyncio.SelectorEventLoop()
 
 
 def _refused_at_exit(exc: BaseException) -> bool:
@@ -670,6 +681,10 @@ def _thread_timeout(seconds: float | None) -> float | None:
     return None if seconds is None or seconds >= threading.TIMEOUT_MAX else seconds
 
 
+class _LoopNotRunning(RuntimeError):
+    """The portal's loop stopped or closed: nothing can be run on it."""
+
+
 def _spawn(loop: asyncio.AbstractEventLoop, gate: _Gate, fn: Callable[..., Awaitable[T]], *args: Any) -> _Work[T]:
     """``fn(*args)`` as a task on the portal's loop, without waiting for the loop to answer.
 
@@ -679,13 +694,13 @@ def _spawn(loop: asyncio.AbstractEventLoop, gate: _Gate, fn: Callable[..., Await
     cancelled as the loop shuts down (its future then says cancelled).
     """
     if loop.is_closed() or not loop.is_running():
-        raise RuntimeError("the producer's event loop is not running")
-    coro = fn(*args)
+        raise _LoopNotRunning("the producer's event loop is not running")
+    coro = fn(*args)  # what the caller's function raises (a RuntimeError too) is theirs, as it is
     try:
         work: _Work[T] = _run_soon(coro, loop)  # type: ignore[arg-type]
-    except RuntimeError:
+    except RuntimeError as exc:
         coro.close()  # type: ignore[attr-defined]
-        raise
+        raise _LoopNotRunning(str(exc)) from exc
     gate.track(work, coro)  # type: ignore[arg-type]
     return work
 

@@ -14,13 +14,16 @@ ones, which do nothing until an SDK is configured.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib.util
+import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from aioprod.event_log import EventLog
 from aioprod.producer.producer import send_many_values
 
 if TYPE_CHECKING:
@@ -29,6 +32,12 @@ if TYPE_CHECKING:
     from aioprod.cluster.metadata import ClusterSnapshot
     from aioprod.config import ProducerConfig
     from aioprod.producer.record_future import RecordFuture, RecordMetadata
+
+log = logging.getLogger(__name__)
+
+#: Whether the value send() serialized last, in this task, came out None (a tombstone): with a
+#: value serializer, the value given does not say (None may be written as b"null", a value as None).
+_serialized_none: contextvars.ContextVar[bool] = contextvars.ContextVar("aioprod_serialized_none", default=False)
 
 #: The semantic conventions' advice for ``messaging.client.operation.duration``, in seconds.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -84,8 +93,28 @@ class SendTelemetry:
         self._inject = propagate.inject if options.propagate else None
         self._client_id = config.client_id
         self._cluster = cluster
+        #: OpenTelemetry's SDK lets what a span processor, propagator or metric reader raises
+        #: through: said here (rate-limited), never to the send, whose record goes on.
+        self._events = EventLog(config.client_id)
+        self._serializes_values = False
+
+    def _failed(self, exc: Exception) -> None:
+        self._events.problem(
+            log, "telemetry", type(exc).__name__, "OpenTelemetry raised %r; the records are sent regardless", exc
+        )
 
     # -- the wrappers ------------------------------------------------------------------
+
+    def watched_serializer(self, serializer: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``serializer``, telling the send span whether the record it makes is a tombstone."""
+        self._serializes_values = True
+
+        def serialize(value: Any) -> Any:
+            serialized = serializer(value)
+            _serialized_none.set(serialized is None)
+            return serialized
+
+        return serialize
 
     def traced_send(self, send: Send) -> Send:
         async def traced(
@@ -97,14 +126,21 @@ class SendTelemetry:
             timestamp_ms: int | None = None,
             headers: Any = None,
         ) -> RecordFuture:
-            span = self._start(topic, partition, tombstone=value is None, count=None)
+            serialized = self._serializes_values
+            span = self._start(topic, partition, tombstone=value is None and not serialized, count=None)
             started = time.monotonic()
+            token = _serialized_none.set(False) if serialized else None
             try:
                 headers = self._with_context(span, headers)
                 future = await send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
             except BaseException as exc:
                 self._end(span, started, topic, [(None, exc, 1)])
                 raise
+            finally:
+                if token is not None:
+                    if _serialized_none.get():
+                        self._tombstone(span)
+                    _serialized_none.reset(token)
             # A twin of the caller's future: the caller may cancel theirs, the record goes on.
             future.twin().add_done_callback(lambda done: self._send_done(span, started, topic, done))
             return future
@@ -122,27 +158,35 @@ class SendTelemetry:
             timestamp_ms: int | None = None,
         ) -> asyncio.Future[list[RecordMetadata]]:
             values = send_many_values(values)  # a generator listed, to be counted here first
-            span = self._start(topic, partition, tombstone=False, count=len(values))
+            count = len(values) if _parallel(values) else 0  # not values at all: send_many says so
+            span = self._start(topic, partition, tombstone=False, count=count)
             started = time.monotonic()
             try:
                 if self._inject is not None:
-                    each = [None] * len(values) if headers is None else headers
-                    headers = [self._with_context(span, h) for h in each]
+                    headers = send_many_values(headers)  # a generator listed, once
+                    each = [None] * count if headers is None else headers
+                    # Headers that do not run parallel to the values go as given, for send_many to
+                    # refuse with its own error (one mapping for all records: "1 items but 2").
+                    if _parallel(each) and len(each) == count:
+                        headers = [self._with_context(span, h) for h in each]
                 future = await send_many(
                     topic, values, keys=keys, headers=headers, partition=partition, timestamp_ms=timestamp_ms
                 )
             except BaseException as exc:
                 queued = getattr(exc, "_aioprod_queued", None)
                 if queued is None:
-                    self._end(span, started, topic, [(None, exc, len(values))])
+                    self._end(span, started, topic, [(None, exc, count)])
                 else:  # stopped part-way: the records queued are delivered, or fail, on their own
-                    count, group = queued
-                    self._sent.add(len(values) - count, self._attributes(topic, None, exc))
-                    group.add_done_callback(lambda done: self._send_many_done(span, started, topic, count, done))
+                    done_count, group = queued
+                    try:
+                        self._sent.add(count - done_count, self._attributes(topic, None, exc))
+                    except Exception as failure:
+                        self._failed(failure)
+                    group.add_done_callback(lambda done: self._send_many_done(span, started, topic, done_count, done))
                 raise
             # The caller gets a copy: cancelling it (asyncio.wait_for, say) must not lose the
             # outcome of records that still go, as send()'s twin future does not.
-            future.add_done_callback(lambda done: self._send_many_done(span, started, topic, len(values), done))
+            future.add_done_callback(lambda done: self._send_many_done(span, started, topic, count, done))
             caller: asyncio.Future[list[RecordMetadata]] = asyncio.get_running_loop().create_future()
             future.add_done_callback(lambda done: _copy_outcome(done, caller))
             return caller
@@ -165,14 +209,28 @@ class SendTelemetry:
             attributes["messaging.kafka.message.tombstone"] = True
         if count is not None:
             attributes["messaging.batch.message_count"] = count
-        return self._tracer.start_span(f"send {topic}", kind=self._trace.SpanKind.PRODUCER, attributes=attributes)
+        try:
+            return self._tracer.start_span(f"send {topic}", kind=self._trace.SpanKind.PRODUCER, attributes=attributes)
+        except Exception as exc:
+            self._failed(exc)
+            return self._trace.INVALID_SPAN
+
+    def _tombstone(self, span: Span) -> None:
+        try:
+            span.set_attribute("messaging.kafka.message.tombstone", True)
+        except Exception as exc:
+            self._failed(exc)
 
     def _with_context(self, span: Span, headers: Any) -> Any:
         """``headers`` and the span's context (replacing headers of the same names)."""
         if self._inject is None:
             return headers
         carrier: dict[str, str] = {}
-        self._inject(carrier, context=self._trace.set_span_in_context(span))
+        try:
+            self._inject(carrier, context=self._trace.set_span_in_context(span))
+        except Exception as exc:
+            self._failed(exc)
+            return headers
         if headers is None:
             existing: list[Any] = []
         elif isinstance(headers, Mapping):
@@ -210,7 +268,26 @@ class SendTelemetry:
         outcomes: list[tuple[RecordMetadata | None, BaseException | None, int]],
         failed_partition: int = -1,
     ) -> None:
-        """End the span and count the records: ``outcomes`` are (metadata, error, how many)."""
+        """End the span and count the records: ``outcomes`` are (metadata, error, how many).
+        Whatever OpenTelemetry raises stays here: the span is ended all the same."""
+        try:
+            self._record_end(span, started, topic, outcomes, failed_partition)
+        except Exception as exc:
+            self._failed(exc)
+            try:
+                if span.is_recording():  # not ended yet (the end itself may be what raised)
+                    span.end()
+            except Exception as again:
+                self._failed(again)
+
+    def _record_end(
+        self,
+        span: Span,
+        started: float,
+        topic: str,
+        outcomes: list[tuple[RecordMetadata | None, BaseException | None, int]],
+        failed_partition: int,
+    ) -> None:
         duration = time.monotonic() - started
         partitions = {md.partition for md, _, _ in outcomes if md is not None}
         span_error = None
@@ -259,6 +336,11 @@ class SendTelemetry:
         leader = cluster.leader_for(topic, partition)
         broker = None if leader is None else cluster.brokers.get(leader)
         return {} if broker is None else {"server.address": broker.host, "server.port": broker.port}
+
+
+def _parallel(given: Any) -> bool:
+    """Whether ``given`` can be send_many's values or headers (as its _many_argument takes them)."""
+    return isinstance(given, Sequence) and not isinstance(given, str | bytes | bytearray)
 
 
 def _error_type(error: BaseException) -> str:

@@ -492,6 +492,38 @@ async def _loop_type(_producer: Any) -> type:
     return type(asyncio.get_running_loop())
 
 
+def test_a_runtime_error_of_the_function_given_to_submit_is_its_own(tansu_broker: TansuBroker, topic: str) -> None:
+    # submit() calls the function in the caller's thread (to get its coroutine): a RuntimeError it
+    # raised there (asyncio's "no running event loop", say) was reported as ProducerClosedError,
+    # "the producer's event loop is not running", of a producer that was running fine.
+    def not_a_coroutine_function(producer: Any) -> Any:
+        raise RuntimeError("the function's own error")
+
+    with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
+        with pytest.raises(RuntimeError, match="the function's own error") as raised:
+            producer.submit(not_a_coroutine_function)
+        assert not isinstance(raised.value, ProducerClosedError)
+        assert producer.send_and_wait(topic, b"v").offset == 0
+
+
+def test_use_uvloop_false_is_asyncios_loop_under_uvloops_policy(tansu_broker: TansuBroker) -> None:
+    # uvloop.install() (a common first line of an application) sets uvloop's policy: use_uvloop=False
+    # still ran the producer on uvloop, anyio's default loop being the policy's.
+    import asyncio
+
+    import uvloop
+
+    previous = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, use_uvloop=False) as producer:
+            loop_type = producer.submit(_loop_type).result(10)
+            producer.send_and_wait("aioprod-use-uvloop-false", b"v")
+    finally:
+        asyncio.set_event_loop_policy(previous)
+    assert loop_type.__module__.startswith("asyncio.")
+
+
 def test_uvloop_is_used_when_installed(tansu_broker: TansuBroker) -> None:
     import uvloop
 

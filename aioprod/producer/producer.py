@@ -34,6 +34,7 @@ from aioprod.errors import (
     TransactionStateError,
     error_for_code,
 )
+from aioprod.event_log import ClientLogger
 from aioprod.metrics import MetricsSnapshot, ProducerMetrics
 from aioprod.net.pool import CLOSE_GRACE, ConnectionPool
 from aioprod.producer.accumulator import RECORD_OVERHEAD as _RECORD_OVERHEAD
@@ -196,6 +197,8 @@ class Producer:
             # Instance attributes in front of the methods: without telemetry, send() pays nothing for it.
             self.send = telemetry.traced_send(self.send)  # type: ignore[method-assign]
             self.send_many = telemetry.traced_send_many(self.send_many)  # type: ignore[method-assign]
+            if self._value_serializer is not None:  # the record's value, not the one given, is a tombstone or not
+                self._value_serializer = telemetry.watched_serializer(self._value_serializer)
         # Created in start(), inside the running loop.
         self._pool: ConnectionPool
         self._metadata: Metadata
@@ -332,7 +335,8 @@ class Producer:
                         await txn.end_on_close(self._fail_unsent, self._settle_transaction)
                 except (TimeoutError, KafkaError) as exc:
                     # (A start() cancelled or timed out has no transaction to abort: not worth a warning.)
-                    report = log.warning if txn.has_transaction else log.debug
+                    named = ClientLogger(log, self.config.client_id)  # whose transaction, as every line says
+                    report = named.warning if txn.has_transaction else named.debug
                     report("could not abort transaction %r while closing: %r", txn.transactional_id, exc)
             if timeout is None or timeout > 0:  # close(0): nothing more is sent, even what lingers
                 self._accumulator.closing = True

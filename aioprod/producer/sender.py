@@ -125,6 +125,10 @@ class Sender:
         self.fatal: KafkaError | None = None
         #: Why a partition's sequence came in doubt last (said when a new identity is taken).
         self._doubt = "a partition's sequence is in doubt"
+        #: Its kind, the identity warning's reason: the text names a partition and an error
+        #: message (a record count, a deadline), so as the reason it made every partition's new
+        #: identity a new warning, one per partition under a fault that lasts.
+        self._doubt_kind = "doubt"
         self._wake_flag = False
         #: The sleeping sender's: True when the clock ends the sleep, False when a wake-up does.
         self._waiter: asyncio.Future[bool] | None = None
@@ -238,6 +242,7 @@ class Sender:
             )
             return
         self._doubt = f"the cluster id changed from {old!r} to {new!r}"
+        self._doubt_kind = "cluster-changed"
         ident.set_producer_id(-1, -1)  # no client-side epoch bump of the old cluster's id
         # A stamp is the old cluster's too: a retry under it would meet the new cluster's own
         # producer of that id (a "duplicate" acknowledged, not written). Renumbered instead.
@@ -810,6 +815,7 @@ class Sender:
                 f"{describe_node(node)} does not continue the sequence of {batch.tp.topic}-{batch.tp.partition} "
                 f"({decision.error})"
             )
+            self._doubt_kind = f"gap {node} {type(decision.error).__name__}"
             self._log.debug("%s; renumbering under a new identity", self._doubt)
         ident.rejected_sequence(batch, gap, lost_state=decision.unknown_producer)
         return True
@@ -856,6 +862,7 @@ class Sender:
         if self.idempotence is not None:
             if batch.stamped:
                 self._doubt = f"a batch of {batch.tp.topic}-{batch.tp.partition} failed ({error})"
+                self._doubt_kind = f"failed {type(error).__name__}"
             self.idempotence.failed(batch)
             if batch.stamp_maybe_written:
                 self._fail_behind(batch)
@@ -884,7 +891,7 @@ class Sender:
             self._metrics.events.problem(
                 log,
                 "identity",
-                self._doubt,
+                self._doubt_kind,
                 "took a new producer identity %s/%s (was %s/%s): %s",
                 producer_id,
                 epoch,

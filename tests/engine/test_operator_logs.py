@@ -11,7 +11,13 @@ from collections import deque
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import KafkaTimeoutError, NotLeaderOrFollowerError, UnknownProducerIdError
+from aioprod.errors import (
+    CoordinatorLoadInProgressError,
+    KafkaTimeoutError,
+    NotLeaderOrFollowerError,
+    UnknownProducerIdError,
+)
+from aioprod.protocol import messages as m
 from tests.conftest import Scripted
 from tests.fakes.network import ServerSide
 
@@ -190,6 +196,31 @@ async def test_a_new_producer_identity_is_a_warning_with_its_reason(
     assert "UNKNOWN_PRODUCER_ID" in warnings[0]
 
 
+async def test_new_producer_identities_across_partitions_are_one_warning_per_interval(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    # The warning's reason was its whole text, which names the partition: a broker refusing each
+    # partition's sequence (UNKNOWN_PRODUCER_ID, a fault that lasts) was one WARNING per partition.
+    cluster, clock = scripted.cluster, scripted.clock
+    cluster.create_topic("t", 20)
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, retry_backoff_ms=10) as p:
+        await p.partitions_for("t")
+        start = clock.now
+        for partition in range(20):
+            cluster.nodes[1].script = deque([UnknownProducerIdError.code])
+            await p.send_and_wait("t", b"v", partition=partition)
+        assert clock.now - start < 30
+        await clock.advance(30)
+        cluster.nodes[1].script = deque([UnknownProducerIdError.code])
+        await p.send_and_wait("t", b"w", partition=0)
+        resets = p.metrics()["producer-id-reset-total"]
+    assert resets == 21
+    warnings = lines(logs, logging.WARNING, "new producer identity")
+    assert len(warnings) == 2  # at once, then 30 s later with the count meanwhile
+    assert "does not continue the sequence of t-0" in warnings[0]
+    assert "(19 more since the last warning)" in warnings[1]
+
+
 async def test_connection_set_up_is_info(scripted: Scripted, logs: pytest.LogCaptureFixture) -> None:
     scripted.cluster.create_topic("t", 1)
     async with Producer(bootstrap_servers=scripted.cluster.bootstrap) as p:
@@ -272,3 +303,20 @@ async def test_one_brokers_retries_ending_leaves_another_brokers_retries_as_they
         "[c] broker 1 acknowledged again",
         "[c] broker 2 acknowledged again (1 more after the last warning)",
     ]
+
+
+async def test_a_transaction_close_could_not_abort_is_a_warning_naming_the_producer(
+    scripted: Scripted, logs: pytest.LogCaptureFixture
+) -> None:
+    # The one WARNING the producer's close() logs itself went to the module's logger as it was:
+    # no [client_id], so with two transactional producers in a process, whose transaction?
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    p = Producer(bootstrap_servers=cluster.bootstrap, transactional_id="tx", client_id="orders", linger_ms=0)
+    await p.start()
+    p.begin_transaction()
+    await (await p.send("t", b"v"))
+    cluster.coordinator.script[m.EndTxnRequest.API_KEY] = deque([CoordinatorLoadInProgressError.code] * 1000)
+    await p.close(timeout=1)
+    (warning,) = [r.getMessage() for r in logs.records if r.levelno >= logging.WARNING]
+    assert warning == "[orders] could not abort transaction 'tx' while closing: TimeoutError()"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from collections import deque
 from collections.abc import Iterator
@@ -13,12 +14,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from opentelemetry import propagate
+from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import aioprod.tracing
 from aioprod import Producer
@@ -337,3 +341,105 @@ async def test_without_propagation_records_carry_no_trace_context(scripted: Scri
         await (await p.send_many("t", [b"two"]))
     assert written(cluster) == {b"one": [("app", b"x")], b"two": []}
     assert len(otel.finished()) == 2  # still traced
+
+
+class FakeFaultySpanProcessor(SpanProcessor):
+    """A span processor that raises (a vendor's, say): the SDK lets it through span start and end."""
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        raise RuntimeError("span processor broke on start")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        raise RuntimeError("span processor broke on end")
+
+
+class FakeFaultyPropagator(TraceContextTextMapPropagator):
+    """A propagator that raises on inject: the global one, composite or not, lets it through."""
+
+    def inject(self, carrier: Any, context: Context | None = None, setter: Any = None) -> None:
+        raise ValueError("propagator broke")
+
+
+async def test_telemetry_that_raises_never_breaks_or_changes_a_send(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A span processor raising in on_start refused the record (send() raised its RuntimeError);
+    # one raising in on_end replaced send()'s own error (RecordTooLargeError) with it, and logged an
+    # asyncio "Exception in callback" ERROR per record acknowledged. A propagator raising refused it too.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(FakeFaultySpanProcessor())
+    telemetry = Telemetry(tracer_provider=tracer_provider)
+    previous = propagate.get_global_textmap()
+    propagate.set_global_textmap(FakeFaultyPropagator())
+    try:
+        async with Producer(
+            bootstrap_servers=cluster.bootstrap, linger_ms=0, max_request_size=1000, telemetry=telemetry
+        ) as p:
+            first = await p.send_and_wait("t", b"one", headers=[("app", b"x")])
+            many = await (await p.send_many("t", [b"two", b"three"]))
+            with pytest.raises(RecordTooLargeError):
+                await p.send("t", b"x" * 5000)
+    finally:
+        propagate.set_global_textmap(previous)
+    assert (first.offset, [md.offset for md in many]) == (0, [1, 2])
+    assert written(cluster) == {b"one": [("app", b"x")], b"two": [], b"three": []}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    warned = [r.getMessage() for r in caplog.records if r.name == "aioprod.tracing"]
+    assert warned and all("the records are sent regardless" in line for line in warned)
+    assert len(warned) == 2  # once per kind of error (RuntimeError, ValueError), then rate-limited
+
+
+async def test_with_a_value_serializer_the_record_written_says_whether_it_is_a_tombstone(
+    scripted: Scripted, otel: Otel
+) -> None:
+    # The span said tombstone for a None given, which the serializer wrote as b"null", and not for
+    # the value the serializer made None (a tombstone on the broker).
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+
+    def serialize(value: Any) -> bytes | None:
+        return None if value == "DELETE" else json.dumps(value).encode()
+
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, value_serializer=serialize, telemetry=otel.telemetry
+    ) as p:
+        await p.send_and_wait("t", None, key=b"a")
+        await p.send_and_wait("t", "DELETE", key=b"b")
+        await p.send_and_wait("t", {"n": 1}, key=b"c")
+    assert cluster.partition("t").values == [b"null", None, b'{"n": 1}']
+    tombstones = [(s.attributes or {}).get("messaging.kafka.message.tombstone") for s in otel.finished()]
+    assert tombstones == [None, True, None]
+
+
+@pytest.mark.parametrize(
+    "values, headers",
+    [
+        ([b"a", b"b"], {"app": b"x"}),  # one mapping for every record
+        ([b"a", b"b"], b"ab"),
+        ([b"a", b"b"], 5),
+        ([b"a", b"b"], (h for h in [[("app", b"x")]])),  # a generator one item short
+        (5, None),
+    ],
+)
+async def test_send_many_refuses_bad_arguments_as_it_does_without_telemetry(
+    scripted: Scripted, otel: Otel, values: Any, headers: Any
+) -> None:
+    # With telemetry, the wrapper took headers apart first: one mapping for all records was
+    # "headers has 1 items but values has 2", bytes "headers must be a list of ... pairs, got int",
+    # a number "'int' object is not iterable"; values that were none "object of type 'int' has no len()".
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    refusals = []
+    for telemetry in (None, otel.telemetry):
+        given = (h for h in [[("app", b"x")]]) if isinstance(headers, Iterator) else headers  # a fresh one each time
+        async with Producer(bootstrap_servers=cluster.bootstrap, telemetry=telemetry) as p:
+            with pytest.raises((TypeError, ValueError)) as refused:
+                await p.send_many("t", values, headers=given)
+            refusals.append((type(refused.value), str(refused.value)))
+    assert refusals[0] == refusals[1]
+    assert "sequence" in refusals[0][1] or "items but values has 2" in refusals[0][1]
+    assert cluster.partition("t").values == []
+    (span,) = otel.finished()
+    assert span.status.status_code is StatusCode.ERROR
