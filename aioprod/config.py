@@ -256,13 +256,23 @@ UNSUPPORTED_OPTIONS = {
             "socket_blocking_max_ms",
             "topic_metadata_refresh_fast_cnt",
             "reconnect_backoff_jitter_ms",
-            "api_version_fallback_ms",
             "produce_offset_report",
-            "queuing_strategy",
-            "msg_order_cmp",
-            "ssl_engine_location",
         ),
         "a deprecated librdkafka option (librdkafka no longer uses it either): remove it",
+    ),
+    # Deprecated in librdkafka, which still acts on them: not "no longer used".
+    "api_version_fallback_ms": (
+        "a deprecated librdkafka option (how long broker.version.fallback stands in when ApiVersion "
+        "fails): aioprod always asks the broker for its API versions: remove it"
+    ),
+    **dict.fromkeys(
+        ("queuing_strategy", "msg_order_cmp"),
+        "a deprecated, experimental librdkafka option (its queue's order): aioprod sends a partition's "
+        "records in the order send() took them: remove it",
+    ),
+    "ssl_engine_location": (
+        "a deprecated librdkafka option (an OpenSSL engine to load, a key in an HSM, say): aioprod's TLS "
+        "(Python's ssl module) loads no engine: give the key as ssl_key_location, or an ssl_context"
     ),
     "partitioner_cb": (
         "librdkafka's partitioner callback: give aioprod's partitioner option a callable "

@@ -640,10 +640,13 @@ def _start_portal(
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop:
-    """asyncio's own event loop, whatever the event loop policy makes."""
-    if sys.platform == "win32":
-        return asyncio.ProactorEventLoop()
-    return asyncio.SelectorEventLoop()
+    """The event loop policy's loop, unless it is uvloop's: then asyncio's own. (A policy of the
+    program's that is not uvloop's, Windows' selector one say, is kept.)"""
+    loop = asyncio.new_event_loop()
+    if not type(loop).__module__.startswith("uvloop"):
+        return loop
+    loop.close()
+    return asyncio.ProactorEventLoop() if sys.platform == "win32" else asyncio.SelectorEventLoop()
 
 
 def _refused_at_exit(exc: BaseException) -> bool:

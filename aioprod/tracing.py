@@ -14,6 +14,7 @@ ones, which do nothing until an SDK is configured.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import importlib.util
 import logging
@@ -131,16 +132,21 @@ class SendTelemetry:
             started = time.monotonic()
             token = _serialized_none.set(False) if serialized else None
             try:
-                headers = self._with_context(span, headers)
-                future = await send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
+                try:
+                    headers = self._with_context(span, headers)
+                    future = await send(
+                        topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+                    )
+                finally:  # before the span ends: a send that fails after serializing a tombstone says so too
+                    if token is not None:
+                        if _serialized_none.get():
+                            self._tombstone(span)
+                        # (Closed outside its task, a pending task collected: no value of it to restore.)
+                        with contextlib.suppress(ValueError):
+                            _serialized_none.reset(token)
             except BaseException as exc:
                 self._end(span, started, topic, [(None, exc, 1)])
                 raise
-            finally:
-                if token is not None:
-                    if _serialized_none.get():
-                        self._tombstone(span)
-                    _serialized_none.reset(token)
             # A twin of the caller's future: the caller may cancel theirs, the record goes on.
             future.twin().add_done_callback(lambda done: self._send_done(span, started, topic, done))
             return future

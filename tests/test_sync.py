@@ -524,6 +524,27 @@ def test_use_uvloop_false_is_asyncios_loop_under_uvloops_policy(tansu_broker: Ta
     assert loop_type.__module__.startswith("asyncio.")
 
 
+class _ProgramsLoop(asyncio.SelectorEventLoop):
+    """The loop of a program's own policy (not uvloop's)."""
+
+
+class _ProgramsPolicy(asyncio.DefaultEventLoopPolicy):
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return _ProgramsLoop()
+
+
+def test_use_uvloop_false_keeps_a_programs_own_policy(tansu_broker: TansuBroker) -> None:
+    # Only uvloop's loop is put aside: a policy of the program's (Windows' selector one, say) is kept.
+    previous = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_ProgramsPolicy())
+    try:
+        with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, use_uvloop=False) as producer:
+            loop_type = producer.submit(_loop_type).result(10)
+    finally:
+        asyncio.set_event_loop_policy(previous)
+    assert loop_type is _ProgramsLoop
+
+
 def test_uvloop_is_used_when_installed(tansu_broker: TansuBroker) -> None:
     import uvloop
 

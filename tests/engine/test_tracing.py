@@ -4,6 +4,7 @@ the scripted cluster (a failure the broker answers, a failure send() raises)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import json
 import logging
@@ -443,3 +444,47 @@ async def test_send_many_refuses_bad_arguments_as_it_does_without_telemetry(
     assert cluster.partition("t").values == []
     (span,) = otel.finished()
     assert span.status.status_code is StatusCode.ERROR
+
+
+async def test_a_send_that_fails_after_serializing_a_tombstone_says_tombstone(
+    scripted: Scripted, otel: Otel, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The tombstone attribute was set after send()'s error had ended the span: dropped (the span
+    # said no tombstone), and OpenTelemetry's SDK logged "Setting attribute on ended span".
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+
+    def serialize(value: Any) -> bytes | None:
+        return None if value == "DELETE" else json.dumps(value).encode()
+
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, max_request_size=1000, value_serializer=serialize, telemetry=otel.telemetry
+    ) as p:
+        with pytest.raises(RecordTooLargeError):
+            await p.send("t", "DELETE", key=b"k" * 5000)
+    (span,) = otel.finished()
+    assert (span.attributes or {}).get("messaging.kafka.message.tombstone") is True
+    assert span.status.status_code is StatusCode.ERROR
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry") and r.levelno >= logging.WARNING]
+
+
+async def test_a_traced_send_closed_outside_its_task_ends_its_span_with_no_error_of_its_own(
+    scripted: Scripted, otel: Otel
+) -> None:
+    # A send() suspended in Producer.send (waiting for metadata) whose coroutine is closed from
+    # another context (a pending task collected after its loop closed): resetting the tombstone
+    # contextvar raised ValueError ("created in a different Context") over the GeneratorExit, out of
+    # close() as an "Exception ignored", and the span ended with error.type ValueError.
+    cluster = scripted.cluster
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap, value_serializer=json_bytes, telemetry=otel.telemetry
+    ) as p:
+        send = p.send("not-yet", {"n": 1})
+        contextvars.copy_context().run(send.send, None)  # its first step, in a context of its own
+        send.close()  # here, in the test's context (a finalizer's)
+    (span,) = otel.finished()
+    assert (span.attributes or {}).get("error.type") == "GeneratorExit"
+
+
+def json_bytes(value: Any) -> bytes:
+    return json.dumps(value).encode()

@@ -248,13 +248,13 @@ def test_a_positional_argument_that_is_not_a_mapping_is_a_config_error(options: 
         # 'socket.blocking.max.ms' (did you mean 'retry.backoff.max.ms'?)", and
         # "unknown option 'ssl.engine.location' (did you mean 'ssl.key.location'?)".
         ("socket.blocking.max.ms", "a deprecated librdkafka option"),
-        ("ssl.engine.location", "a deprecated librdkafka option"),
+        ("ssl.engine.location", "a deprecated librdkafka option (an OpenSSL engine"),
         ("reconnect.backoff.jitter.ms", "a deprecated librdkafka option"),
         ("topic.metadata.refresh.fast.cnt", "a deprecated librdkafka option"),
         ("api.version.fallback.ms", "a deprecated librdkafka option"),
         ("produce.offset.report", "a deprecated librdkafka option"),
-        ("queuing.strategy", "a deprecated librdkafka option"),
-        ("msg_order_cmp", "a deprecated librdkafka option"),
+        ("queuing.strategy", "a deprecated, experimental librdkafka option"),
+        ("msg_order_cmp", "a deprecated, experimental librdkafka option"),
         ("partitioner_cb", "give aioprod's partitioner option a callable"),  # was: "a Java partitioner option"
         ("transaction.two.phase.commit.enable", "prepare_transaction() needs no option"),  # Java's (KIP-939)
     ],
@@ -388,6 +388,20 @@ def test_librdkafkas_ssl_ca_location_probe_says_to_leave_it_out(
         ProducerConfig.from_options(
             {"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "SSL", "ssl.ca.location": "probe"}
         )
+
+
+@pytest.mark.parametrize(
+    "name", ["ssl.engine.location", "api.version.fallback.ms", "queuing.strategy", "msg_order_cmp"]
+)
+def test_a_deprecated_librdkafka_option_librdkafka_still_acts_on_is_not_said_to_be_unused(name: str) -> None:
+    # "librdkafka no longer uses it either: remove it": librdkafka still loads ssl.engine.location's
+    # OpenSSL engine (the client key in an HSM, say), still falls back for api.version.fallback.ms, and
+    # still orders its queue by queuing.strategy/msg_order_cmp. Removing the engine loses the key.
+    with pytest.raises(UnsupportedOptionError) as refused:
+        ProducerConfig.from_options({"bootstrap.servers": "h:1", name: "x"})
+    assert "no longer uses it" not in str(refused.value)
+    if name == "ssl.engine.location":
+        assert "ssl_key_location" in str(refused.value)
 
 
 @pytest.mark.parametrize("options", [{"request.timeout.ms": 180_000}, {"linger.ms": 120_000}])
