@@ -646,7 +646,9 @@ def _asyncio_loop() -> asyncio.AbstractEventLoop:
     if not type(loop).__module__.startswith("uvloop"):
         return loop
     loop.close()
-    return asyncio.ProactorEventLoop() if sys.platform == "win32" else asyncio.SelectorEventLoop()
+    if sys.platform == "win32":
+        return asyncio.ProactorEventLoop()
+    return asyncio.SelectorEventLoop()
 
 
 def _refused_at_exit(exc: BaseException) -> bool:
