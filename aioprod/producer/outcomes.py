@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from aioprod.cluster.metadata import Broker
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
+    BrokerResponseError,
     DuplicateSequenceNumberError,
     FencedLeaderEpochError,
     InvalidBatchError,
@@ -34,6 +35,7 @@ from aioprod.net.pool import exponential_backoff
 from aioprod.producer.batch import ProducerBatch
 from aioprod.protocol.messages import ProduceResponse, ProduceResponsePartition
 from aioprod.protocol.primitives import INT64_MAX
+from aioprod.protocol.records import BATCH_HEADER_SIZE
 
 #: Answers a broker gives before it appends the batch: this attempt is certainly not in the
 #: log. Any other error may come after the leader appended it (NOT_LEADER_OR_FOLLOWER, for
@@ -184,9 +186,12 @@ def _partition(
             )
             return Decision(batch, Action.FAIL, impossible, maybe_written=True)
         return Decision(batch, Action.ACK, base_offset=part.base_offset, log_append_time=part.log_append_time_ms)
-    error = error_for_code(code, part.error_message)
-    if code in _TOO_LARGE and batch.record_count > 1:
-        return Decision(batch, Action.SPLIT, error, retry_at=now)
+    if code in _TOO_LARGE:
+        if batch.record_count > 1:
+            return Decision(batch, Action.SPLIT, error_for_code(code, part.error_message), retry_at=now)
+        error = _record_too_large(batch, code, part.error_message)
+    else:
+        error = error_for_code(code, part.error_message)
     leader = None
     current = part.current_leader
     if code in _LEADER_HINTS and current.leader_id >= 0 and current.leader_epoch >= 0:
@@ -202,6 +207,21 @@ def _partition(
     if part.record_errors and decision.action is Action.FAIL and decision.error is error:  # (not expired)
         decision.record_errors = _record_errors(batch, part, error) or None
     return decision
+
+
+def _record_too_large(batch: ProducerBatch, code: int, said: str | None) -> BrokerResponseError:
+    """The broker's refusal of a batch of one record, saying which record and how large, and
+    the limit it passed (the broker does not say what the limit is): the batch cannot be split."""
+    where = f"{batch.tp.topic}-{batch.tp.partition}"
+    record = batch.builder.size_in_bytes - BATCH_HEADER_SIZE
+    sent = f"a batch of {batch.size} bytes" + (" compressed" if batch.size < batch.builder.size_in_bytes else "")
+    limit = (
+        "the broker's message.max.bytes, or the topic's max.message.bytes"
+        if code == MessageTooLargeError.code
+        else "the topic's segment.bytes"
+    )
+    text = f"{where}: a record of {record} bytes ({sent}) is larger than the broker accepts ({limit})"
+    return error_for_code(code, f"{text} (the broker said: {said})" if said else text)
 
 
 def _record_errors(batch: ProducerBatch, part: ProduceResponsePartition, error: KafkaError) -> dict[int, KafkaError]:

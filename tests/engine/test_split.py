@@ -4,12 +4,13 @@ itself too large fails."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import deque
 
 import pytest
 
 from aioprod import Producer
-from aioprod.errors import MessageTooLargeError
+from aioprod.errors import MessageTooLargeError, RecordListTooLargeError
 from aioprod.protocol.messages import InitProducerIdRequest, ProduceRequest
 from tests.conftest import Scripted
 from tests.fakes.cluster import Hold
@@ -43,6 +44,36 @@ async def test_only_a_record_larger_than_the_broker_allows_fails(scripted: Scrip
             await huge
         await asyncio.gather(small_before, small_after)
     assert cluster.partition("t").values == [b"a" * 100, b"b" * 100]
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+async def test_a_record_too_large_for_the_broker_fails_naming_its_partition_size_and_the_limit(
+    scripted: Scripted, codec: str
+) -> None:
+    # The error said only "MESSAGE_TOO_LARGE (code 10): The request holds a batch larger than
+    # the broker accepts.": not which partition, how large, or which setting refused it.
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    cluster.partition("t").max_batch_bytes = 2000
+    value = random.Random(0).randbytes(2500) + bytes(2500)  # zstd halves it, still over 2,000
+    async with Producer(bootstrap_servers=cluster.bootstrap, compression_type=codec) as p:
+        huge = await p.send("t", value, partition=0)
+        with pytest.raises(MessageTooLargeError) as refused:
+            await huge
+    text = str(refused.value)
+    assert "t-0" in text and "a record of 50" in text and "message.max.bytes" in text
+    assert ("compressed" in text) == (codec != "none")
+    assert cluster.partition("t").values == []
+
+
+async def test_a_record_refused_as_larger_than_a_log_segment_names_the_topic_setting(scripted: Scripted) -> None:
+    cluster = scripted.cluster
+    cluster.create_topic("t", 1)
+    async with Producer(bootstrap_servers=cluster.bootstrap) as p:
+        await p.partitions_for("t")
+        cluster.nodes[1].script = deque([RecordListTooLargeError.code])
+        with pytest.raises(RecordListTooLargeError, match=r"t-0: a record of \d+ bytes .*segment\.bytes"):
+            await (await p.send("t", b"v" * 100, partition=0))
 
 
 @pytest.mark.parametrize("transactional", [False, True])
