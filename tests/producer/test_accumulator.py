@@ -310,3 +310,63 @@ async def test_a_split_batch_expires_at_its_original_deadline_among_later_batche
     assert sorted(map(id, acc.expired(30.0))) == sorted(map(id, parts)) and acc.next_deadline() == 40.0
     (later,) = acc.expired(40.0)
     assert later.tp.partition == 1 and acc.next_deadline() is None
+
+
+def _compressible(i: int) -> bytes:
+    """A JSON event of about 100 bytes, as an application writes them: lz4 shrinks a batch of
+    them about 4 times."""
+    return b'{"user": %d, "event": "page_view", "page": "/catalog/item/%d", "ok": true}' % (i % 997, i % 13)
+
+
+def _send_what_is_full(acc: RecordAccumulator, snapshot: ClusterSnapshot, sent: list[tuple[int, int]]) -> None:
+    """Build the full batches as the sender does, telling the accumulator their compressed sizes."""
+    queue = acc._batches.get(TopicPartition("t", 0), ())
+    while len(queue) > 1:
+        batch = acc.drain(acc.ready(snapshot, 0.0), [1], 10_000_000, lambda b, q: True)[1][0]
+        payload = batch.build(-1, -1, -1, False)
+        acc.compressed(batch, len(payload))
+        sent.append((batch.builder.size_in_bytes, len(payload)))
+
+
+async def test_with_a_codec_batches_fill_batch_size_compressed_as_the_ratio_estimate_learns() -> None:
+    # Batches were closed at batch_size uncompressed: 16 KiB of JSON went as 4 KiB of lz4, four
+    # times the batches (requests, broker work) Java's producer makes of the same records, whose
+    # estimate of the topic's compression ratio fills them compressed.
+    acc, _ = accumulator(linger_ms=60_000, batch_size=16384, compression_type="lz4")
+    snapshot = cluster({0: 1})
+    sent: list[tuple[int, int]] = []
+    for i in range(60_000):
+        append(acc, 0, _compressible(i), now=0.0)
+        _send_what_is_full(acc, snapshot, sent)
+    first_uncompressed, first_wire = sent[0]
+    assert first_uncompressed <= 16384  # nothing learned yet: as without a codec
+    last_uncompressed, last_wire = sent[-1]
+    # The estimate improves by 0.005 a batch (Java's pace: a batch estimated too full goes over
+    # batch_size): after 160 batches of these, the last holds four times the records of the first.
+    assert last_uncompressed > 4 * 16384 and last_wire > 4 * first_wire
+    assert all(wire <= 16384 for _, wire in sent)  # never more than batch_size on the wire
+
+
+async def test_a_split_batch_starts_its_topics_ratio_estimate_over() -> None:
+    # The broker refused a batch as too large: the estimate that filled it is not trusted (Java's).
+    acc, _ = accumulator(linger_ms=60_000, batch_size=16384, compression_type="lz4")
+    snapshot = cluster({0: 1})
+    sent: list[tuple[int, int]] = []
+    for i in range(30_000):
+        append(acc, 0, _compressible(i), now=0.0)
+        _send_what_is_full(acc, snapshot, sent)
+    assert sent[-1][0] > 2 * 16384
+    big = acc.drain(acc.ready(snapshot, 0.0), [1], 10_000_000, lambda b, q: True)
+    assert not big  # the open batch is not full
+    refused = acc._batches[TopicPartition("t", 0)][0]
+    refused.build(-1, -1, -1, False)
+    parts = acc.split_and_reenqueue(refused, 0.0)
+    # Each part at most half the refused batch's uncompressed bytes, and batch_size: not half its
+    # compressed size (which cut it into four times as many parts).
+    assert all(part.builder.size_in_bytes <= 16384 for part in parts)
+    assert len(parts) <= 3  # 24 KB of records: two halves (and a record left over), not 16 parts
+    sent.clear()
+    for i in range(400):
+        append(acc, 0, _compressible(i), now=0.0)
+        _send_what_is_full(acc, snapshot, sent)
+    assert sent and sent[-1][0] <= 16384  # batches of batch_size uncompressed again
