@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -97,16 +96,13 @@ def _wait_group_gone(pgid: int, timeout: float = 1.0) -> None:
         time.sleep(0.01)
 
 
-def _kill(*procs: subprocess.Popen[bytes] | None, directory: str | None = None) -> None:
-    """What a broker dropped without stop() leaves: its processes, and the gateway's
-    directory (its config holds the passwords)."""
+def _kill(*procs: subprocess.Popen[bytes] | None) -> None:
+    """What a broker dropped without stop() leaves: its processes."""
     for proc in procs:
         if proc is not None and proc.poll() is None:
             _kill_group(proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(5)
-    if directory is not None:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _accepts(port: int, timeout: float = 0.5) -> bool:
@@ -226,7 +222,6 @@ class EmbeddedBroker:
         self._storage_env: dict[str, str] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._gateway: subprocess.Popen[bytes] | None = None
-        self._gateway_dir: str | None = None
         self._log: IO[bytes] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
@@ -252,6 +247,10 @@ class EmbeddedBroker:
         """Start the broker and return once it accepts connections."""
         if self.running:
             raise EmbeddedBrokerError(f"the embedded broker on {self.bootstrap} is already running")
+        # What is left of a broker that died by itself (`with broker:` and `if not broker.running:
+        # broker.start()` land here): with security, its other half is still running, a gateway
+        # holding the port or a Tansu nobody would stop.
+        self.stop()
         binary = broker_binary()
         # Without this check, a port taken by another server would look "ready" at once.
         if _accepts(self.port, timeout=0.2):
@@ -304,15 +303,12 @@ class EmbeddedBroker:
         )
 
     def _start_gateway(self, security: BrokerSecurity, tansu_port: int) -> None:
-        # The config holds passwords: a private directory, removed by stop().
-        self._gateway_dir = tempfile.mkdtemp(prefix="aioprod-gateway-")
-        config = Path(self._gateway_dir) / "gateway.json"
-        config.touch(mode=0o600)
-        config.write_text(json.dumps(security.gateway_config(self.port, tansu_port)))
+        # The config holds the passwords: given on the gateway's stdin, never written to disk,
+        # where a program killed before stop() (SIGKILL, or SIGTERM without a handler) left it.
         assert self._log is not None
         self._gateway = subprocess.Popen(
-            [sys.executable, "-m", "aioprod.secure_gateway", str(config)],
-            stdin=subprocess.DEVNULL,
+            [sys.executable, "-m", "aioprod.secure_gateway", "-"],
+            stdin=subprocess.PIPE,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent(),
@@ -320,7 +316,10 @@ class EmbeddedBroker:
         )
         if self._finalizer is not None:
             self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _kill, self._gateway, self._proc, directory=self._gateway_dir)
+        self._finalizer = weakref.finalize(self, _kill, self._gateway, self._proc)
+        assert self._gateway.stdin is not None
+        with contextlib.suppress(BrokenPipeError), self._gateway.stdin as config:  # died: _wait_ready says so
+            config.write(json.dumps(security.gateway_config(self.port, tansu_port)).encode())
         self._wait_ready(self._gateway, self.port, GATEWAY_READY)
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], port: int, ready: bytes) -> None:
@@ -378,9 +377,11 @@ class EmbeddedBroker:
     def failure(self) -> str:
         """Why the broker is not running, for a message (exit code and output tail)."""
         code = None if self._proc is None else self._proc.poll()
+        what = "the embedded broker"
         if code is None and self._gateway is not None:
             code = self._gateway.poll()
-        return f"the embedded broker on {self.bootstrap} exited with code {code}{self._log_tail()}"
+            what = "the embedded broker's TLS/SASL gateway"  # Tansu lives: its output says nothing
+        return f"{what} on {self.bootstrap} exited with code {code}{self._log_tail()}"
 
     def stop(self) -> None:
         """Kill the broker and wait for it (memory storage: its data is gone)."""
@@ -393,9 +394,6 @@ class EmbeddedBroker:
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
-        if self._gateway_dir is not None:
-            shutil.rmtree(self._gateway_dir, ignore_errors=True)
-            self._gateway_dir = None
         if self._log is not None:
             self._log.close()
             self._log = None

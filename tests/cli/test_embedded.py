@@ -229,3 +229,59 @@ def test_a_broker_started_from_a_thread_outlives_the_thread() -> None:
             broker._proc.wait(1)  # a signal at the thread's end would have killed it by now
     finally:
         broker.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+@pytest.mark.parametrize("dies", ["gateway", "tansu"])
+def test_starting_a_secured_broker_again_after_half_of_it_died_leaves_nothing_of_the_old_one(dies: str) -> None:
+    """A dead gateway left its Tansu running for good; a dead Tansu left its gateway holding the
+    port, and the new start said "port already in use"."""
+    broker = EmbeddedBroker(security=embedded.BrokerSecurity(sasl_users={"alice": "secret"}))
+    broker.start()
+    try:
+        assert broker._proc is not None and broker._gateway is not None
+        old = {"tansu": broker._proc, "gateway": broker._gateway}
+        old[dies].kill()
+        old[dies].wait(10)
+        assert not broker.running
+        with broker:  # starts it again, as `if not broker.running: broker.start()` would
+            assert broker.running and accepts(broker.port)
+            other = "gateway" if dies == "tansu" else "tansu"
+            assert old[other].poll() is not None, f"the old {other} was left running"
+    finally:
+        broker.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_program_killed_inside_with_leaves_no_password_on_disk(tmp_path: Path, sig: signal.Signals) -> None:
+    """The gateway's config, passwords and all, stayed in the temporary directory when the
+    program never reached stop(): kill -9, the OOM killer, or a SIGTERM it has no handler for."""
+    password = "pw-" + os.urandom(8).hex()
+    code = (
+        "import time\nfrom aioprod.embedded import BrokerSecurity, EmbeddedBroker\n"
+        f"with EmbeddedBroker(security=BrokerSecurity(sasl_users={{'alice': {password!r}}})) as b:\n"
+        "    print(b.pid, flush=True)\n    time.sleep(60)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # where tempfile puts what it makes
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    pid = int(proc.stdout.readline())
+    proc.send_signal(sig)
+    proc.wait(10)
+    assert not _outlives_its_parent(pid)
+    left = [path for path in tmp_path.rglob("*") if path.is_file() and password.encode() in path.read_bytes()]
+    assert not left, f"the password was left on disk in {left}"
+
+
+@pytest.mark.parametrize("dies", ["gateway", "tansu"])
+def test_the_failure_of_a_secured_broker_names_the_half_that_died(dies: str) -> None:
+    # "the embedded broker ... exited with code -9" when its gateway died, above Tansu's output
+    # ending in "ready": `aioprod broker --tls` said so.
+    with EmbeddedBroker(security=embedded.BrokerSecurity(sasl_users={"alice": "secret"})) as broker:
+        victim = broker._gateway if dies == "gateway" else broker._proc
+        assert victim is not None
+        victim.kill()
+        victim.wait(10)
+        died = "the embedded broker's TLS/SASL gateway" if dies == "gateway" else "the embedded broker"
+        assert broker.failure().startswith(f"{died} on {broker.bootstrap} exited with code -9")

@@ -281,3 +281,60 @@ async def test_the_embedded_brokers_gateway_skips_tansus_answers_to_acks_0_produ
     reader.feed_eof()
     await SecureGateway._from_upstream(reader, waiting)
     assert metadata.result() == struct.pack(">ii", 4, 8) and not waiting
+
+
+class FakeClientThatNeverReads:
+    """The gateway's writer to a client that sends requests and never reads an answer: the
+    first write fills its socket buffer, and drain() waits for good."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self._never = asyncio.Event()
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    async def drain(self) -> None:
+        await self._never.wait()
+
+
+class FakeUpstream:
+    """The gateway's writer to Tansu, which SaslHandshake requests never reach."""
+
+    def write(self, data: bytes) -> None:
+        raise AssertionError("a SASL request went to the broker")
+
+    async def drain(self) -> None:
+        pass
+
+
+async def test_the_embedded_brokers_gateway_stops_reading_a_client_that_never_reads_its_answers() -> None:
+    # It read on and queued every answer: a client pipelining requests without reading grew the
+    # gateway by ~100 MB in 20 s (repro/gateway_slow_reader.py). Kafka mutes such a connection.
+    from aioprod import secure_gateway
+
+    gateway = SecureGateway(
+        secure_gateway.GatewayConfig(listen_port=0, upstream_port=0, sasl_mechanisms=("PLAIN",), users={"u": "p"})
+    )
+    limit = getattr(secure_gateway, "MAX_PENDING_RESPONSES", 1000)
+    reader = asyncio.StreamReader()
+    requests = 3 * limit
+    for correlation_id in range(requests):  # SaslHandshake v1, answered by the gateway itself
+        body = struct.pack(">hhih", 17, 1, correlation_id, 1) + b"c" + struct.pack(">h", 5) + b"PLAIN"
+        reader.feed_data(struct.pack(">i", len(body)) + body)
+    reader.feed_eof()
+    outbox = secure_gateway._Outbox()
+    client = FakeClientThatNeverReads()
+    tasks = [
+        asyncio.ensure_future(gateway._from_client(reader, FakeUpstream(), outbox, deque())),  # type: ignore[arg-type]
+        asyncio.ensure_future(gateway._to_client(client, outbox)),  # type: ignore[arg-type]
+    ]
+    try:
+        for _ in range(50):  # no I/O: every step either task can take, without the fix the whole input
+            await asyncio.sleep(0)
+        assert not tasks[0].done(), "the gateway read every request of a client that reads no answer"
+        assert outbox.qsize() <= limit
+        assert len(client.written) == 1
+    finally:
+        for task in tasks:
+            task.cancel()
