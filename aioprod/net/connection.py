@@ -612,6 +612,12 @@ class BrokerConnection:
                 self.close(connection_error(exc, self.host, self.port, "read from"))
         except ValueError as exc:
             self.close(KafkaConnectionError(f"read from {self.host}:{self.port} failed: {exc}"))
+        except (Exception, KeyboardInterrupt, SystemExit) as exc:  # (not GeneratorExit: a task freed unfinished)
+            # KeyboardInterrupt or SystemExit (a Ctrl-C lands in whatever frame runs), or a bug: this
+            # task ends, and with it the reading. Left open, the connection took requests whose
+            # answers nobody read, each failing only at request_timeout_ms (close() waited that long).
+            self.close(KafkaConnectionError(f"reading from broker {self.node_id} stopped: {exc!r}"))
+            raise
 
     def _closed_hint(self) -> str:
         """Why a broker may have closed the connection on the first request after ApiVersions.

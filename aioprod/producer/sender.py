@@ -359,6 +359,10 @@ class Sender:
             fatal = ProducerFatalError(f"the sender task died: {exc!r}")
             fatal.__cause__ = exc
             self._ended_by(fatal)
+            if not isinstance(exc, Exception):
+                # KeyboardInterrupt or SystemExit (a Ctrl-C lands in whatever frame runs): the
+                # program's, not the producer's to end here. asyncio stops the loop with it.
+                raise
 
     def _warn_unclosed_later(self, loop: asyncio.AbstractEventLoop) -> None:
         """Once the tasks cancelled with the sender have ended: the loop's end cancels them all

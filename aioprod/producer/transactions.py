@@ -240,8 +240,8 @@ class TransactionManager:
         self._operation: tuple[str, asyncio.Task[None]] | None = None
         #: The arguments of the operation (a repeated send_offsets_to_transaction waits for the same one).
         self._operation_key: object = None
-        #: Why an operation's task was cancelled from outside, for its waiting caller.
-        self._cut_short: KafkaError | None = None
+        #: An operation's task cancelled from outside, and why, for its waiting caller.
+        self._cut_short: tuple[asyncio.Task[None], KafkaError] | None = None
         #: The producer failed (see producer_failed): no transaction may commit or begin.
         self._producer_error: KafkaError | None = None
         #: Counts transactions begun: a send() must queue into the one it started in.
@@ -480,12 +480,26 @@ class TransactionManager:
         elif op is not None and not op[1].done():
             if not (name == "abort_transaction" and op[0] == "send_offsets_to_transaction"):
                 raise TransactionStateError(f"{op[0]}() is still in progress; {name}() must wait for it to end")
-            self._cut_short = TransactionAbortedError(
-                "abort_transaction() was called while send_offsets_to_transaction() was in progress"
+            self._cut_short = (
+                op[1],
+                TransactionAbortedError(
+                    "abort_transaction() was called while send_offsets_to_transaction() was in progress"
+                ),
             )
             op[1].cancel()  # the offsets would be aborted with the rest anyway
-            await asyncio.wait([op[1]])
-            self._cut_short = None
+            try:
+                await asyncio.wait([op[1]])
+            except BaseException:
+                # This abort was cancelled before it began: nothing aborts the offsets it cut short,
+                # which may have joined in part (AddOffsetsToTxn without TxnOffsetCommit). Committing
+                # now would commit the output without them.
+                abandoned = TransactionAbortableError(
+                    "send_offsets_to_transaction() was cut short by an abort_transaction() that was itself "
+                    "cancelled: the offsets may have joined in part; call abort_transaction()"
+                )
+                self.abortable(abandoned)
+                self._cut_short = (op[1], abandoned)
+                raise
         if task is None:
             task = asyncio.get_running_loop().create_task(make(), name=f"aioprod-txn-{name}")
             # Its outcome is reported to the next call, or lives on in the state (an abortable
@@ -519,8 +533,11 @@ class TransactionManager:
             if task.cancelled() and (current is None or not current.cancelling()):
                 # Not our caller's cancellation: an abort or close cut the operation short.
                 self._forget(task)
-                raise self._cut_short or ProducerClosedError(
-                    f"the producer closed while {name}() was in progress"
+                cut = self._cut_short
+                raise (
+                    cut[1]
+                    if cut is not None and cut[0] is task
+                    else ProducerClosedError(f"the producer closed while {name}() was in progress")
                 ) from None
             raise
         except BaseException:

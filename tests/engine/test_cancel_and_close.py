@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from aioprod import Producer
 from aioprod.errors import KafkaError, ProducerClosedError, SendManyError
+from aioprod.net.connection import BrokerConnection
+from aioprod.producer.sender import Sender
 from tests.conftest import Scripted
 from tests.fakes.clock import VirtualClock
 from tests.fakes.cluster import ScriptedCluster
@@ -318,6 +322,91 @@ def test_a_close_nobody_awaits_cut_off_by_the_loops_end_fails_what_is_left(monke
     asyncio.run(service())
     assert [f for f in futures if not f.done()] == []
     assert all(isinstance(f.exception(), KafkaError) for f in futures)
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_a_keyboard_interrupt_raised_in_the_sender_task_stops_the_program(
+    monkeypatch: pytest.MonkeyPatch, interrupt: type[BaseException]
+) -> None:
+    # Ctrl-C lands in whatever frame runs (the second one under asyncio.run(); any, under
+    # run_forever()), often the sender's. It swallowed it: the producer failed, the program went on.
+    futures: list[asyncio.Future[object]] = []
+    armed = False
+    run_once = Sender.run_once
+
+    def interrupted(self: Sender, now: float) -> float:
+        nonlocal armed
+        if armed:
+            armed = False
+            raise interrupt()
+        return run_once(self, now)
+
+    monkeypatch.setattr(Sender, "run_once", interrupted)
+
+    async def service() -> None:
+        nonlocal armed
+        with loop_own_cluster(monkeypatch) as cluster:
+            async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=60_000) as producer:
+                await producer.send_and_wait("t", b"warm-up")
+                futures.append(await producer.send("t", b"queued"))
+                armed = True
+                producer._wakeup()
+                await asyncio.sleep(3600)  # virtual time: the service runs on until interrupted
+
+    with pytest.raises(interrupt):
+        asyncio.run(service())
+    assert isinstance(futures[0].exception(), KafkaError)  # not left pending
+
+
+def test_a_keyboard_interrupt_raised_in_a_connections_reader_closes_that_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The interrupt ended the reader task and left its connection open: the records on it, and
+    # the ones sent on it next, waited for request_timeout_ms before their retry (close() too).
+    armed = False
+    complete = BrokerConnection._complete
+
+    def interrupted(self: BrokerConnection, frame: bytes, answers: list[Any]) -> None:
+        nonlocal armed
+        if armed:
+            armed = False
+            raise KeyboardInterrupt
+        complete(self, frame, answers)
+
+    monkeypatch.setattr(BrokerConnection, "_complete", interrupted)
+    loop = asyncio.new_event_loop()
+    producer: Producer | None = None
+    futures: list[asyncio.Future[object]] = []
+    values: list[bytes | None] = []
+
+    async def service() -> None:
+        nonlocal armed, producer
+        with loop_own_cluster(monkeypatch) as cluster:
+            producer = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, request_timeout_ms=3_600_000)
+            await producer.start()
+            await producer.send_and_wait("t", b"warm-up")
+            armed = True
+            futures.extend([await producer.send("t", b"%d" % i) for i in range(10)])
+            try:
+                await producer.flush()
+            finally:
+                values.extend(cluster.partition("t").values)
+
+    main = loop.create_task(service())
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(main)
+        assert producer is not None
+        started = loop.time()
+        loop.run_until_complete(producer.close())  # as an application that caught the interrupt does
+        assert loop.time() - started < 60  # virtual time: no request waited out request_timeout_ms
+        assert all(f.done() and f.exception() is None for f in futures)
+    finally:
+        main.cancel()
+        loop.run_until_complete(asyncio.gather(main, return_exceptions=True))
+        loop.close()
+        gc.collect()  # the interrupted reader's task, here, not inside a later import's compile
+    assert sorted(values) == sorted([b"warm-up"] + [b"%d" % i for i in range(10)])  # each once
 
 
 @pytest.mark.parametrize("closed", [False, True])

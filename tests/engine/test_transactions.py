@@ -1356,3 +1356,32 @@ async def test_an_abort_ends_a_transaction_opened_by_an_add_whose_answer_was_los
         with pytest.raises(KafkaError):
             await record
     assert not still_open, "the abort left the coordinator's transaction open"
+
+
+@pytest.mark.parametrize("turns", [1, 2, 3])
+async def test_an_abort_cancelled_while_it_cuts_offsets_short_leaves_a_transaction_that_cannot_commit(
+    cluster: ScriptedCluster, turns: int
+) -> None:
+    # abort_transaction() cancels a pending send_offsets_to_transaction() and waits for it; cancelled
+    # there, it aborted nothing, and the offsets, joined in part (AddOffsetsToTxn acted on), were
+    # cut short: the transaction committed its output without its offsets.
+    async with producer(cluster, retry_backoff_ms=500, retry_backoff_max_ms=500) as p:
+        p.begin_transaction()
+        await p.send_and_wait("t", b"out", partition=0)
+        cluster.coordinator.script[m.AddOffsetsToTxnRequest.API_KEY] = deque([Lost])
+        offsets = asyncio.ensure_future(p.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g"))
+        await asyncio.sleep(0.1)  # AddOffsetsToTxn acted on, its answer lost; retry in 0.5 s
+        aborting = asyncio.ensure_future(p.abort_transaction())
+        for _ in range(turns):  # the abort is waiting for the offsets it cancelled
+            await asyncio.sleep(0)
+        aborting.cancel()
+        aborted, sent = await asyncio.gather(aborting, offsets, return_exceptions=True)
+        assert isinstance(aborted, asyncio.CancelledError)
+        assert isinstance(sent, TransactionAbortedError | TransactionAbortableError), sent
+        with pytest.raises(TransactionAbortableError):
+            await p.commit_transaction()
+        await p.abort_transaction()
+        async with p.transaction():  # the producer goes on
+            await p.send("t", b"next", partition=0)
+    assert cluster.partition("t", 0).committed == [b"next"]
+    assert cluster.coordinator.committed.get("g", {}) == {}
