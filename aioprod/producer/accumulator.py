@@ -262,6 +262,12 @@ class RecordAccumulator:
         #: JSON were 5-12 times smaller on the wire than Java's: as many more batches, requests
         #: and broker work for the same records.
         self._ratios: dict[str, float] = {}
+        #: Each topic's compressed size a batch is filled to, below batch_size once a batch of the
+        #: topic was refused as too large: half that batch's size on the wire. Without it, a topic
+        #: whose max.message.bytes is below batch_size (every batch of batch_size uncompressed
+        #: fitting it, compressed) had a batch refused and split every few dozen, for ever: the
+        #: estimate, started over at each split, grew the batches to the limit again.
+        self._wire_caps: dict[str, int] = {}
         self._linger = config.linger_ms / 1000
         self._delivery_timeout = config.delivery_timeout_ms / 1000
         self._deadlines = _Deadlines()
@@ -480,7 +486,8 @@ class RecordAccumulator:
         uncompressed before the batch is built, still bounds the batch)."""
         batch_size = self._config.batch_size
         ratio = self._ratios.get(topic, 1.0) * _RATIO_MARGIN
-        return max(batch_size, min(int(batch_size / ratio), self._config.max_request_size))
+        target = min(batch_size, self._wire_caps.get(topic, batch_size))
+        return max(batch_size, min(int(target / ratio), self._config.max_request_size))
 
     def compressed(self, batch: ProducerBatch, wire_size: int) -> None:
         """``batch`` was built and compressed to ``wire_size`` bytes: the topic's ratio estimate
@@ -716,10 +723,14 @@ class RecordAccumulator:
         batch_size), so repeated refusals end, at worst, with one record per batch. Half the
         compressed size, applied to uncompressed records, cut a compressed batch into many more
         parts than it needed. The topic's ratio estimate starts over from 1 (Java's), or its
-        next batches would be refused the same way.
+        next batches would be refused the same way; and, with a codec, its batches are filled to
+        at most half the refused batch's compressed size from then on (see ``_wire_caps``).
         """
         limit = max(1, min(self._config.batch_size, batch.builder.size_in_bytes // 2))
-        self._ratios.pop(batch.tp.topic, None)
+        topic = batch.tp.topic
+        self._ratios.pop(topic, None)
+        if self._codec is not Codec.NONE:
+            self._wire_caps[topic] = min(self._wire_caps.get(topic, self._config.batch_size), batch.size // 2)
         parts = batch.split(limit, self._new_builder)
         self.incomplete.discard(batch)
         for part in reversed(parts):

@@ -370,3 +370,27 @@ async def test_a_split_batch_starts_its_topics_ratio_estimate_over() -> None:
         append(acc, 0, _compressible(i), now=0.0)
         _send_what_is_full(acc, snapshot, sent)
     assert sent and sent[-1][0] <= 16384  # batches of batch_size uncompressed again
+
+
+async def test_a_topic_whose_limit_is_below_batch_size_has_a_batch_refused_once_not_again() -> None:
+    # The topic's max.message.bytes (2,500) is below batch_size (4,096), and above any 4 KiB of JSON
+    # compressed: counted uncompressed, no batch was refused. With the ratio estimate, batches grew
+    # until one was refused; the split started the estimate over, the batches grew again, and a
+    # batch was refused and split every hundred or so, for ever.
+    acc, _ = accumulator(linger_ms=60_000, batch_size=4096, compression_type="lz4")
+    snapshot = cluster({0: 1})
+    queue = acc._queue_for(TopicPartition("t", 0))
+    refusals: list[int] = []
+    for i in range(60_000):
+        append(acc, 0, _compressible(i), now=0.0)
+        while len(queue) > 1:  # as the sender: built, the estimate told on a first attempt, sent
+            batch = acc.drain(acc.ready(snapshot, 0.0), [1], 10_000_000, lambda b, q: True)[1][0]
+            payload = batch.build(-1, -1, -1, False)
+            if not batch.attempts:
+                acc.compressed(batch, len(payload))
+            batch.attempts += 1
+            if len(payload) > 2500:  # MESSAGE_TOO_LARGE
+                refusals.append(i)
+                acc.split_and_reenqueue(batch, 0.0)
+    assert refusals, "the estimate never grew a batch past the topic's limit: the test proves nothing"
+    assert len(refusals) <= 2  # the batch refused, and the one open meanwhile at most
