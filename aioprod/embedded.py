@@ -76,13 +76,29 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> bool:
     """SIGKILL the process and what it started: it leads its own session (start_new_session),
     so a wrapper script's broker (CALF_TANSU_BIN) dies with it."""
+    if proc.returncode is not None and _exists(proc.pid):
+        # Reaped before (running, wait(), failure() poll it): its pid is another process's now,
+        # which leads the group of that number (what is left of ours would keep the number taken).
+        # start() clears a broker that died by itself: it killed whatever reused the pid.
+        return False
     if proc.poll() is None:
         proc.kill()
     with contextlib.suppress(OSError):
         os.killpg(proc.pid, signal.SIGKILL)
+    return True
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's
+    return True
 
 
 def _wait_group_gone(pgid: int, timeout: float = 1.0) -> None:
@@ -386,8 +402,7 @@ class EmbeddedBroker:
     def stop(self) -> None:
         """Kill the broker and wait for it (memory storage: its data is gone)."""
         for proc in (self._gateway, self._proc):
-            if proc is not None:
-                _kill_group(proc)
+            if proc is not None and _kill_group(proc):
                 proc.wait(10)
                 _wait_group_gone(proc.pid)
         self._proc = self._gateway = None

@@ -674,6 +674,12 @@ class BrokerConnection:
         except ProtocolError as exc:
             future.set_exception(exc)
             raise
+        except BaseException:
+            # A KeyboardInterrupt (a Ctrl-C lands in whatever frame runs: decoding is the reader's
+            # heaviest step): back in flight, for close() to fail as lost (retriable). Taken off,
+            # its timer cancelled, it stayed pending until delivery_timeout_ms.
+            self._in_flight.appendleft(entry)
+            raise
         throttle_ms = versions.client_throttle_ms(response, entry.version)
         if throttle_ms:
             loop = asyncio.get_running_loop()

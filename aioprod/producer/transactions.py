@@ -500,6 +500,9 @@ class TransactionManager:
                 self.abortable(abandoned)
                 self._cut_short = (op[1], abandoned)
                 raise
+            now = self._operation
+            if now is not None and now[0] == name and now[1] is not op[1]:
+                task = now[1]  # another abort_transaction() waited alongside and began the abort: join it
         if task is None:
             task = asyncio.get_running_loop().create_task(make(), name=f"aioprod-txn-{name}")
             # Its outcome is reported to the next call, or lives on in the state (an abortable

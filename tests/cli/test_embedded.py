@@ -285,3 +285,30 @@ def test_the_failure_of_a_secured_broker_names_the_half_that_died(dies: str) -> 
         victim.wait(10)
         died = "the embedded broker's TLS/SASL gateway" if dies == "gateway" else "the embedded broker"
         assert broker.failure().startswith(f"{died} on {broker.bootstrap} exited with code -9")
+
+
+@pytest.mark.skipif(not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK), reason="needs ns_last_pid (root)")
+def test_starting_a_broker_that_died_again_kills_no_process_that_took_its_pid() -> None:
+    # start() first clears what is left of a broker that died by itself (stop()), which SIGKILLed
+    # the process group of the dead Tansu's pid: once reused by another session's leader (another
+    # broker's gateway, a daemon), that process died. ns_last_pid forces the reuse.
+    broker = EmbeddedBroker().start()
+    bystander: subprocess.Popen[bytes] | None = None
+    try:
+        assert broker._proc is not None
+        pid = broker._proc.pid
+        broker._proc.kill()
+        broker._proc.wait(10)
+        assert not broker.running
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        if bystander.pid != pid:
+            pytest.skip("another process took the pid first")
+        broker.start()  # as `if not broker.running: broker.start()` does
+        assert bystander.poll() is None, "start() killed the process that reused the dead broker's pid"
+    finally:
+        broker.stop()
+        if bystander is not None:
+            bystander.kill()
+            bystander.wait(10)

@@ -518,3 +518,56 @@ async def test_a_close_while_send_many_yields_after_its_last_record_fails_none(s
         failed = sum(isinstance(r, BaseException) for r in exc.results)
         raise AssertionError(f"{exc} ({failed} failed of {len(exc.results)})") from None
     assert len(results) == count  # ...and the call must say so
+
+
+def test_a_keyboard_interrupt_raised_while_a_reader_decodes_an_answer_fails_that_request_as_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Raised after the reader took the request off the in-flight queue (and cancelled its timer),
+    # inside decode_response: close() failed only what was still in flight, and that request's
+    # batch (and the one queued behind it) stayed pending until delivery_timeout_ms, then failed
+    # with DeliveryTimeoutError though the broker had written them.
+    from aioprod.net import connection as connection_module
+
+    armed = False
+    decode = connection_module.decode_response
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:  # a fake fault: the interrupt, in the decoding
+        nonlocal armed
+        if armed:
+            armed = False
+            raise KeyboardInterrupt
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(connection_module, "decode_response", interrupted)
+    loop = asyncio.new_event_loop()
+    producer: Producer | None = None
+    futures: list[asyncio.Future[object]] = []
+    values: list[bytes | None] = []
+
+    async def service() -> None:
+        nonlocal armed, producer
+        with loop_own_cluster(monkeypatch) as cluster:
+            producer = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, request_timeout_ms=3_600_000)
+            await producer.start()
+            await producer.send_and_wait("t", b"warm-up")
+            armed = True
+            futures.extend([await producer.send("t", b"%d" % i) for i in range(10)])
+            try:
+                await producer.flush()
+            finally:
+                values.extend(cluster.partition("t").values)
+
+    main = loop.create_task(service())
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(main)
+        assert producer is not None
+        loop.run_until_complete(producer.close())  # as an application that caught the interrupt does
+        assert all(f.done() and f.exception() is None for f in futures), [f.exception() for f in futures]
+    finally:
+        main.cancel()
+        loop.run_until_complete(asyncio.gather(main, return_exceptions=True))
+        loop.close()
+        gc.collect()
+    assert sorted(values) == sorted([b"warm-up"] + [b"%d" % i for i in range(10)])  # each once

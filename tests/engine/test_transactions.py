@@ -1385,3 +1385,25 @@ async def test_an_abort_cancelled_while_it_cuts_offsets_short_leaves_a_transacti
             await p.send("t", b"next", partition=0)
     assert cluster.partition("t", 0).committed == [b"next"]
     assert cluster.coordinator.committed.get("g", {}) == {}
+
+
+async def test_two_aborts_cutting_offsets_short_end_the_transaction_once(cluster: ScriptedCluster) -> None:
+    # Each abort_transaction() cancelled the pending send_offsets_to_transaction(), waited for it,
+    # then started an abort of its own: two EndTxn, and once the first abort returned,
+    # begin_transaction() failed with "abort_transaction() is still in progress" (the second's).
+    async with producer(cluster, retry_backoff_ms=500, retry_backoff_max_ms=500) as p:
+        p.begin_transaction()
+        await p.send_and_wait("t", b"out", partition=0)
+        cluster.coordinator.script[m.AddOffsetsToTxnRequest.API_KEY] = deque([Lost])
+        offsets = asyncio.ensure_future(p.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g"))
+        await asyncio.sleep(0.1)  # AddOffsetsToTxn acted on, its answer lost; retry in 0.5 s
+        first = asyncio.ensure_future(p.abort_transaction())
+        second = asyncio.ensure_future(p.abort_transaction())
+        await first
+        async with p.transaction():  # the abort has ended: the producer goes on
+            await p.send("t", b"next", partition=0)
+        ended = await asyncio.gather(second, offsets, return_exceptions=True)
+        assert ended[0] is None and isinstance(ended[1], TransactionAbortedError), ended
+    ends = requests(cluster, m.EndTxnRequest)
+    assert [end.committed for end in ends] == [False, True]  # type: ignore[attr-defined]
+    assert cluster.partition("t", 0).committed == [b"next"]
