@@ -293,6 +293,15 @@ class PartitionWrite:
             return True
         if not self.open():
             return False
+        # A chunk (one Arrow batch: 10,000 rows by default) was queued whole: max_in_flight_rows=100
+        # left 10,000 rows unacknowledged. In slices of at most max_in_flight_rows, the bound holds.
+        limit = self.plan.max_in_flight_rows
+        for start in range(0, len(chunk.values), limit):
+            if not self._write(chunk if len(chunk.values) <= limit else _slice(chunk, start, start + limit)):
+                return False
+        return True
+
+    def _write(self, chunk: Chunk) -> bool:
         assert self._producer is not None
         size = _payload_bytes(chunk)
         while self._pending and (
@@ -591,6 +600,22 @@ def write_partition(unit: PartitionWrite, chunks: Iterable[Chunk]) -> Tally:
         if close is not None:
             close()
     return unit.finish()
+
+
+def _slice(chunk: Chunk, start: int, stop: int) -> Chunk:
+    """Rows ``start:stop`` of ``chunk``, numbered as in the whole."""
+
+    def part(column: list[Any] | None) -> list[Any] | None:
+        return None if column is None else column[start:stop]
+
+    return Chunk(
+        chunk.first_row + start,
+        chunk.values[start:stop],
+        part(chunk.keys),
+        part(chunk.topics),
+        part(chunk.partitions),
+        part(chunk.headers),
+    )
 
 
 def _payload_bytes(chunk: Chunk) -> int:

@@ -368,6 +368,40 @@ def test_a_partition_added_during_the_write_takes_its_rows_once_the_producer_kno
         serving.join(10)
 
 
+def test_a_broker_refusal_stops_the_write_within_max_in_flight_rows() -> None:
+    # FAKE cluster (scripted, over real TCP): Tansu refuses no record on demand; the fake refuses
+    # row 0's batch (INVALID_RECORD). errors="raise" stops queuing once the refused row's chunk is
+    # settled, so at most max_in_flight_rows rows go with it. A chunk was queued whole: with
+    # max_in_flight_rows=2 all four rows after the refused one were written.
+    from tests.fakes.cluster import ScriptedCluster
+    from tests.fakes.tcp import TcpNetwork
+
+    loop = asyncio.new_event_loop()
+    serving = threading.Thread(target=loop.run_forever, daemon=True)
+    serving.start()
+
+    async def start() -> tuple[ScriptedCluster, TcpNetwork]:
+        network = TcpNetwork()
+        cluster = ScriptedCluster(network, nodes=2, ports=lambda _node: free_port())
+        cluster.accepts_unknown_producers = True
+        cluster.create_topic("t", [1, 2])  # partition 0 led by node 1, partition 1 by node 2
+        cluster.nodes[1].script.append(87)  # INVALID_RECORD, not retried
+        await network.ready()
+        return cluster, network
+
+    cluster, network = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    try:
+        plan = Plan(producer_options(cluster.bootstrap, {}), "t", False, False, True, False, "raise", 20, 2, None)
+        chunk = Chunk(0, [b"a", b"b", b"c", b"d", b"e"], partitions=[0, 1, 1, 1, 1])
+        tally = writer.write_partition(PartitionWrite(plan), [chunk])
+        assert (tally.written, tally.failed, [e.row for e in tally.errors]) == (1, 1, [0])
+        assert asyncio.run_coroutine_threadsafe(_values(cluster, "t", 1), loop).result(10) == [b"b"]
+    finally:
+        asyncio.run_coroutine_threadsafe(network.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        serving.join(10)
+
+
 async def _values(cluster: Any, topic: str, partition: int) -> list[bytes | None]:
     return list(cluster.topics[topic][partition].values)
 
@@ -924,6 +958,24 @@ def test_the_writer_holds_at_most_twice_buffer_memory_of_payload(tansu_broker: T
     assert (tally.written, tally.aborted) == (1500, None)
     assert max(held) <= 2_000_000, f"{max(held) / 1e6:.1f} MB of rows held with buffer_memory=1 MB"
     assert len(read_topic(tansu_broker.bootstrap, topic)) == 1500
+
+
+def test_a_chunk_larger_than_max_in_flight_rows_is_sent_in_slices(tansu_broker: TansuBroker) -> None:
+    # A chunk (one Arrow batch, 10,000 rows by default) was queued whole: with
+    # max_in_flight_rows=100 all 1,000 rows of this one were handed over and unacknowledged at once.
+    topic = new_topic("sliced")
+    create_topic(tansu_broker.bootstrap, topic, 1)
+    plan = Plan(producer_options(tansu_broker.bootstrap, {}), topic, False, False, True, False, "report", 20, 100, None)
+    unit = PartitionWrite(plan)
+    partitions: list[int | None] = [None] * 1000
+    partitions[750] = -1  # refused before it is queued: a row error, numbered in the whole chunk
+    assert unit.write(Chunk(0, [b"%d" % i for i in range(1000)], partitions=partitions))
+    handed_over = sum(len(chunk.values) for chunk, *_ in unit._pending)  # each not yet acknowledged, or more
+    tally = unit.finish()
+    assert handed_over <= 100
+    assert (tally.written, tally.failed, [e.row for e in tally.errors]) == (999, 1, [750])
+    values = [r.value for r in read_topic(tansu_broker.bootstrap, topic)]
+    assert values == [b"%d" % i for i in range(1000) if i != 750]  # one Kafka partition: in order
 
 
 def test_a_streaming_dataframe_is_refused_naming_foreach_batch(spark: Any) -> None:
