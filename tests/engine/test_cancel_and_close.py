@@ -358,22 +358,23 @@ def test_a_keyboard_interrupt_raised_in_the_sender_task_stops_the_program(
     assert isinstance(futures[0].exception(), KafkaError)  # not left pending
 
 
-def test_a_keyboard_interrupt_raised_in_a_connections_reader_closes_that_connection(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The interrupt ended the reader task and left its connection open: the records on it, and
-    # the ones sent on it next, waited for request_timeout_ms before their retry (close() too).
+def _interrupted_once_in_the_reader(
+    monkeypatch: pytest.MonkeyPatch, owner: Any, name: str
+) -> tuple[float, list[asyncio.Future[object]], list[bytes | None]]:
+    """A KeyboardInterrupt raised once by ``owner.name`` (a fake fault) while ten records are
+    answered, then close(), as an application that caught it does: how long close() took (virtual
+    time), the records' futures, and the values the partition holds."""
     armed = False
-    complete = BrokerConnection._complete
+    original = getattr(owner, name)
 
-    def interrupted(self: BrokerConnection, frame: bytes, answers: list[Any]) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
         nonlocal armed
         if armed:
             armed = False
             raise KeyboardInterrupt
-        complete(self, frame, answers)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(BrokerConnection, "_complete", interrupted)
+    monkeypatch.setattr(owner, name, interrupted)
     loop = asyncio.new_event_loop()
     producer: Producer | None = None
     futures: list[asyncio.Future[object]] = []
@@ -398,14 +399,24 @@ def test_a_keyboard_interrupt_raised_in_a_connections_reader_closes_that_connect
             loop.run_until_complete(main)
         assert producer is not None
         started = loop.time()
-        loop.run_until_complete(producer.close())  # as an application that caught the interrupt does
-        assert loop.time() - started < 60  # virtual time: no request waited out request_timeout_ms
-        assert all(f.done() and f.exception() is None for f in futures)
+        loop.run_until_complete(producer.close())
+        took = loop.time() - started
     finally:
         main.cancel()
         loop.run_until_complete(asyncio.gather(main, return_exceptions=True))
         loop.close()
         gc.collect()  # the interrupted reader's task, here, not inside a later import's compile
+    return took, futures, values
+
+
+def test_a_keyboard_interrupt_raised_in_a_connections_reader_closes_that_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The interrupt ended the reader task and left its connection open: the records on it, and
+    # the ones sent on it next, waited for request_timeout_ms before their retry (close() too).
+    took, futures, values = _interrupted_once_in_the_reader(monkeypatch, BrokerConnection, "_complete")
+    assert took < 60  # virtual time: no request waited out request_timeout_ms
+    assert all(f.done() and f.exception() is None for f in futures)
     assert sorted(values) == sorted([b"warm-up"] + [b"%d" % i for i in range(10)])  # each once
 
 
@@ -529,45 +540,6 @@ def test_a_keyboard_interrupt_raised_while_a_reader_decodes_an_answer_fails_that
     # with DeliveryTimeoutError though the broker had written them.
     from aioprod.net import connection as connection_module
 
-    armed = False
-    decode = connection_module.decode_response
-
-    def interrupted(*args: Any, **kwargs: Any) -> Any:  # a fake fault: the interrupt, in the decoding
-        nonlocal armed
-        if armed:
-            armed = False
-            raise KeyboardInterrupt
-        return decode(*args, **kwargs)
-
-    monkeypatch.setattr(connection_module, "decode_response", interrupted)
-    loop = asyncio.new_event_loop()
-    producer: Producer | None = None
-    futures: list[asyncio.Future[object]] = []
-    values: list[bytes | None] = []
-
-    async def service() -> None:
-        nonlocal armed, producer
-        with loop_own_cluster(monkeypatch) as cluster:
-            producer = Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, request_timeout_ms=3_600_000)
-            await producer.start()
-            await producer.send_and_wait("t", b"warm-up")
-            armed = True
-            futures.extend([await producer.send("t", b"%d" % i) for i in range(10)])
-            try:
-                await producer.flush()
-            finally:
-                values.extend(cluster.partition("t").values)
-
-    main = loop.create_task(service())
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            loop.run_until_complete(main)
-        assert producer is not None
-        loop.run_until_complete(producer.close())  # as an application that caught the interrupt does
-        assert all(f.done() and f.exception() is None for f in futures), [f.exception() for f in futures]
-    finally:
-        main.cancel()
-        loop.run_until_complete(asyncio.gather(main, return_exceptions=True))
-        loop.close()
-        gc.collect()
+    _, futures, values = _interrupted_once_in_the_reader(monkeypatch, connection_module, "decode_response")
+    assert all(f.done() and f.exception() is None for f in futures), [f.exception() for f in futures]
     assert sorted(values) == sorted([b"warm-up"] + [b"%d" % i for i in range(10)])  # each once

@@ -392,6 +392,11 @@ async def test_telemetry_that_raises_never_breaks_or_changes_a_send(
     assert len(warned) == 2  # once per kind of error (RuntimeError, ValueError), then rate-limited
 
 
+def _json_or_tombstone(value: Any) -> bytes | None:
+    """A value serializer: JSON, and None (a tombstone) for "DELETE"."""
+    return None if value == "DELETE" else json.dumps(value).encode()
+
+
 async def test_with_a_value_serializer_the_record_written_says_whether_it_is_a_tombstone(
     scripted: Scripted, otel: Otel
 ) -> None:
@@ -400,11 +405,8 @@ async def test_with_a_value_serializer_the_record_written_says_whether_it_is_a_t
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
 
-    def serialize(value: Any) -> bytes | None:
-        return None if value == "DELETE" else json.dumps(value).encode()
-
     async with Producer(
-        bootstrap_servers=cluster.bootstrap, linger_ms=0, value_serializer=serialize, telemetry=otel.telemetry
+        bootstrap_servers=cluster.bootstrap, linger_ms=0, value_serializer=_json_or_tombstone, telemetry=otel.telemetry
     ) as p:
         await p.send_and_wait("t", None, key=b"a")
         await p.send_and_wait("t", "DELETE", key=b"b")
@@ -454,11 +456,11 @@ async def test_a_send_that_fails_after_serializing_a_tombstone_says_tombstone(
     cluster = scripted.cluster
     cluster.create_topic("t", 1)
 
-    def serialize(value: Any) -> bytes | None:
-        return None if value == "DELETE" else json.dumps(value).encode()
-
     async with Producer(
-        bootstrap_servers=cluster.bootstrap, max_request_size=1000, value_serializer=serialize, telemetry=otel.telemetry
+        bootstrap_servers=cluster.bootstrap,
+        max_request_size=1000,
+        value_serializer=_json_or_tombstone,
+        telemetry=otel.telemetry,
     ) as p:
         with pytest.raises(RecordTooLargeError):
             await p.send("t", "DELETE", key=b"k" * 5000)

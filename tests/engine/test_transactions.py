@@ -1358,6 +1358,17 @@ async def test_an_abort_ends_a_transaction_opened_by_an_add_whose_answer_was_los
     assert not still_open, "the abort left the coordinator's transaction open"
 
 
+async def offsets_pending_after_a_lost_answer(p: Producer, cluster: ScriptedCluster) -> asyncio.Future[None]:
+    """A transaction with a record in it, and its send_offsets_to_transaction() pending: AddOffsetsToTxn
+    acted on, its answer lost, the retry due in 0.5 s (the producer's retry_backoff_ms=500)."""
+    p.begin_transaction()
+    await p.send_and_wait("t", b"out", partition=0)
+    cluster.coordinator.script[m.AddOffsetsToTxnRequest.API_KEY] = deque([Lost])
+    offsets = asyncio.ensure_future(p.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g"))
+    await asyncio.sleep(0.1)
+    return offsets
+
+
 @pytest.mark.parametrize("turns", [1, 2, 3])
 async def test_an_abort_cancelled_while_it_cuts_offsets_short_leaves_a_transaction_that_cannot_commit(
     cluster: ScriptedCluster, turns: int
@@ -1366,11 +1377,7 @@ async def test_an_abort_cancelled_while_it_cuts_offsets_short_leaves_a_transacti
     # there, it aborted nothing, and the offsets, joined in part (AddOffsetsToTxn acted on), were
     # cut short: the transaction committed its output without its offsets.
     async with producer(cluster, retry_backoff_ms=500, retry_backoff_max_ms=500) as p:
-        p.begin_transaction()
-        await p.send_and_wait("t", b"out", partition=0)
-        cluster.coordinator.script[m.AddOffsetsToTxnRequest.API_KEY] = deque([Lost])
-        offsets = asyncio.ensure_future(p.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g"))
-        await asyncio.sleep(0.1)  # AddOffsetsToTxn acted on, its answer lost; retry in 0.5 s
+        offsets = await offsets_pending_after_a_lost_answer(p, cluster)
         aborting = asyncio.ensure_future(p.abort_transaction())
         for _ in range(turns):  # the abort is waiting for the offsets it cancelled
             await asyncio.sleep(0)
@@ -1392,11 +1399,7 @@ async def test_two_aborts_cutting_offsets_short_end_the_transaction_once(cluster
     # then started an abort of its own: two EndTxn, and once the first abort returned,
     # begin_transaction() failed with "abort_transaction() is still in progress" (the second's).
     async with producer(cluster, retry_backoff_ms=500, retry_backoff_max_ms=500) as p:
-        p.begin_transaction()
-        await p.send_and_wait("t", b"out", partition=0)
-        cluster.coordinator.script[m.AddOffsetsToTxnRequest.API_KEY] = deque([Lost])
-        offsets = asyncio.ensure_future(p.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "g"))
-        await asyncio.sleep(0.1)  # AddOffsetsToTxn acted on, its answer lost; retry in 0.5 s
+        offsets = await offsets_pending_after_a_lost_answer(p, cluster)
         first = asyncio.ensure_future(p.abort_transaction())
         second = asyncio.ensure_future(p.abort_transaction())
         await first

@@ -318,14 +318,31 @@ def _compressible(i: int) -> bytes:
     return b'{"user": %d, "event": "page_view", "page": "/catalog/item/%d", "ok": true}' % (i % 997, i % 13)
 
 
-def _send_what_is_full(acc: RecordAccumulator, snapshot: ClusterSnapshot, sent: list[tuple[int, int]]) -> None:
-    """Build the full batches as the sender does, telling the accumulator their compressed sizes."""
-    queue = acc._batches.get(TopicPartition("t", 0), ())
-    while len(queue) > 1:
-        batch = acc.drain(acc.ready(snapshot, 0.0), [1], 10_000_000, lambda b, q: True)[1][0]
-        payload = batch.build(-1, -1, -1, False)
-        acc.compressed(batch, len(payload))
-        sent.append((batch.builder.size_in_bytes, len(payload)))
+def _send_compressible(
+    acc: RecordAccumulator, records: int, refused_over: int | None = None
+) -> tuple[list[tuple[int, int]], int]:
+    """Append ``records`` JSON records to t-0, sending each batch as it fills as the sender does
+    (built; the estimate told its compressed size on its first attempt); a broker refuses those
+    over ``refused_over`` bytes (MESSAGE_TOO_LARGE: split). The batches sent (uncompressed size,
+    size on the wire), and how many were refused."""
+    snapshot = cluster({0: 1})
+    queue = acc._queue_for(TopicPartition("t", 0))
+    sent: list[tuple[int, int]] = []
+    refused = 0
+    for i in range(records):
+        append(acc, 0, _compressible(i), now=0.0)
+        while len(queue) > 1:
+            batch = acc.drain(acc.ready(snapshot, 0.0), [1], 10_000_000, lambda b, q: True)[1][0]
+            payload = batch.build(-1, -1, -1, False)
+            if not batch.attempts:
+                acc.compressed(batch, len(payload))
+            batch.attempts += 1
+            if refused_over is not None and len(payload) > refused_over:
+                refused += 1
+                acc.split_and_reenqueue(batch, 0.0)
+            else:
+                sent.append((batch.builder.size_in_bytes, len(payload)))
+    return sent, refused
 
 
 async def test_with_a_codec_batches_fill_batch_size_compressed_as_the_ratio_estimate_learns() -> None:
@@ -333,11 +350,7 @@ async def test_with_a_codec_batches_fill_batch_size_compressed_as_the_ratio_esti
     # times the batches (requests, broker work) Java's producer makes of the same records, whose
     # estimate of the topic's compression ratio fills them compressed.
     acc, _ = accumulator(linger_ms=60_000, batch_size=16384, compression_type="lz4")
-    snapshot = cluster({0: 1})
-    sent: list[tuple[int, int]] = []
-    for i in range(60_000):
-        append(acc, 0, _compressible(i), now=0.0)
-        _send_what_is_full(acc, snapshot, sent)
+    sent, _ = _send_compressible(acc, 60_000)
     first_uncompressed, first_wire = sent[0]
     assert first_uncompressed <= 16384  # nothing learned yet: as without a codec
     last_uncompressed, last_wire = sent[-1]
@@ -350,25 +363,16 @@ async def test_with_a_codec_batches_fill_batch_size_compressed_as_the_ratio_esti
 async def test_a_split_batch_starts_its_topics_ratio_estimate_over() -> None:
     # The broker refused a batch as too large: the estimate that filled it is not trusted (Java's).
     acc, _ = accumulator(linger_ms=60_000, batch_size=16384, compression_type="lz4")
-    snapshot = cluster({0: 1})
-    sent: list[tuple[int, int]] = []
-    for i in range(30_000):
-        append(acc, 0, _compressible(i), now=0.0)
-        _send_what_is_full(acc, snapshot, sent)
+    sent, _ = _send_compressible(acc, 30_000)
     assert sent[-1][0] > 2 * 16384
-    big = acc.drain(acc.ready(snapshot, 0.0), [1], 10_000_000, lambda b, q: True)
-    assert not big  # the open batch is not full
-    refused = acc._batches[TopicPartition("t", 0)][0]
+    (refused,) = acc._batches[TopicPartition("t", 0)]  # the open batch, refused when it goes
     refused.build(-1, -1, -1, False)
     parts = acc.split_and_reenqueue(refused, 0.0)
     # Each part at most half the refused batch's uncompressed bytes, and batch_size: not half its
     # compressed size (which cut it into four times as many parts).
     assert all(part.builder.size_in_bytes <= 16384 for part in parts)
     assert len(parts) <= 3  # 24 KB of records: two halves (and a record left over), not 16 parts
-    sent.clear()
-    for i in range(400):
-        append(acc, 0, _compressible(i), now=0.0)
-        _send_what_is_full(acc, snapshot, sent)
+    sent, _ = _send_compressible(acc, 400)
     assert sent and sent[-1][0] <= 16384  # batches of batch_size uncompressed again
 
 
@@ -378,19 +382,6 @@ async def test_a_topic_whose_limit_is_below_batch_size_has_a_batch_refused_once_
     # until one was refused; the split started the estimate over, the batches grew again, and a
     # batch was refused and split every hundred or so, for ever.
     acc, _ = accumulator(linger_ms=60_000, batch_size=4096, compression_type="lz4")
-    snapshot = cluster({0: 1})
-    queue = acc._queue_for(TopicPartition("t", 0))
-    refusals: list[int] = []
-    for i in range(60_000):
-        append(acc, 0, _compressible(i), now=0.0)
-        while len(queue) > 1:  # as the sender: built, the estimate told on a first attempt, sent
-            batch = acc.drain(acc.ready(snapshot, 0.0), [1], 10_000_000, lambda b, q: True)[1][0]
-            payload = batch.build(-1, -1, -1, False)
-            if not batch.attempts:
-                acc.compressed(batch, len(payload))
-            batch.attempts += 1
-            if len(payload) > 2500:  # MESSAGE_TOO_LARGE
-                refusals.append(i)
-                acc.split_and_reenqueue(batch, 0.0)
+    _, refusals = _send_compressible(acc, 60_000, refused_over=2500)
     assert refusals, "the estimate never grew a batch past the topic's limit: the test proves nothing"
-    assert len(refusals) <= 2  # the batch refused, and the one open meanwhile at most
+    assert refusals <= 2  # the batch refused, and the one open meanwhile at most
