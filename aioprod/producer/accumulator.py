@@ -476,10 +476,10 @@ class RecordAccumulator:
     def _new_batch(self, tp: TopicPartition, now: float | None) -> ProducerBatch:
         """An empty batch for ``tp``, opened on the millisecond of ``now`` (default: the loop's)."""
         created = _whole_ms(self._loop.time() if now is None else now)
-        fill = None if self._codec is Codec.NONE else self._fill_size(tp.topic)
+        fill = None if self._codec is Codec.NONE else self.fill_size(tp.topic)
         return ProducerBatch(tp, self._new_builder(fill), created, self._delivery_timeout, self._loop)
 
-    def _fill_size(self, topic: str) -> int:
+    def fill_size(self, topic: str) -> int:
         """The uncompressed bytes a batch of ``topic`` takes: batch_size over the estimated ratio
         (with Java's 5% margin), never less than batch_size (a codec that does not shrink the
         records changes nothing) nor more than max_request_size (a request's limit, counted

@@ -14,7 +14,7 @@ import operator
 import random
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aioprod._compiled import speedups
 from aioprod.config import PartitionerFn
@@ -89,7 +89,16 @@ class _Sticky:
 class Partitioner:
     """Picks partitions; keeps the per-topic sticky state for keyless records."""
 
-    __slots__ = ("_batch_size", "_keyless_sticky", "_mode", "_random", "_round_robin", "_sticky", "_user")
+    __slots__ = (
+        "_batch_size",
+        "_keyless_sticky",
+        "_mode",
+        "_random",
+        "_round_robin",
+        "_sticky",
+        "_user",
+        "batch_fill",
+    )
 
     def __init__(self, mode: str | PartitionerFn, batch_size: int, rng: random.Random | None = None) -> None:
         self._user: PartitionerFn | None = None if isinstance(mode, str) else mode
@@ -100,6 +109,11 @@ class Partitioner:
         self._random = rng or random.Random()
         self._sticky: dict[str, _Sticky] = {}
         self._round_robin: dict[str, int] = {}
+        #: With a codec, the uncompressed bytes that fill a batch of the topic (the accumulator's
+        #: estimate): the sticky partition moves on after that many, as Java's counts the batch's
+        #: estimated compressed bytes against batch_size. Counted uncompressed, it moved on while
+        #: its batch, filled by its compressed size, was a fraction full.
+        self.batch_fill: Callable[[str], int] | None = None
 
     def partition(self, topic: str, key: bytes | None, partitions: Sequence[int], available: Sequence[int]) -> int:
         """``partitions``: every partition id; ``available``: those with a known leader."""
@@ -157,6 +171,7 @@ class Partitioner:
         state = self._sticky.get(topic)
         if state is None or (state.available is not choices and state.partition not in choices):
             state = self._sticky[topic] = _Sticky(self._random.choice(choices), choices)
+            state.produced = self._start_count(topic)
         else:
             state.available = choices
         return state.partition
@@ -166,7 +181,7 @@ class Partitioner:
         state = self._sticky[topic]
         state.produced += size
         if state.produced >= self._batch_size:
-            self._switch(state, available)
+            self._switch(topic, state, available)
 
     def keyless(self, topic: str, size: int, partitions: Sequence[int], available: Sequence[int]) -> int:
         """Partition for a keyless record taking ``size`` bytes in its batch (key, value, headers
@@ -189,7 +204,7 @@ class Partitioner:
             state.produced = produced
             return state.partition
         partition = state.partition
-        self._switch(state, available)
+        self._switch(topic, state, available)
         return partition
 
     def forget(self, topics: Sequence[str]) -> None:
@@ -198,8 +213,15 @@ class Partitioner:
             self._sticky.pop(topic, None)
             self._round_robin.pop(topic, None)
 
-    def _switch(self, state: _Sticky, available: Sequence[int]) -> None:
+    def _switch(self, topic: str, state: _Sticky, available: Sequence[int]) -> None:
         if len(available) > 1:
             state.partition = self._random.choice([p for p in available if p != state.partition])
             state.available = available
-        state.produced = 0
+        state.produced = self._start_count(topic)
+
+    def _start_count(self, topic: str) -> int:
+        """Where a new sticky partition's byte count starts: it moves on at batch_size (the
+        compiled send lane compares the count with it too), so a batch filling more than that
+        uncompressed starts it below 0."""
+        fill = self.batch_fill
+        return 0 if fill is None else self._batch_size - fill(topic)

@@ -491,3 +491,34 @@ async def test_keyless_records_move_to_another_partition_after_a_batch_of_bytes(
         # The first run ends at its first switch; the others are whole runs.
         assert all(14_000 // 18 <= run <= 16_384 // 17 + step for run in runs[1:]), runs
         await p.close(timeout=0)
+
+
+async def test_with_a_codec_keyless_records_stay_on_a_partition_for_a_batch_filled_compressed(
+    scripted: Scripted,
+) -> None:
+    """KIP-794 with a codec: the sticky partition changes after a batch's worth of its estimated
+    compressed bytes (the batch is filled by them). Counted uncompressed, it changed after
+    batch_size bytes of records, leaving a batch of JSON a quarter full on the wire."""
+    scripted.cluster.create_topic("t", 2)
+    async with Producer(
+        bootstrap_servers=scripted.cluster.bootstrap, linger_ms=10_000, batch_size=1024, compression_type="lz4"
+    ) as p:
+        await p.partitions_for("t")
+        sticky = p._partitioner.sticky_states
+        runs: list[int] = []  # records sent to each partition before it changed
+        current, sent, since = None, 0, 0
+        value = b'{"user": 12345, "event": "page_view", "page": "/catalog/item/7", "ok": true}'
+        while sent < 8_000:
+            await p.send("t", value)
+            sent += 1
+            now = sticky["t"].partition
+            if current is not None and now != current:
+                runs.append(sent - since)
+                since = sent
+            current = now
+        # A record takes 85 bytes in its batch: 12 make batch_size. Once the estimate has learned
+        # how lz4 shrinks them, a partition takes several times that before the next.
+        assert runs[0] <= 13
+        assert min(runs[-10:]) > 4 * 13, runs[-10:]
+        await p.flush()
+    assert sum(len(part.values) for part in scripted.cluster.topics["t"]) == 8_000
