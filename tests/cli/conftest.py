@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -42,7 +43,15 @@ def spawn(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[
         stderr=subprocess.PIPE,
         text=True,
         env={**environ, **(env or {})},
+        preexec_fn=hangups_delivered,
     )
+
+
+def hangups_delivered() -> None:
+    """SIGHUP at its default in the command, whatever the tests run under: a run started with
+    nohup (SIGHUP ignored, and inherited ignored) made every hangup test wait out its timeout,
+    since the command keeps an ignored SIGHUP ignored, as it should."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def read_until(stream: IO[str] | None, wanted: Callable[[str], bool]) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aioprod.embedded import free_port
-from tests.cli.conftest import aioprod
+from tests.cli.conftest import aioprod, hangups_delivered
 from tests.cli.test_embedded import accepts
 
 pytestmark = pytest.mark.integration
@@ -125,6 +125,7 @@ def test_a_hangup_of_a_secured_broker_leaves_no_key_or_password(tmp_path: Path) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=hangups_delivered,
     )
     try:
         assert proc.stdout is not None
