@@ -489,6 +489,13 @@ class RecordAccumulator:
         target = min(batch_size, self._wire_caps.get(topic, batch_size))
         return max(batch_size, min(int(target / ratio), self._config.max_request_size))
 
+    def forget_topics(self, topics: Sequence[str]) -> None:
+        """Topics unused for metadata_max_idle_ms: their ratio estimates and caps go too (a topic
+        per tenant kept an entry in each for good)."""
+        for topic in topics:
+            self._ratios.pop(topic, None)
+            self._wire_caps.pop(topic, None)
+
     def compressed(self, batch: ProducerBatch, wire_size: int) -> None:
         """``batch`` was built and compressed to ``wire_size`` bytes: the topic's ratio estimate
         follows it, as Java's (a worse ratio at once, by 0.05 at least; a better one 0.005 a batch:

@@ -267,6 +267,7 @@ class Producer:
             self._tps.pop(topic, None)
             self._lanes.pop(topic, None)
         self._partitioner.forget(topics)
+        self._accumulator.forget_topics(topics)
         self._metrics.forget_topics(topics)
         self._sender.forget_topics(topics)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 
 import pytest
 
@@ -449,3 +450,24 @@ async def test_retrying_a_refused_topic_keeps_no_earlier_callers_frames(
             depths.append(_traceback_depth(info.value))
             await clock.advance(0.001)
     assert max(depths) == depths[0]
+
+
+async def test_the_compression_estimates_of_topics_no_longer_used_go_with_their_metadata(scripted: Scripted) -> None:
+    # Topic per tenant, with a codec: each topic's ratio estimate, and its cap on a batch's
+    # compressed size after a too-large refusal, stayed for good once the topic was written.
+    cluster, clock = scripted.cluster, scripted.clock
+    options = {"metadata_max_idle_ms": 5000, "metadata_max_age_ms": 1000, "compression_type": "lz4"}
+    async with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=50, **options) as p:
+        acc = p._accumulator
+        for i in range(20):
+            name = f"tenant-{i}"
+            cluster.create_topic(name, 1)
+            cluster.partition(name).max_batch_bytes = 300  # two records' batch refused, each alone taken
+            incompressible = [random.Random(i * 2 + j).randbytes(200) for j in range(2)]
+            await (await p.send_many(name, incompressible, partition=0))  # one batch, refused
+            await p.send_and_wait(name, b"x" * 200)  # a batch compressed on its first attempt: its ratio learned
+            assert name in acc._ratios and name in acc._wire_caps  # what the test is about
+            del cluster.topics[name]
+            await clock.advance(10)
+        assert p._metadata.snapshot.topics == {}
+        assert (len(acc._ratios), len(acc._wire_caps)) == (0, 0)
