@@ -265,12 +265,8 @@ async def test_the_lane_and_sends_own_path_stay_in_step_through_what_a_producer_
         leaders = (*(rng.choice((1, 1, -1)) for _ in range(PARTITIONS - 1)), 1)  # partition 2 keeps one
         for setup in (laned, reference):
             queue = setup.acc.open_batches.get(tp)
-            if roll < 0.03 and queue:  # answered: its memory goes back
-                batch = queue.popleft()
-                if not queue:
-                    del setup.acc.open_batches[tp]
-                setup.acc.pool.release(batch.reserved)
-                batch.reserved = 0
+            if roll < 0.03 and queue:
+                answer_the_head(setup, tp)
             elif roll < 0.05 and queue and queue[-1].payload is None:  # taken by the sender
                 queue[-1].payload = queue[-1].builder.build()
             elif roll < 0.06 and queue and queue[-1].payload is None:  # closed, not yet sent
@@ -287,6 +283,16 @@ async def test_the_lane_and_sends_own_path_stay_in_step_through_what_a_producer_
             through_lane += send_both(laned, reference, key, value)
         assert laned.state() == reference.state()
     assert through_lane > 0
+
+
+def answer_the_head(setup: Setup, tp: TopicPartition) -> None:
+    """The head batch of ``tp`` answered: it leaves the queue and its memory goes back."""
+    queue = setup.acc.open_batches[tp]
+    batch = queue.popleft()
+    if not queue:
+        del setup.acc.open_batches[tp]
+    setup.acc.pool.release(batch.reserved)
+    batch.reserved = 0
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -306,12 +312,8 @@ async def test_with_a_codec_the_lane_and_sends_own_path_count_the_sticky_partiti
         leaders = (*(rng.choice((1, 1, -1)) for _ in range(PARTITIONS - 1)), 1)
         for setup in (laned, reference):
             queue = setup.acc.open_batches.get(tp)
-            if roll < 0.03 and queue:  # answered: its memory goes back
-                batch = queue.popleft()
-                if not queue:
-                    del setup.acc.open_batches[tp]
-                setup.acc.pool.release(batch.reserved)
-                batch.reserved = 0
+            if roll < 0.03 and queue:
+                answer_the_head(setup, tp)
             elif roll < 0.10 and queue and queue[0].payload is None:  # sent, its ratio told
                 queue[0].payload = queue[0].build(-1, -1, -1, False)
                 setup.acc.compressed(queue[0], len(queue[0].payload))
