@@ -256,6 +256,9 @@ class RecordAccumulator:
         self._spare_queues: list[deque[ProducerBatch]] = []
         self.pool = BufferPool(config.buffer_memory, self._metrics, wakeup)
         self._codec = resolve_codec(config.compression_type)
+        #: A codec is set: batches are filled by their estimated compressed size (see ``_ratios``),
+        #: which the sender tells ``compressed`` and the partitioner asks ``fill_size``.
+        self.compressing = self._codec is not Codec.NONE
         #: Each topic's compression ratio (compressed / uncompressed bytes), estimated as Java's
         #: CompressionRatioEstimator does: with a codec, a batch is full once its records are
         #: estimated to fill batch_size compressed. Counted in uncompressed bytes, batches of
@@ -476,7 +479,7 @@ class RecordAccumulator:
     def _new_batch(self, tp: TopicPartition, now: float | None) -> ProducerBatch:
         """An empty batch for ``tp``, opened on the millisecond of ``now`` (default: the loop's)."""
         created = _whole_ms(self._loop.time() if now is None else now)
-        fill = None if self._codec is Codec.NONE else self.fill_size(tp.topic)
+        fill = self.fill_size(tp.topic) if self.compressing else None
         return ProducerBatch(tp, self._new_builder(fill), created, self._delivery_timeout, self._loop)
 
     def fill_size(self, topic: str) -> int:
@@ -736,7 +739,7 @@ class RecordAccumulator:
         limit = max(1, min(self._config.batch_size, batch.builder.size_in_bytes // 2))
         topic = batch.tp.topic
         self._ratios.pop(topic, None)
-        if self._codec is not Codec.NONE:
+        if self.compressing:
             self._wire_caps[topic] = min(self._wire_caps.get(topic, self._config.batch_size), batch.size // 2)
         parts = batch.split(limit, self._new_builder)
         self.incomplete.discard(batch)

@@ -62,7 +62,6 @@ from aioprod.protocol.messages import (
 )
 from aioprod.protocol.primitives import INT64_MAX
 from aioprod.protocol.records import BATCH_HEADER_SIZE as _BATCH_HEADER_SIZE
-from aioprod.protocol.records import Codec, resolve_codec
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +237,7 @@ class Producer:
         self._metadata = Metadata(self.config, self._pool, metrics)
         self._coordinators = Coordinators(self.config, self._metadata, self._pool, name=self.config.client_id)
         self._accumulator = RecordAccumulator(self.config, self._wakeup, metrics)
-        if resolve_codec(self.config.compression_type) is not Codec.NONE:
+        if self._accumulator.compressing:
             self._partitioner.batch_fill = self._accumulator.fill_size
         self._sender = Sender(self.config, self._metadata, self._pool, self._accumulator, self._set_fatal, metrics)
         metrics.start(self._loop, self._accumulator.pool, self._pool, self._metadata)

@@ -56,7 +56,6 @@ from aioprod.protocol.messages import (
     ProduceRequestTopic,
     ProduceResponse,
 )
-from aioprod.protocol.records import Codec, resolve_codec
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +109,6 @@ class Sender:
                 current_cluster=lambda: self._cluster_id,
             )
         self._acks = config.acks
-        #: Each new batch's compressed size goes to the accumulator's ratio estimate.
-        self._compressing = resolve_codec(config.compression_type) is not Codec.NONE
         self._request_timeout_ms = config.request_timeout_ms
         #: Batches on the wire, including ones that expired there and are still unanswered.
         self._in_flight: set[ProducerBatch] = set()
@@ -556,7 +553,7 @@ class Sender:
                 ident.sent(batch)
             else:
                 payload = batch.build(-1, -1, -1, False)
-            if not batch.attempts and self._compressing:
+            if not batch.attempts and self._acc.compressing:  # its compressed size, for the estimate
                 self._acc.compressed(batch, len(payload))
             batch.in_flight = True
             batch.attempts += 1
