@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 from aioprod.config import ProducerConfig
 from aioprod.errors import (
@@ -131,6 +132,15 @@ EMPTY_CLUSTER = ClusterSnapshot(MappingProxyType({}), MappingProxyType({}))
 MIN_LOOK_MS = 10
 
 
+class _Refusal(NamedTuple):
+    """The error answers refuse a topic with, and the loop times of the first and the last answer
+    in a row that did."""
+
+    error: KafkaError
+    first: float
+    last: float
+
+
 class Metadata:
     """Holds the current :class:`ClusterSnapshot`; its task refreshes it."""
 
@@ -145,9 +155,8 @@ class Metadata:
         self.snapshot = EMPTY_CLUSTER
         #: Topics to describe in refreshes, with when each was last used (loop time).
         self._topics: dict[str, float] = {}
-        self._topic_errors: dict[str, KafkaError] = {}
-        #: Topic -> loop times of the first and the last answer in a row that refused it.
-        self._refused_since: dict[str, tuple[float, float]] = {}
+        #: Topics the last answer refused (authorization, an invalid name).
+        self._topic_errors: dict[str, _Refusal] = {}
         #: The newest leader epoch seen per partition; answers older than it are ignored.
         self._leader_epochs: dict[tuple[str, int], int] = {}
         #: Each topic's id (Metadata v10+): a new id is a topic deleted and created again,
@@ -305,9 +314,10 @@ class Metadata:
         while True:
             if self._closed:
                 raise ProducerClosedError(f"the producer closed while waiting for metadata of topic {topic!r}")
-            error = self._topic_errors.get(topic) or self._auth_error
+            refusal = self._topic_errors.get(topic)
+            error = self._auth_error if refusal is None else refusal.error
             if error is not None:
-                if topic in self._topic_errors:
+                if refusal is not None:
                     # Refused now, from the last answer; asked again, so that a later send sees
                     # an ACL granted since (as Java asks on every send).
                     self.touch(topic)
@@ -477,10 +487,10 @@ class Metadata:
         if answers in a row have refused it for ``retry_backoff_max_ms``: the records queued for it
         fail with it. One answer is no proof: a broker lagging behind an ACL grant refuses a topic
         its leader takes (send() raises on one answer, as Java's, but nothing queued is lost so)."""
-        refused = self._refused_since.get(topic)
-        if refused is None or refused[1] - refused[0] < self._config.retry_backoff_max_ms / 1000:
+        refusal = self._topic_errors.get(topic)
+        if refusal is None or refusal.last - refusal.first < self._config.retry_backoff_max_ms / 1000:
             return None
-        return self._topic_errors.get(topic)
+        return refusal.error
 
     def partition_gone(self, topic: str, partition: int) -> int | None:
         """The topic's partition count, if full refreshes have lacked ``partition`` (the topic
@@ -659,7 +669,6 @@ class Metadata:
             del self._topics[topic]
             self._troubled.pop(topic, None)
             self._topic_errors.pop(topic, None)
-            self._refused_since.pop(topic, None)
             self._topic_ids.pop(topic, None)
             self._partition_counts.pop(topic, None)
             self._metrics.events.forget(("topic", topic))
@@ -731,13 +740,13 @@ class Metadata:
             if partial:
                 topics.pop(t.name, None)  # described again: as the answer says, or not at all
             if t.error_code in _FATAL_TOPIC_ERRORS:
-                self._topic_errors[t.name] = error = error_for_code(t.error_code, f"topic {t.name!r}")
+                error = error_for_code(t.error_code, f"topic {t.name!r}")
                 now = asyncio.get_running_loop().time()
-                self._refused_since[t.name] = (self._refused_since.get(t.name, (now, now))[0], now)
+                earlier = self._topic_errors.get(t.name)
+                self._topic_errors[t.name] = _Refusal(error, now if earlier is None else earlier.first, now)
                 self._topic_trouble(t.name, error, node, at_once=True)
                 continue
             self._topic_errors.pop(t.name, None)
-            self._refused_since.pop(t.name, None)
             if t.error_code:
                 self._topic_trouble(t.name, error_for_code(t.error_code), node, at_once=False)
             elif self._troubled.pop(t.name, None) is not None:

@@ -54,7 +54,7 @@ async def test_the_state_of_topics_no_longer_used_goes_with_their_metadata(scrip
             "leader epochs": len(metadata._leader_epochs),
             "topic ids": len(metadata._topic_ids),
             "partition counts": len(metadata._partition_counts),
-            "refusals": len(metadata._refused_since),
+            "refusals": len(metadata._topic_errors),
             "topic partitions": len(p._tps),
             "sticky partitions": len(p._partitioner._sticky),
             "warnings": len(p._metrics.events._problems),
