@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from aioprod.event_log import EventLog
-from aioprod.producer.producer import send_many_values
+from aioprod.producer.producer import is_many_argument, send_many_values
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -164,7 +164,7 @@ class SendTelemetry:
             timestamp_ms: int | None = None,
         ) -> asyncio.Future[list[RecordMetadata]]:
             values = send_many_values(values)  # a generator listed, to be counted here first
-            count = len(values) if _parallel(values) else 0  # not values at all: send_many says so
+            count = len(values) if is_many_argument(values) else 0  # not values at all: send_many says so
             span = self._start(topic, partition, tombstone=False, count=count)
             started = time.monotonic()
             try:
@@ -173,7 +173,7 @@ class SendTelemetry:
                     each = [None] * count if headers is None else headers
                     # Headers that do not run parallel to the values go as given, for send_many to
                     # refuse with its own error (one mapping for all records: "1 items but 2").
-                    if _parallel(each) and len(each) == count:
+                    if is_many_argument(each) and len(each) == count:
                         headers = [self._with_context(span, h) for h in each]
                 future = await send_many(
                     topic, values, keys=keys, headers=headers, partition=partition, timestamp_ms=timestamp_ms
@@ -342,11 +342,6 @@ class SendTelemetry:
         leader = cluster.leader_for(topic, partition)
         broker = None if leader is None else cluster.brokers.get(leader)
         return {} if broker is None else {"server.address": broker.host, "server.port": broker.port}
-
-
-def _parallel(given: Any) -> bool:
-    """Whether ``given`` can be send_many's values or headers (as its _many_argument takes them)."""
-    return isinstance(given, Sequence) and not isinstance(given, str | bytes | bytearray)
 
 
 def _error_type(error: BaseException) -> str:

@@ -18,7 +18,7 @@ from asyncio import _get_running_loop
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from threading import get_ident as _get_ident
 from types import BuiltinFunctionType, TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeGuard, TypeVar
 
 from aioprod._compiled import speedups
 from aioprod.cluster.metadata import ClusterSnapshot, Metadata, TopicInfo
@@ -1351,12 +1351,17 @@ def _many_argument(name: str, given: Any, count: int | None = None) -> Sequence[
     """``send_many``'s ``name`` argument as a sequence (an iterator made a list), refused by
     name if it is none, or, given the ``count`` of values, if it does not run parallel to them."""
     given = send_many_values(given)
-    if not isinstance(given, Sequence) or isinstance(given, str | bytes | bytearray):
+    if not is_many_argument(given):
         what = "of values" if count is None else "parallel to values"
         raise TypeError(f"{name} must be a sequence {what} (a list, say), got {type(given).__name__}")
     if count is not None and len(given) != count:
         raise ValueError(f"{name} has {len(given)} items but values has {count}")
     return given
+
+
+def is_many_argument(given: Any) -> TypeGuard[Sequence[Any]]:
+    """``given`` is a sequence send_many takes for its values, keys or headers (not str or bytes)."""
+    return isinstance(given, Sequence) and not isinstance(given, str | bytes | bytearray)
 
 
 def send_many_values(values: Any) -> Any:
