@@ -265,13 +265,15 @@ def test_blocking_calls_from_a_delivery_callback_are_refused(tansu_broker: Tansu
     assert all("its own thread" in str(exc) for exc in seen)
 
 
+async def _parked(_: Producer, release: threading.Event) -> None:
+    """A submit() coroutine that ends once ``release`` is set (waited for in a worker thread)."""
+    await asyncio.to_thread(release.wait)
+
+
 def test_waiting_for_a_pending_future_from_a_callback_is_refused(tansu_broker: TansuBroker, topic: str) -> None:
     # Only the producer's thread settles its futures: a callback waiting there for another one
     # (a later record's, a submit()'s) blocked the loop until its wait ran out, or forever.
     release_first, release_second = threading.Event(), threading.Event()
-
-    async def parked(_: Producer, release: threading.Event) -> None:
-        await asyncio.to_thread(release.wait)
 
     waited: list[BaseException] = []
     called_back = threading.Event()
@@ -289,8 +291,8 @@ def test_waiting_for_a_pending_future_from_a_callback_is_refused(tansu_broker: T
 
     with SyncProducer(bootstrap_servers=tansu_broker.bootstrap, linger_ms=600_000) as producer:
         record = producer.send(topic, b"lingering", partition=0)
-        first = producer.submit(parked, release_first)
-        second = producer.submit(parked, release_second)
+        first = producer.submit(_parked, release_first)
+        second = producer.submit(_parked, release_second)
         first.add_done_callback(wait_for_the_second)
         release_first.set()
         assert called_back.wait(60)
@@ -308,9 +310,6 @@ def test_polling_a_pending_future_from_a_callback_is_told_it_is_pending(tansu_br
     # the RuntimeError for a wait, which escaped a callback written for TimeoutError.
     release_first, release_second = threading.Event(), threading.Event()
 
-    async def parked(_: Producer, release: threading.Event) -> None:
-        await asyncio.to_thread(release.wait)
-
     polled: list[BaseException] = []
     called_back = threading.Event()
 
@@ -323,8 +322,8 @@ def test_polling_a_pending_future_from_a_callback_is_told_it_is_pending(tansu_br
         called_back.set()
 
     with SyncProducer(bootstrap_servers=tansu_broker.bootstrap) as producer:
-        first = producer.submit(parked, release_first)
-        second = producer.submit(parked, release_second)
+        first = producer.submit(_parked, release_first)
+        second = producer.submit(_parked, release_second)
         first.add_done_callback(poll_the_second)
         release_first.set()
         assert called_back.wait(60)
