@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -323,23 +323,9 @@ def test_a_partition_added_during_the_write_takes_its_rows_once_the_producer_kno
     # partition at a precise moment. Once a partition was proven missing, every later row for it
     # failed with that first error ("topic 't' has 1 partition") for the rest of the write, even
     # after the partition was added and the producer's metadata had it.
-    from tests.fakes.cluster import Partition, ScriptedCluster
-    from tests.fakes.tcp import TcpNetwork
+    from tests.fakes.cluster import Partition
 
-    loop = asyncio.new_event_loop()
-    serving = threading.Thread(target=loop.run_forever, daemon=True)
-    serving.start()
-
-    async def start() -> tuple[ScriptedCluster, TcpNetwork]:
-        network = TcpNetwork()
-        cluster = ScriptedCluster(network, nodes=1, ports=lambda _node: free_port())
-        cluster.accepts_unknown_producers = True
-        cluster.create_topic("t", 1)
-        await network.ready()
-        return cluster, network
-
-    cluster, network = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
-    try:
+    with fake_cluster_on_a_thread(1, lambda cluster: cluster.create_topic("t", 1)) as (cluster, loop):
         options = producer_options(cluster.bootstrap, {"max_block_ms": 1000, "metadata_max_age_ms": 200})
         # At most 2 rows in flight: handing the second chunk over collects the first one's results.
         plan = Plan(options, "t", False, False, True, False, "report", 100, 2, None)
@@ -362,10 +348,6 @@ def test_a_partition_added_during_the_write_takes_its_rows_once_the_producer_kno
         assert (tally.written, tally.failed) == (4, 1)
         assert [e.row for e in tally.errors] == [1]
         assert asyncio.run_coroutine_threadsafe(_values(cluster, "t", 1), loop).result(10) == [b"d", b"e"]
-    finally:
-        asyncio.run_coroutine_threadsafe(network.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        serving.join(10)
 
 
 def test_a_broker_refusal_stops_the_write_within_max_in_flight_rows() -> None:
@@ -373,6 +355,25 @@ def test_a_broker_refusal_stops_the_write_within_max_in_flight_rows() -> None:
     # row 0's batch (INVALID_RECORD). errors="raise" stops queuing once the refused row's chunk is
     # settled, so at most max_in_flight_rows rows go with it. A chunk was queued whole: with
     # max_in_flight_rows=2 all four rows after the refused one were written.
+    def refusing(cluster: Any) -> None:
+        cluster.create_topic("t", [1, 2])  # partition 0 led by node 1, partition 1 by node 2
+        cluster.nodes[1].script.append(87)  # INVALID_RECORD, not retried
+
+    with fake_cluster_on_a_thread(2, refusing) as (cluster, loop):
+        plan = Plan(producer_options(cluster.bootstrap, {}), "t", False, False, True, False, "raise", 20, 2, None)
+        chunk = Chunk(0, [b"a", b"b", b"c", b"d", b"e"], partitions=[0, 1, 1, 1, 1])
+        tally = writer.write_partition(PartitionWrite(plan), [chunk])
+        assert (tally.written, tally.failed, [e.row for e in tally.errors]) == (1, 1, [0])
+        assert asyncio.run_coroutine_threadsafe(_values(cluster, "t", 1), loop).result(10) == [b"b"]
+
+
+@contextlib.contextmanager
+def fake_cluster_on_a_thread(
+    nodes: int, setup: Callable[[Any], None]
+) -> Iterator[tuple[Any, asyncio.AbstractEventLoop]]:
+    """A scripted fake cluster of ``nodes`` (over real TCP), serving from a loop on a thread of its
+    own, as a Spark task's producer runs on its own; ``setup`` makes its topics and faults. The
+    cluster, and its loop (for reading it)."""
     from tests.fakes.cluster import ScriptedCluster
     from tests.fakes.tcp import TcpNetwork
 
@@ -382,20 +383,15 @@ def test_a_broker_refusal_stops_the_write_within_max_in_flight_rows() -> None:
 
     async def start() -> tuple[ScriptedCluster, TcpNetwork]:
         network = TcpNetwork()
-        cluster = ScriptedCluster(network, nodes=2, ports=lambda _node: free_port())
+        cluster = ScriptedCluster(network, nodes=nodes, ports=lambda _node: free_port())
         cluster.accepts_unknown_producers = True
-        cluster.create_topic("t", [1, 2])  # partition 0 led by node 1, partition 1 by node 2
-        cluster.nodes[1].script.append(87)  # INVALID_RECORD, not retried
+        setup(cluster)
         await network.ready()
         return cluster, network
 
     cluster, network = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
     try:
-        plan = Plan(producer_options(cluster.bootstrap, {}), "t", False, False, True, False, "raise", 20, 2, None)
-        chunk = Chunk(0, [b"a", b"b", b"c", b"d", b"e"], partitions=[0, 1, 1, 1, 1])
-        tally = writer.write_partition(PartitionWrite(plan), [chunk])
-        assert (tally.written, tally.failed, [e.row for e in tally.errors]) == (1, 1, [0])
-        assert asyncio.run_coroutine_threadsafe(_values(cluster, "t", 1), loop).result(10) == [b"b"]
+        yield cluster, loop
     finally:
         asyncio.run_coroutine_threadsafe(network.close(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
